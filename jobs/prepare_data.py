@@ -1,0 +1,15 @@
+"""Build Router-R1 training and test sets (parquet). Usage: python jobs/prepare_data.py data=multihop"""
+
+import hydra
+from omegaconf import DictConfig
+
+from rlrouter.data.job import prepare
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="prepare_data")
+def main(cfg: DictConfig) -> None:
+    prepare(cfg)
+
+
+if __name__ == "__main__":
+    main()

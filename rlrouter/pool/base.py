@@ -1,0 +1,74 @@
+"""The candidate pool's contract: a candidate is a routable LLM behind one async interface.
+
+Every backend implements ``async generate(prompts) -> list[CandidateResponse]``. A failure of one
+prompt is reported in that prompt's ``CandidateResponse.error`` and never raises, so a rollout batch
+keeps going when one candidate misbehaves (issue 3, "Failures").
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A routable LLM. Prices are USD per 1M tokens; ``params_b`` is the size in billions."""
+
+    name: str
+    price_in: float
+    price_out: float
+    params_b: float = 0.0
+    backend: str = "replay"
+    description: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError("candidate.name: must be a non-empty string")
+        for f in ("price_in", "price_out", "params_b"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"candidate '{self.name}'.{f}: must be a number >= 0, got {v!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"candidate '{self.name}'.backend: unknown '{self.backend}', expected one of {BACKENDS}")
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """USD cost of one call."""
+        return (prompt_tokens * self.price_in + completion_tokens * self.price_out) / 1e6
+
+
+BACKENDS = ("openai", "vllm", "replay")
+
+
+@dataclass
+class CandidateResponse:
+    """One candidate's answer to one prompt. ``error`` is set (and ``text`` empty) when the call failed."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    latency_s: float = 0.0
+    error: str | None = None
+    # replay backends know whether the logged answer was correct; live ones leave it None
+    correct: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Backend(abc.ABC):
+    """One candidate's way of answering prompts."""
+
+    def __init__(self, candidate: Candidate):
+        self.candidate = candidate
+
+    @abc.abstractmethod
+    async def generate(self, prompts: list[str], **kwargs: Any) -> list[CandidateResponse]:
+        """Answer every prompt; failures go into ``CandidateResponse.error``, never raise."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections or engines."""
