@@ -1,0 +1,134 @@
+"""GRPO (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300): group-normalised advantages, no critic.
+
+The rollout samples ``G = group_size`` trajectories per prompt; each trajectory's advantage is its
+reward measured against the other trajectories of the same prompt, and every policy token of the
+trajectory gets that advantage. The loss is PPO's clipped surrogate plus a KL term to the frozen
+reference (or the KL in the reward) and an entropy bonus.
+
+Reads top to bottom: config -> advantages -> loss. The learner (``rlrouter.learner``) calls
+``compute_grpo_advantages`` once per rollout batch and ``grpo_loss`` once per minibatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from rlrouter.algos.common import (
+    KLConfig,
+    aggregate_loss,
+    check_clip,
+    clipped_surrogate,
+    kl_estimate,
+    kl_penalized_rewards,
+    masked_mean,
+    sparse_rewards,
+)
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO's knobs. Defaults follow the GRPO paper with verl's clip range."""
+
+    group_size: int = 4
+    """G: trajectories sampled per prompt; the baseline is the group's mean reward."""
+    scale_by_std: bool = True
+    """Divide by the group's std (GRPO). False gives Dr. GRPO (arXiv 2503.20783): no difficulty bias."""
+    eps: float = 1e-6
+    """Added to the group std so a group with equal rewards yields 0, not 0/0."""
+    clip_eps_low: float = 0.2
+    """Lower clip of the ratio: 1 - clip_eps_low."""
+    clip_eps_high: float = 0.2
+    """Upper clip of the ratio: 1 + clip_eps_high (DAPO's clip-higher uses 0.28)."""
+    loss_agg_mode: str = "token-mean"
+    """How per-token losses become a scalar (see ``common.aggregate_loss``)."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (subtracted from the loss)."""
+    kl: KLConfig = field(default_factory=KLConfig)
+    """KL to the frozen reference: as a loss term or in the reward."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kl, Mapping):  # a Hydra / YAML dict
+            self.kl = KLConfig(**self.kl)
+        if not isinstance(self.group_size, int) or self.group_size < 2:
+            raise ValueError(f"group_size: GRPO needs >= 2 samples per prompt, got {self.group_size!r}")
+        if self.eps <= 0:
+            raise ValueError(f"eps: must be > 0, got {self.eps!r}")
+        check_clip(self.clip_eps_low, self.clip_eps_high, self.loss_agg_mode, self.entropy_coef)
+
+
+# ---------------------------------------------------------------- advantages
+
+
+def grpo_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool = True,
+                    eps: float = 1e-6) -> torch.Tensor:
+    """``(r - mean_group) / (std_group + eps)`` per trajectory; groups are contiguous runs of ``group_size``.
+
+    The rollout lays out sample ``j`` of prompt ``i`` at row ``i * G + j``. The std is Bessel-corrected,
+    as in TRL and verl. A group whose rewards are all equal carries no signal: its advantages are 0.
+    """
+    # rewards: (B,) with B = P * G
+    if rewards.dim() != 1 or rewards.numel() % group_size != 0:
+        raise ValueError(f"rewards: expected shape (P * {group_size},), got {tuple(rewards.shape)}")
+    grouped = rewards.float().reshape(-1, group_size)  # (P, G)
+    advantages = grouped - grouped.mean(-1, keepdim=True)  # (P, G)
+    if scale_by_std:
+        advantages = advantages / (grouped.std(-1, keepdim=True) + eps)  # (P, G)
+    return advantages.reshape(-1)  # (B,)
+
+
+def compute_grpo_advantages(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfig,
+                            old_logp: torch.Tensor | None = None,
+                            ref_logp: torch.Tensor | None = None) -> torch.Tensor:
+    """Token-level advantages ``(B, T)``: each trajectory's group advantage on its policy tokens, 0 elsewhere.
+
+    With ``cfg.kl.in_reward`` the trajectory's reward is first reduced by ``beta * sum_t kl_t`` (its
+    rollout-time ``old_logp`` against ``ref_logp``), so the group comparison sees the penalty.
+    """
+    # rewards: (B,), mask: (B, T)
+    if cfg.kl.enabled and cfg.kl.in_reward:
+        if old_logp is None or ref_logp is None:
+            raise ValueError("kl.in_reward: old_logp and ref_logp are required")
+        token_rewards, _ = kl_penalized_rewards(sparse_rewards(rewards.float(), mask), old_logp, ref_logp,
+                                                mask, cfg.kl)  # (B, T)
+        rewards = token_rewards.sum(-1)  # (B,)
+    advantages = grpo_advantages(rewards, cfg.group_size, cfg.scale_by_std, cfg.eps)  # (B,)
+    return advantages.unsqueeze(-1) * mask.to(advantages.dtype)  # (B, T)
+
+
+# ---------------------------------------------------------------- loss
+
+
+def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+              cfg: GRPOConfig, ref_logp: torch.Tensor | None = None,
+              entropy: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO's loss on one minibatch; returns ``(loss, metrics)``.
+
+    ``loss = pg_loss + beta * kl - entropy_coef * entropy`` where the KL term is present only when the
+    KL lives in the loss. Metrics report the token means of ``kl`` and ``entropy`` whenever they are given.
+    """
+    # logp (with grad), old_logp, advantages, mask, ref_logp, entropy: (B, T)
+    pg_loss, metrics = clipped_surrogate(logp, old_logp, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high,
+                                         cfg.loss_agg_mode)
+    loss = pg_loss
+
+    if cfg.kl.in_loss and ref_logp is None:
+        raise ValueError("kl.coef > 0 with the KL in the loss: ref_logp is required")
+    if ref_logp is not None:
+        kl_tok = kl_estimate(logp, ref_logp.detach(), cfg.kl.estimator)  # (B, T)
+        if cfg.kl.in_loss:
+            loss = loss + cfg.kl.coef * aggregate_loss(kl_tok, mask, cfg.loss_agg_mode)
+        metrics["learner/kl"] = masked_mean(kl_tok.detach(), mask).item()
+
+    if cfg.entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0: entropy is required")
+    if entropy is not None:
+        if cfg.entropy_coef > 0:
+            loss = loss - cfg.entropy_coef * aggregate_loss(entropy, mask, cfg.loss_agg_mode)
+        metrics["learner/entropy"] = masked_mean(entropy.detach(), mask).item()
+
+    metrics["learner/pg_loss"] = pg_loss.item()
+    metrics["learner/loss"] = loss.item()
+    return loss, metrics

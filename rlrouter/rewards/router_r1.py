@@ -1,0 +1,614 @@
+"""Router-R1 rewards: format, outcome (exact match / F1) and cost, and their combination.
+
+Router-R1 (Zhang et al., 2025, arXiv:2506.09033, Sec. 3.3) trains the policy with three rule-based
+rewards. A trajectory is the full text the policy wrote, with the ``<information>`` blocks that the
+environment inserted after each route::
+
+    <think> ... </think>
+    <search> candidate-name: sub-query </search>
+    <information> the candidate's answer (inserted by the environment) </information>
+    <think> ... </think>
+    <answer> final answer </answer>
+
+* format: 0 if the trajectory follows the protocol, -1 otherwise (rules in :func:`check_format`).
+* outcome: exact match of the last ``<answer>`` against any gold answer after SQuAD normalisation
+  (lowercase, no punctuation, no articles, single spaces); token F1 as an option.
+* cost: raw cost = completion tokens x price of each routed candidate; its square root is min-max
+  scaled between the 5th and 95th percentile of a sliding window of recent costs; reward = 1 - scaled.
+* combination (issue 2): a correct answer scores ``(1 + format)(1 - alpha) + alpha * cost``; a wrong
+  one scores ``format``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from rlrouter.rewards.base import (
+    Reward,
+    RewardConfigError,
+    check_batch,
+    column,
+    completion_text,
+    mean_of,
+)
+
+TAGS = ("think", "search", "information", "answer")
+_TAG_RE = re.compile(r"<(/?)(think|search|information|answer)>")
+_INFO_RE = re.compile(r"<information>.*?</information>", re.DOTALL)
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_SEARCH_RE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+@dataclass(frozen=True)
+class Block:
+    """One tagged span of a trajectory: the tag and its inner text."""
+
+    tag: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Route:
+    """One call to a candidate, parsed from ``<search> model: query </search>``."""
+
+    model: str
+    query: str
+
+
+class FormatError(ValueError):
+    """Why a trajectory breaks the protocol (the reason is logged, the reward is just -1)."""
+
+
+def parse_blocks(text: str) -> list[Block]:
+    """Split a trajectory into tagged blocks, checking that tags are balanced and not nested.
+
+    ``<information>`` is opaque: it holds a candidate's raw answer, written by the environment, which
+    may itself contain ``<think>`` or ``<answer>`` strings; the policy is not to blame for those, so
+    the scan jumps to the matching ``</information>``. Raises :class:`FormatError`.
+    """
+    blocks: list[Block] = []
+    pos = 0
+    while True:
+        m = _TAG_RE.search(text, pos)
+        if m is None:
+            return blocks
+        closing, tag = m.group(1), m.group(2)
+        if closing:
+            raise FormatError(f"unbalanced: </{tag}> without an open <{tag}>")
+        end_tag = f"</{tag}>"
+        if tag == "information":
+            end = text.find(end_tag, m.end())
+            if end < 0:
+                raise FormatError("unbalanced: <information> is never closed")
+        else:
+            inner = _TAG_RE.search(text, m.end())
+            if inner is None:
+                raise FormatError(f"unbalanced: <{tag}> is never closed")
+            if inner.group(1) == "":
+                raise FormatError(f"nested: <{inner.group(2)}> inside <{tag}>")
+            if inner.group(2) != tag:
+                raise FormatError(f"unbalanced: </{inner.group(2)}> closes <{tag}>")
+            end = inner.start()
+        blocks.append(Block(tag, text[m.end():end]))
+        pos = end + len(end_tag)
+
+
+def parse_route(content: str, candidates: Iterable[str] | None = None) -> Route | None:
+    """Parse ``model: query``. With ``candidates`` the model must be one of them, matched exactly
+    (the longest name that fits wins, so names that themselves hold ':' such as ``llama3:8b`` work).
+    Without candidates the model is whatever precedes the first ':'. ``None`` if malformed."""
+    s = content.strip()
+    if candidates is None:
+        model, sep, query = s.partition(":")
+        model, query = model.strip(), query.strip()
+        return Route(model, query) if sep and model and query else None
+    best: Route | None = None
+    for name in candidates:
+        if not name or not s.startswith(name):
+            continue
+        rest = s[len(name):].lstrip()
+        if not rest.startswith(":"):
+            continue
+        query = rest[1:].strip()
+        if query and (best is None or len(name) > len(best.model)):
+            best = Route(name, query)
+    return best
+
+
+def check_format(text: str, candidates: Iterable[str] | None) -> None:
+    """Raise :class:`FormatError` naming the first rule the trajectory breaks.
+
+    Rules (issue 2, after Router-R1's prompt): starts with ``<think>`` and ends with ``</answer>``
+    (surrounding whitespace ignored); tags balanced and not nested; no empty ``<think>``; exactly one
+    ``<answer>``; every ``<search>`` is followed by exactly one ``<information>`` and every
+    ``<information>`` answers a ``<search>``; every route reads ``model: query`` with a known candidate.
+    One rule is ours: an empty ``<answer>`` fails too, since Router-R1's prompt forbids the bare
+    placeholder. Text between blocks is not judged: the issue's rules do not forbid it.
+    """
+    s = text.strip()
+    if not s:
+        raise FormatError("empty output")
+    if not s.startswith("<think>"):
+        raise FormatError("does not start with <think>")
+    if not s.endswith("</answer>"):
+        raise FormatError("does not end with </answer>")
+    blocks = parse_blocks(s)
+    known = None if candidates is None else list(candidates)
+    answers = 0
+    for i, b in enumerate(blocks):
+        if b.tag == "think" and not b.content.strip():
+            raise FormatError("empty <think>")
+        if b.tag == "answer":
+            answers += 1
+            if not b.content.strip():
+                raise FormatError("empty <answer>")
+        if b.tag == "search":
+            if i + 1 >= len(blocks) or blocks[i + 1].tag != "information":
+                raise FormatError("<search> is not followed by one <information>")
+            route = parse_route(b.content, known)
+            if route is None:
+                model = b.content.strip().partition(":")[0].strip()
+                if known is not None and ":" in b.content and model and model not in known:
+                    raise FormatError(f"unknown candidate '{model}'")
+                raise FormatError(f"route is not 'model: query': {b.content.strip()[:60]!r}")
+        if b.tag == "information" and (i == 0 or blocks[i - 1].tag != "search"):
+            raise FormatError("<information> without a <search> before it")
+    if answers != 1:
+        raise FormatError(f"{answers} <answer> blocks, expected exactly one")
+
+
+def extract_routes(text: str, candidates: Iterable[str] | None = None) -> list[Route | None]:
+    """Every ``<search>`` the policy wrote (not those inside ``<information>``), in order, parsed;
+    ``None`` where malformed. With ``candidates``, a known name is matched first (so names holding ':'
+    parse), then anything before the first ':'. Tolerant of bad formats: cost accounting and tool
+    budgets must work on any trajectory."""
+    known = None if candidates is None else list(candidates)
+    routes = []
+    for m in _SEARCH_RE.finditer(_INFO_RE.sub("", text)):
+        route = parse_route(m.group(1), known) if known is not None else None
+        routes.append(route or parse_route(m.group(1)))
+    return routes
+
+
+def extract_answer(text: str) -> str | None:
+    """The content of the last ``<answer>...</answer>`` written by the policy (not inside an
+    ``<information>`` block), stripped; ``None`` when there is none."""
+    matches = _ANSWER_RE.findall(_INFO_RE.sub("", text))
+    return matches[-1].strip() if matches else None
+
+
+# ---------------------------------------------------------------- answer scoring (SQuAD)
+
+
+def normalize_answer(s: str) -> str:
+    """SQuAD v1.1 normalisation: lowercase, drop punctuation, drop articles, collapse whitespace."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in _PUNCTUATION)
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def exact_match(prediction: str, golds: Sequence[str]) -> float:
+    p = normalize_answer(prediction)
+    return 1.0 if any(p == normalize_answer(g) for g in golds) else 0.0
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """SQuAD token-level F1 between two answers after normalisation."""
+    p, g = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not p or not g:
+        return float(p == g)
+    common = sum((Counter(p) & Counter(g)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p), common / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def best_f1(prediction: str, golds: Sequence[str]) -> float:
+    return max((token_f1(prediction, g) for g in golds), default=0.0)
+
+
+def _golds(value: Any, i: int) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping) and "target" in value:  # Search-R1 / verl layout
+        return _golds(value["target"], i)
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)) and all(isinstance(g, str) for g in value):
+        return list(value)
+    raise TypeError(f"ground_truth[{i}]: expected a string or a list of strings, got {type(value).__name__}")
+
+
+# ---------------------------------------------------------------- candidates
+
+
+def candidate_names(value: Any, field_path: str = "candidates") -> list[str]:
+    """Names from a list of names, :class:`~rlrouter.pool.base.Candidate`, ``CandidateRef`` or dicts."""
+    if value is None:
+        raise RewardConfigError(field_path, "missing")
+    if isinstance(value, str):
+        raise RewardConfigError(field_path, "expected a list of candidate names, got one string")
+    names = []
+    for j, c in enumerate(value):
+        name = c if isinstance(c, str) else c.get("name") if isinstance(c, Mapping) else getattr(c, "name", None)
+        if not isinstance(name, str) or not name:
+            raise RewardConfigError(f"{field_path}[{j}]", f"expected a candidate name, got {c!r}")
+        names.append(name)
+    return names
+
+
+def candidate_prices(value: Any) -> dict[str, float]:
+    """USD per 1M output tokens of the candidates that carry a price (``price_out``)."""
+    prices: dict[str, float] = {}
+    for c in value or []:
+        price = c.get("price_out") if isinstance(c, Mapping) else getattr(c, "price_out", None)
+        name = c.get("name") if isinstance(c, Mapping) else getattr(c, "name", None)
+        if name is not None and price is not None:
+            prices[name] = float(price)
+    return prices
+
+
+class _Candidates:
+    """Candidate names fixed at construction, overridable per sample by a dataset column
+    (``candidates``: names, or ``candidate_models``: Router-R1 records' ``[{name, cost, latency}]``)."""
+
+    COLUMNS = ("candidates", "candidate_models")
+
+    def __init__(self, fixed: Any, owner: str):
+        self.fixed = None if fixed is None else candidate_names(fixed)
+        self.owner = owner
+
+    def per_sample(self, kwargs: dict[str, Any], n: int) -> list[list[str] | None]:
+        for col_name in self.COLUMNS:
+            col = column(kwargs, col_name, n, self.owner, required=False)
+            if col is not None:
+                return [self.fixed if c is None else candidate_names(c, f"{col_name}[{i}]")
+                        for i, c in enumerate(col)]
+        return [self.fixed] * n
+
+
+# ---------------------------------------------------------------- format and outcome rewards
+
+
+class RouterR1FormatReward:
+    """-1 if a trajectory breaks the Router-R1 protocol (:func:`check_format`), else 0.
+
+    ``candidates`` fixes the known candidate names; a ``candidates`` or ``candidate_models`` column
+    overrides them per sample. With neither, any ``model`` before ':' is accepted.
+    ``last_failures`` holds the reason of each failing sample of the last batch (``None`` if it passed).
+    """
+
+    __name__ = "router_r1_format"
+
+    def __init__(self, candidates: Sequence[Any] | None = None):
+        self._candidates = _Candidates(candidates, self.__name__)
+        self.last_failures: list[str | None] = []
+        self.last_metrics: dict[str, float] = {}
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[Reward]:
+        n = check_batch(prompts, completions, self.__name__)
+        cands = self._candidates.per_sample(kwargs, n)
+        rewards: list[Reward] = []
+        self.last_failures = []
+        for text, known in zip(completions, cands):
+            try:
+                check_format(completion_text(text), known)
+                rewards.append(0.0)
+                self.last_failures.append(None)
+            except FormatError as e:
+                rewards.append(-1.0)
+                self.last_failures.append(str(e))
+        self.last_metrics = {"reward/format": mean_of(rewards)}
+        return rewards
+
+
+class RouterR1OutcomeReward:
+    """Exact match (``metric="em"``, 0 or 1) or best token F1 (``metric="f1"``, in [0, 1]) of the last
+    ``<answer>`` against any answer of the ``ground_truth`` column. No answer scores 0; a sample whose
+    ground truth is ``None`` is not applicable (``None``)."""
+
+    __name__ = "router_r1_outcome"
+    METRICS = ("em", "f1")
+
+    def __init__(self, metric: str = "em"):
+        if metric not in self.METRICS:
+            raise RewardConfigError("metric", f"unknown '{metric}', expected one of {self.METRICS}")
+        self.metric = metric
+        self.last_metrics: dict[str, float] = {}
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[Reward]:
+        n = check_batch(prompts, completions, self.__name__)
+        gts = column(kwargs, "ground_truth", n, self.__name__)
+        rewards: list[Reward] = []
+        for i, (text, gt) in enumerate(zip(completions, gts)):
+            if gt is None:
+                rewards.append(None)
+                continue
+            golds = _golds(gt, i)
+            answer = extract_answer(completion_text(text))
+            if answer is None:
+                rewards.append(0.0)
+            elif self.metric == "em":
+                rewards.append(exact_match(answer, golds))
+            else:
+                rewards.append(best_f1(answer, golds))
+        self.last_metrics = {"reward/outcome": mean_of(rewards)}
+        return rewards
+
+
+# ---------------------------------------------------------------- cost reward
+
+
+class CostWindow:
+    """The last ``size`` square-rooted costs, and the percentile bounds used to scale new ones.
+
+    Kept per reward instance so two trainers in one process never share it, and filled in batch order
+    so the same batches give the same rewards. ``size=0`` keeps no history: each batch is scaled
+    against itself alone.
+    """
+
+    def __init__(self, size: int = 512, percentiles: tuple[float, float] = (5.0, 95.0)):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise RewardConfigError("cost_window", f"expected an int >= 0, got {size!r}")
+        lo, hi = percentiles
+        if not 0.0 <= lo < hi <= 100.0:
+            raise RewardConfigError("percentiles", f"expected 0 <= low < high <= 100, got {percentiles!r}")
+        self.size = size
+        self.percentiles = (float(lo), float(hi))
+        self._values: deque[float] = deque(maxlen=size)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def push(self, values: Iterable[float]) -> None:
+        if self.size:
+            self._values.extend(values)
+
+    def bounds(self, batch: Sequence[float] = ()) -> tuple[float, float]:
+        """(low, high) percentiles of the window, or of ``batch`` when the window keeps no history."""
+        ref = list(self._values) if self.size else list(batch)
+        if not ref:
+            return (0.0, 0.0)
+        lo, hi = np.percentile(np.asarray(ref, dtype=np.float64), self.percentiles)
+        return float(lo), float(hi)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"size": self.size, "percentiles": list(self.percentiles), "values": list(self._values)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._values = deque((float(v) for v in state["values"]), maxlen=self.size)
+
+
+def scale_cost(sqrt_cost: float, lo: float, hi: float, eps: float = 1e-12) -> float:
+    """Min-max scale into [0, 1], clipped. A window without spread (``hi - lo <= eps``: all costs equal,
+    one sample, or an empty window) cannot rank costs, so a cost at or below its level scales to 0
+    (full reward) and one above it to 1 (no reward)."""
+    if hi - lo <= eps:
+        return 0.0 if sqrt_cost <= hi + eps else 1.0
+    return min(1.0, max(0.0, (sqrt_cost - lo) / (hi - lo)))
+
+
+class RouterR1CostReward:
+    """``1 - minmax(sqrt(raw_cost))`` in [0, 1], scaled over a per-instance sliding window.
+
+    Raw cost of a trajectory, from the batch's columns, first that is present:
+
+    * ``route_costs``: USD already computed per sample (a float, or a list of per-route floats that is
+      summed) - what the rollout environment records from ``CandidateResponse.cost``;
+    * ``route_tokens``: completion tokens per sample, either ``[(model, tokens), ...]`` /
+      ``[{"model": m, "completion_tokens": t}, ...]``, or a list of ints aligned with the trajectory's
+      ``<search>`` routes in order; cost = sum(tokens x ``prices[model]``) / 1e6, with ``prices`` in USD
+      per 1M output tokens (``Candidate.price_out``).
+
+    With neither column every sample is not applicable (``None``). The batch's costs enter the window
+    before it is read, so the first batch is scaled against itself.
+    """
+
+    __name__ = "router_r1_cost"
+
+    def __init__(self, prices: Mapping[str, float] | None = None, cost_window: int = 512,
+                 percentiles: Sequence[float] = (5.0, 95.0), candidates: Sequence[Any] | None = None):
+        self.prices = dict(candidate_prices(candidates))
+        for name, p in (prices or {}).items():
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or p < 0 or not math.isfinite(p):
+                raise RewardConfigError(f"prices.{name}", f"expected a number >= 0, got {p!r}")
+            self.prices[name] = float(p)
+        if (not isinstance(percentiles, Sequence) or isinstance(percentiles, str) or len(percentiles) != 2
+                or not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in percentiles)):
+            raise RewardConfigError("percentiles", f"expected [low, high], got {percentiles!r}")
+        self.window = CostWindow(cost_window, (float(percentiles[0]), float(percentiles[1])))
+        self._candidates = _Candidates(candidates, self.__name__)
+        self.last_raw_costs: list[float | None] = []
+        self.last_metrics: dict[str, float] = {}
+
+    def has_cost_columns(self, kwargs: Mapping[str, Any]) -> bool:
+        return kwargs.get("route_costs") is not None or kwargs.get("route_tokens") is not None
+
+    def raw_costs(self, completions: list[Any], kwargs: dict[str, Any]) -> list[float] | None:
+        n = len(completions)
+        costs = column(kwargs, "route_costs", n, self.__name__, required=False)
+        if costs is not None:
+            return [self._checked(_sum_costs(c, i), i) for i, c in enumerate(costs)]
+        tokens = column(kwargs, "route_tokens", n, self.__name__, required=False)
+        if tokens is not None:
+            names = self._candidates.per_sample(kwargs, n)
+            return [self._checked(self._token_cost(t, completions[i], names[i], i), i) for i, t in enumerate(tokens)]
+        return None
+
+    def _checked(self, cost: float, i: int) -> float:
+        if not math.isfinite(cost) or cost < 0:
+            raise ValueError(f"reward '{self.__name__}': cost of sample {i} is {cost}, expected a finite value >= 0")
+        return cost
+
+    def _price(self, model: str, i: int) -> float:
+        if model not in self.prices:
+            raise KeyError(f"reward '{self.__name__}': sample {i} routes to '{model}', which has no price "
+                           f"(known: {sorted(self.prices)}); set prices.{model}")
+        return self.prices[model]
+
+    def _token_cost(self, entry: Any, completion: Any, names: list[str] | None, i: int) -> float:
+        if entry is None:
+            return 0.0
+        if hasattr(entry, "tolist"):
+            entry = entry.tolist()
+        entry = list(entry)
+        if all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in entry):
+            routes = extract_routes(completion_text(completion), names)
+            if len(routes) != len(entry):
+                raise ValueError(f"reward '{self.__name__}': route_tokens[{i}] has {len(entry)} counts but the "
+                                 f"trajectory has {len(routes)} <search> routes")
+            total = 0.0
+            for j, (route, t) in enumerate(zip(routes, entry)):
+                if route is None:
+                    if t:
+                        raise ValueError(f"reward '{self.__name__}': route {j} of sample {i} is malformed "
+                                         f"but route_tokens says it produced {t} tokens")
+                    continue
+                total += t * self._price(route.model, i)
+            return total / 1e6
+        total = 0.0
+        for j, item in enumerate(entry):
+            if isinstance(item, Mapping):
+                model, t = item.get("model"), item.get("completion_tokens")
+            elif isinstance(item, (list, tuple)) and len(item) == 2:
+                model, t = item
+            else:
+                raise TypeError(f"reward '{self.__name__}': route_tokens[{i}][{j}] is {item!r}, expected "
+                                f"(model, tokens) or {{'model', 'completion_tokens'}}")
+            total += float(t) * self._price(str(model), i)
+        return total / 1e6
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[Reward]:
+        check_batch(prompts, completions, self.__name__)
+        raw = self.raw_costs(completions, kwargs)
+        if raw is None:
+            self.last_raw_costs = [None] * len(completions)
+            self.last_metrics = {}
+            return [None] * len(completions)
+        roots = [math.sqrt(c) for c in raw]
+        self.window.push(roots)
+        lo, hi = self.window.bounds(roots)
+        rewards: list[Reward] = [1.0 - scale_cost(r, lo, hi) for r in roots]
+        self.last_raw_costs = list(raw)
+        self.last_metrics = {"reward/cost": mean_of(rewards),
+                             "rollout/route_cost_usd": float(np.mean(raw)) if raw else math.nan}
+        return rewards
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"window": self.window.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.window.load_state_dict(state["window"])
+
+
+def _sum_costs(value: Any, i: int) -> float:
+    if value is None:
+        return 0.0
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return float(sum(_sum_costs(v, i) for v in value))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"route_costs[{i}]: expected a number or a list of numbers, got {type(value).__name__}")
+    return float(value)
+
+
+# ---------------------------------------------------------------- combination
+
+
+@dataclass(frozen=True)
+class RouterR1Score:
+    """One trajectory's reward components (``cost`` is ``None`` when no cost columns were given)."""
+
+    format: float
+    outcome: float
+    cost: float | None
+    total: float
+    failure: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def combine(format_r: float, outcome: float, cost: float | None, alpha: float) -> float:
+    """Issue 2's combination: correct -> ``(1 + format)(1 - alpha) + alpha * cost``; wrong -> ``format``.
+
+    ``outcome`` in [0, 1] interpolates linearly between the two, so EM (0 or 1) gives exactly the rule
+    and F1 gives partial credit. ``cost`` ``None`` counts as 0 (only allowed when ``alpha == 0``).
+    """
+    correct_score = (1.0 + format_r) * (1.0 - alpha) + alpha * (0.0 if cost is None else cost)
+    return format_r + outcome * (correct_score - format_r)
+
+
+class RouterR1Reward:
+    """The full Router-R1 reward: format, outcome and cost, combined with ``alpha`` (cost weight).
+
+    A sample whose ground truth is ``None`` counts as wrong (outcome 0): the policy's format is still
+    judged, and no correctness is credited without a reference.
+
+    ``__call__`` returns the totals (TRL contract); ``last_scores`` keeps each sample's components and
+    ``last_metrics`` their means as ``reward/format``, ``reward/outcome``, ``reward/cost`` and
+    ``reward/total``. ``alpha > 0`` needs a cost column (``route_costs`` or ``route_tokens``, see
+    :class:`RouterR1CostReward`): dropping the cost term silently would change the objective.
+    """
+
+    __name__ = "router_r1"
+
+    def __init__(self, alpha: float, candidates: Sequence[Any] | None = None, cost_window: int = 512,
+                 metric: str = "em", prices: Mapping[str, float] | None = None,
+                 percentiles: Sequence[float] = (5.0, 95.0)):
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+            raise RewardConfigError("alpha", f"expected a number in [0, 1], got {alpha!r}")
+        self.alpha = float(alpha)
+        self.format_reward = RouterR1FormatReward(candidates)
+        self.outcome_reward = RouterR1OutcomeReward(metric)
+        self.cost_reward = RouterR1CostReward(prices=prices, cost_window=cost_window,
+                                              percentiles=percentiles, candidates=candidates)
+        self.last_scores: list[RouterR1Score] = []
+        self.last_metrics: dict[str, float] = {}
+
+    def score(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[RouterR1Score]:
+        n = check_batch(prompts, completions, self.__name__)
+        if self.alpha > 0 and not self.cost_reward.has_cost_columns(kwargs):
+            raise KeyError(f"reward '{self.__name__}': alpha={self.alpha} needs a 'route_costs' or "
+                           f"'route_tokens' column (columns present: {sorted(kwargs)})")
+        fmt = self.format_reward(prompts, completions, **kwargs)
+        out = self.outcome_reward(prompts, completions, **kwargs)
+        cost = self.cost_reward(prompts, completions, **kwargs)
+        scores = []
+        for i in range(n):
+            o = 0.0 if out[i] is None else out[i]
+            scores.append(RouterR1Score(format=fmt[i], outcome=o, cost=cost[i],
+                                        total=combine(fmt[i], o, cost[i], self.alpha),
+                                        failure=self.format_reward.last_failures[i]))
+        self.last_scores = scores
+        self.last_metrics = {
+            "reward/format": mean_of([s.format for s in scores]),
+            "reward/outcome": mean_of([s.outcome for s in scores]),
+            "reward/cost": mean_of([s.cost for s in scores]),
+            "reward/total": mean_of([s.total for s in scores]),
+        }
+        return scores
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[Reward]:
+        return [s.total for s in self.score(prompts, completions, **kwargs)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.cost_reward.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.cost_reward.load_state_dict(state)

@@ -1,0 +1,132 @@
+"""Router-R1 format reward: -1 or 0, checked rule by rule on hand-written trajectories."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlrouter.rewards.router_r1 import (
+    FormatError,
+    Route,
+    RouterR1FormatReward,
+    check_format,
+    parse_blocks,
+    parse_route,
+)
+
+CANDS = ["gpt-4", "mixtral-8x7b", "llama3:8b"]
+
+GOOD_NO_ROUTE = "<think>I know this.</think><answer>Paris</answer>"
+GOOD_TWO_ROUTES = """
+<think>I need the year and the place.</think>
+<search> gpt-4: When was the Eiffel Tower built? </search>
+<information>It was built from 1887 to 1889.</information>
+<think>Now the city.</think>
+<search>mixtral-8x7b:Which city is it in?</search>
+<information>Paris, France.</information>
+<think>Both known.</think>
+<answer> Paris, 1889 </answer>
+"""
+
+
+def fmt(texts, candidates=CANDS, **cols):
+    reward = RouterR1FormatReward(candidates)
+    return reward(["q"] * len(texts), texts, **cols), reward.last_failures
+
+
+@pytest.mark.parametrize("text", [GOOD_NO_ROUTE, GOOD_TWO_ROUTES,
+                                  "<think>x</think><search>llama3:8b: what is 2+2?</search>"
+                                  "<information>4</information><think>ok</think><answer>4</answer>"])
+def test_valid_trajectories_score_zero(text):
+    rewards, failures = fmt([text])
+    assert rewards == [0.0], failures
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("", "empty output"),
+    ("   \n ", "empty output"),
+    ("<answer>Paris</answer>", "does not start with <think>"),
+    ("<think>a</think><answer>Paris</answer> thanks!", "does not end with </answer>"),
+    ("<think>a</think></think><answer>x</answer>", "unbalanced"),
+    ("<think>a</think><search>gpt-4: q</answer>", "unbalanced"),
+    ("<think>a</think><information>never closed <answer>x</answer>", "unbalanced"),
+    ("<think>a <search>gpt-4: q</search></think><answer>x</answer>", "nested"),
+    ("<think>a</think><answer>x <think>b</think></answer>", "nested"),
+    ("<think>   </think><answer>x</answer>", "empty <think>"),
+    ("<think>a</think><answer>  </answer>", "empty <answer>"),
+    ("<think>a</think><answer>x</answer><think>b</think><answer>y</answer>", "2 <answer> blocks"),
+    ("<think>a</think><search>gpt-4: q</search><think>b</think><answer>x</answer>",
+     "not followed by one <information>"),
+    ("<think>a</think><search>gpt-4: q</search><information>i</information><information>j</information>"
+     "<think>b</think><answer>x</answer>", "without a <search>"),
+    ("<think>a</think><information>i</information><answer>x</answer>", "without a <search>"),
+    ("<think>a</think><search>claude-3: q</search><information>i</information><answer>x</answer>",
+     "unknown candidate 'claude-3'"),
+    ("<think>a</think><search>gpt-4 what is x</search><information>i</information><answer>x</answer>",
+     "not 'model: query'"),
+    ("<think>a</think><search>gpt-4:   </search><information>i</information><answer>x</answer>",
+     "not 'model: query'"),
+    ("<think>a</think><search>gpt-4o: q</search><information>i</information><answer>x</answer>",
+     "unknown candidate 'gpt-4o'"),
+])
+def test_each_broken_rule_scores_minus_one_with_its_reason(text, reason):
+    rewards, failures = fmt([text])
+    assert rewards == [-1.0]
+    assert reason in failures[0]
+
+
+def test_batch_mixes_and_keeps_order():
+    rewards, failures = fmt([GOOD_NO_ROUTE, "", GOOD_TWO_ROUTES])
+    assert rewards == [0.0, -1.0, 0.0]
+    assert failures[0] is None and failures[1] == "empty output" and failures[2] is None
+
+
+def test_information_is_opaque_environment_text():
+    # a candidate's raw answer may hold tags of its own; the policy is not to blame for them
+    text = ("<think>ask</think><search>gpt-4: q</search>"
+            "<information><think>hmm</think> it is <answer>42</answer></information>"
+            "<think>done</think><answer>42</answer>")
+    assert fmt([text])[0] == [0.0]
+
+
+def test_candidates_column_overrides_per_sample():
+    text = "<think>a</think><search>qwen-7b: q</search><information>i</information><think>b</think><answer>x</answer>"
+    reward = RouterR1FormatReward(CANDS)
+    assert reward(["q", "q"], [text, text], candidates=[["qwen-7b"], ["gpt-4"]]) == [0.0, -1.0]
+    # Router-R1 records carry candidate_models as [{name, cost, latency}]
+    records = [[{"name": "qwen-7b", "cost": 0.1, "latency": 1.0}], [{"name": "gpt-4", "cost": 1, "latency": 2}]]
+    assert reward(["q", "q"], [text, text], candidate_models=records) == [0.0, -1.0]
+    # a None row falls back to the fixed list
+    assert reward(["q"], [text], candidates=[None]) == [-1.0]
+
+
+def test_without_any_candidate_list_any_model_name_is_accepted():
+    text = "<think>a</think><search>whatever-model: q</search><information>i</information><answer>x</answer>"
+    assert RouterR1FormatReward()(["q"], [text]) == [0.0]
+
+
+def test_conversational_completions_are_read():
+    assert fmt([[{"role": "assistant", "content": GOOD_NO_ROUTE}]])[0] == [0.0]
+
+
+def test_parse_route_prefers_the_longest_known_name():
+    assert parse_route(" llama3:8b : sum? ", ["llama3", "llama3:8b"]) == Route("llama3:8b", "sum?")
+    assert parse_route("gpt-4o: q", ["gpt-4"]) is None
+    assert parse_route("a: b: c") == Route("a", "b: c")
+    assert parse_route("no colon") is None
+
+
+def test_parse_blocks_returns_contents_in_order():
+    blocks = parse_blocks(GOOD_TWO_ROUTES.strip())
+    assert [b.tag for b in blocks] == ["think", "search", "information", "think", "search", "information",
+                                       "think", "answer"]
+    assert blocks[-1].content == " Paris, 1889 "
+
+
+def test_check_format_raises_format_error():
+    with pytest.raises(FormatError, match="empty output"):
+        check_format("", CANDS)
+
+
+def test_prompts_and_completions_must_align():
+    with pytest.raises(ValueError, match="2 prompts but 1 completions"):
+        RouterR1FormatReward(CANDS)(["a", "b"], [GOOD_NO_ROUTE])
