@@ -24,7 +24,14 @@ Its reply comes back inside <information> ... </information>.{turn_rule}
 - Give the final answer inside <answer> ... </answer>, short, with no explanation.
 Candidates (price in USD per 1M tokens, input / output):
 {candidates}
-Example: <think>I should check this.</think><search>{example_model}: What is 17 * 23?</search>
+Example:
+Question: What is 17 * 23?
+<think>I should ask a cheap candidate.</think>
+<search>{example_model}: What is 17 * 23?</search>
+<information>17 * 23 = 391</information>
+<think>The reply says 391.</think>
+<answer>391</answer>
+
 Question: {question}"""
 
 

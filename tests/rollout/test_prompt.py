@@ -42,11 +42,17 @@ def test_max_turns_is_stated_or_left_out():
     assert "At most" not in build_prompt(QUESTION, [GPT4], max_turns=None)
 
 
-def test_the_example_is_a_valid_route_to_the_cheapest_candidate():
+def test_the_example_is_a_valid_trajectory_routing_to_the_cheapest_candidate():
+    from rlrouter.rewards.router_r1 import RouterR1FormatReward
+
     candidates = [GPT4, MIXTRAL, TINY]
-    example = re.search(r"^Example: (.*)$", build_prompt(QUESTION, candidates), re.MULTILINE).group(1)
-    turn = parse_turn(example, [c.name for c in candidates])
+    names = [c.name for c in candidates]
+    block = re.search(r"^Example:\nQuestion: [^\n]*\n(.*?)\n\nQuestion:", build_prompt(QUESTION, candidates),
+                      re.MULTILINE | re.DOTALL).group(1)
+    turn = parse_turn(block, names)
     assert turn.ok and turn.call is not None and turn.call.model == "tiny"
+    # the whole worked example is what the format reward accepts (0), not a -1 lesson
+    assert RouterR1FormatReward(names)([QUESTION], [block]) == [0.0]
 
 
 @pytest.mark.parametrize("question, candidates, max_turns, field", [

@@ -1,0 +1,25 @@
+"""Connect to Ray: the embedded local cluster by default, or the cluster a job was submitted to.
+
+``ray job submit`` sets ``RAY_ADDRESS`` for the entry point, so the same job file runs both ways.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def connect(num_cpus: int | None = None, num_gpus: int | None = None, env_vars: dict[str, str] | None = None,
+            include_dashboard: bool = False) -> dict[str, Any]:
+    import ray
+
+    if ray.is_initialized():
+        return {"mode": "existing", "address": ray.get_runtime_context().gcs_address}
+    env = {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+           "TOKENIZERS_PARALLELISM": "false", **(env_vars or {})}
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env={"env_vars": env})
+        return {"mode": "submitted", "address": os.environ["RAY_ADDRESS"]}
+    ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard,
+             runtime_env={"env_vars": env})
+    return {"mode": "embedded", "address": ray.get_runtime_context().gcs_address}

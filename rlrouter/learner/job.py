@@ -1,0 +1,103 @@
+"""The Router-R1 training job (``jobs/train_router_r1.py``, ``make run``): data -> Ray -> rollout
+workers -> evaluate the untrained policy -> train on Ray Train -> evaluate -> report and plots."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlrouter.distributed.resources import ResourceSpec
+from rlrouter.learner.loop import TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+def _container(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+def latest_checkpoint(out_dir: str | Path) -> str | None:
+    ckpts = sorted((Path(out_dir) / "checkpoints").glob("step_*"))
+    return str(ckpts[-1]) if ckpts else None
+
+
+def ensure_data(cfg: DictConfig) -> tuple[Path, Path]:
+    d = Path(cfg.data.out_dir)
+    if not ((d / "train.parquet").exists() and (d / "test.parquet").exists()):
+        from rlrouter.data.job import prepare
+
+        prepare(cfg)
+    return d / "train.parquet", d / "test.parquet"
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    import ray
+
+    from rlrouter.data.build import load_split
+    from rlrouter.distributed.cluster import connect
+    from rlrouter.eval.router_r1 import baseline_summaries, plot_run, policy_summary, write_report
+    from rlrouter.learner.group import LearnerGroup
+    from rlrouter.metrics import read_jsonl
+    from rlrouter.pool.pool import CandidatePool
+    from rlrouter.rollout.group import RolloutGroup
+
+    t_start = time.perf_counter()
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    train_path, test_path = ensure_data(cfg)
+    train_items, test_items = load_split(train_path), load_split(test_path)[: cfg.eval.num_questions]
+    pool_cfg = _container(cfg.pool)
+    pool = CandidatePool.from_config(pool_cfg)
+    candidates = pool.names
+    resources = ResourceSpec(**_container(cfg.resources))
+    cluster = connect(num_cpus=cfg.ray.num_cpus, num_gpus=cfg.ray.num_gpus,
+                      include_dashboard=cfg.ray.include_dashboard)
+    print(f"ray: {cluster['mode']} cluster at {cluster['address']}")
+    train = TrainConfig(**{**_container(cfg.train), "out_dir": str(out), "train_path": str(train_path),
+                           "learner": {**_container(cfg.learner), "model": cfg.model}})
+    if cfg.resume:
+        train.resume_from = latest_checkpoint(out)
+        print(f"resume: {train.resume_from or 'no checkpoint yet, starting fresh'}")
+    engine = {**_container(cfg.rollout.engine), "max_lora_rank": max(train.learner_cfg.lora_r, 8)}
+    engine["enable_lora"] = train.sync == "lora"
+    env = {**_container(cfg.rollout.env), "temperature": train.learner_cfg.temperature}
+    group = RolloutGroup(cfg.model, engine, env, pool_cfg, resources, max_restarts=cfg.rollout.max_restarts)
+    print(f"rollout: {len(group)} vLLM worker(s) ready in {group.ready_s:.1f}s")
+    report: dict[str, Any] = {"config": _container(cfg), "cluster": cluster, "results": {}}
+    eval_seed = cfg.eval.seed
+    if not train.resume_from:
+        base = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
+        report["results"]["policy_untrained"] = policy_summary(base, candidates)
+        print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
+    t0 = time.perf_counter()
+    result = LearnerGroup(train, resources, max_failures=cfg.learner_failures).fit(group, candidates, train_items)
+    report["train_s"] = time.perf_counter() - t0
+    if getattr(result, "error", None):
+        raise RuntimeError(f"training failed: {result.error}")
+    trained = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
+    report["results"]["policy_trained"] = policy_summary(trained, candidates)
+    print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
+    report["results"].update(baseline_summaries(pool, test_items, seed=eval_seed))
+    metrics = read_jsonl(out / "metrics.jsonl")
+    report["steps"] = metrics
+    report["checkpoint"] = latest_checkpoint(out)
+    report["samples"] = [{"query": t.item["query"][:200], "text": t.text[:1200], "answer": t.answer,
+                          "routes": [asdict(r) for r in t.routes]} for t in trained[:4]]
+    report["plots"] = plot_run(metrics, report["results"], out)
+    report["wall_s"] = time.perf_counter() - t_start
+    path = write_report(out, report)
+    group.shutdown()
+    pool.close_sync()
+    if cluster["mode"] == "embedded":
+        ray.shutdown()
+    print(f"report: {path}")
+    for p in report["plots"]:
+        print(f"plot:   {p}")
+    return report

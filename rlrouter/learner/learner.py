@@ -1,0 +1,291 @@
+"""Learner: one rank of the policy update (GRPO or PPO) on collated trajectories. Pure torch + peft.
+
+``LearnerGroup`` (``rlrouter.learner.group``) runs one Learner per Ray Train worker; on one process it
+runs as is (tests, debugging). With ``world_size > 1`` the model is wrapped in DDP (gloo on CPU, NCCL
+on CUDA) or FSDP (``strategy: fsdp``, CUDA only).
+
+LoRA: the frozen base model with its adapter disabled *is* the reference policy, so KL costs one
+extra forward pass and no second copy of the weights. Full fine-tuning keeps a frozen copy.
+PPO's critic is a value head on the policy's last hidden states (a shared trunk, as TRL's
+``AutoModelForCausalLMWithValueHead``) with its own learning rate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from rlrouter.algos.common import token_logprobs_and_entropy
+from rlrouter.algos.grpo import GRPOConfig, compute_grpo_advantages, grpo_loss
+from rlrouter.algos.ppo import PPOConfig, ValueHead, compute_ppo_advantages, ppo_loss
+from rlrouter.rollout.parsing import TrajectoryTokens, collate
+
+
+@dataclass
+class LearnerConfig:
+    """The policy update. Defaults suit SmolLM2-135M with LoRA on CPU."""
+
+    model: str = "smollm2-135m-instruct"
+    algo: str = "grpo"
+    """"grpo" (group-normalised advantages, no critic) or "ppo" (critic + GAE)."""
+    lora: bool = True
+    """Train a LoRA adapter (peft) instead of every weight."""
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    lr: float = 1e-5
+    """Actor learning rate (Router-R1: 1e-6 full fine-tuning of 3B; LoRA on 135M needs more)."""
+    critic_lr: float = 1e-5
+    """Value-head learning rate (Router-R1: 1e-5)."""
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 8
+    """Trajectories per forward/backward; gradients accumulate over the batch."""
+    update_epochs: int = 1
+    """Passes over each rollout batch (PPO epochs)."""
+    temperature: float = 1.0
+    """Must equal the rollout temperature: log-probs are taken from the same tempered distribution."""
+    strategy: str = "ddp"
+    """"ddp" or "fsdp" (FSDP needs CUDA)."""
+    dtype: str = "float32"
+    grpo: dict[str, Any] = field(default_factory=dict)
+    ppo: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.algo not in ("grpo", "ppo"):
+            raise ValueError(f"learner.algo: 'grpo' or 'ppo', got {self.algo!r}")
+        if self.strategy not in ("ddp", "fsdp"):
+            raise ValueError(f"learner.strategy: 'ddp' or 'fsdp', got {self.strategy!r}")
+        for f in ("lr", "critic_lr"):
+            if not getattr(self, f) > 0:
+                raise ValueError(f"learner.{f}: must be > 0, got {getattr(self, f)!r}")
+        if self.micro_batch_size < 1 or self.update_epochs < 1:
+            raise ValueError("learner.micro_batch_size and learner.update_epochs: must be >= 1")
+
+    @property
+    def algo_cfg(self) -> GRPOConfig | PPOConfig:
+        return GRPOConfig(**self.grpo) if self.algo == "grpo" else PPOConfig(**self.ppo)
+
+
+class Learner:
+    """Holds the policy (and critic), computes advantages and applies the update."""
+
+    def __init__(self, cfg: LearnerConfig, rank: int = 0, world_size: int = 1, device: str = "cpu"):
+        from transformers import AutoModelForCausalLM
+
+        from rlrouter.models import load_tokenizer, resolve_model
+
+        self.cfg = cfg
+        self.algo = cfg.algo_cfg
+        self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
+        path = resolve_model(cfg.model)
+        dtype = getattr(torch, cfg.dtype)
+        self.tokenizer = load_tokenizer(cfg.model)
+        base = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype)
+        self.ref_model = None
+        if cfg.lora:
+            from peft import LoraConfig, get_peft_model
+
+            lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules=list(cfg.lora_targets),
+                              lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+            self.policy = get_peft_model(base, lcfg)
+        else:
+            self.policy = base
+            if self._kl_needed():
+                self.ref_model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype).to(self.device).eval()
+                self.ref_model.requires_grad_(False)
+        self.policy.to(self.device)
+        self.value_head = ValueHead(self.policy.config.hidden_size).to(self.device) if cfg.algo == "ppo" else None
+        actor_params = [p for p in self.policy.parameters() if p.requires_grad]
+        groups = [{"params": actor_params, "lr": cfg.lr}]
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "lr": cfg.critic_lr})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+        self.module = self._wrap()
+        self.version = 0
+
+    # -- setup ------------------------------------------------------------------------------------
+    def _kl_needed(self) -> bool:
+        return self.algo.kl.enabled
+
+    def _wrap(self) -> torch.nn.Module:
+        """The module gradients flow through: DDP/FSDP over (policy, value head) when distributed."""
+        net = _PolicyWithValue(self.policy, self.value_head)
+        if self.world_size <= 1:
+            return net
+        if self.cfg.strategy == "fsdp":
+            if self.device.type != "cuda":
+                raise ValueError("learner.strategy=fsdp: FSDP needs CUDA; use ddp on CPU")
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            return FSDP(net, use_orig_params=True)
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DDP(net, device_ids=ids, find_unused_parameters=False)
+
+    # -- forward passes ---------------------------------------------------------------------------
+    def _forward(self, module: torch.nn.Module, mb: dict[str, torch.Tensor], with_values: bool):
+        out = module(mb["input_ids"], mb["attention_mask"], with_values)
+        logp, entropy = token_logprobs_and_entropy(out["logits"], mb["input_ids"], self.cfg.temperature,
+                                                   entropy_grad=getattr(self.algo, "entropy_coef", 0) > 0)
+        return logp, entropy, out.get("values")
+
+    @torch.no_grad()
+    def _reference_logprobs(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.cfg.lora:
+            with self.policy.disable_adapter():
+                logits = self.policy(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits
+        else:
+            logits = self.ref_model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits
+        logp, _ = token_logprobs_and_entropy(logits, mb["input_ids"], self.cfg.temperature, entropy_grad=False)
+        return logp
+
+    def _micro_batches(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        n = batch["input_ids"].shape[0]
+        step = self.cfg.micro_batch_size
+        return [{k: v[i:i + step] for k, v in batch.items()} for i in range(0, n, step)]
+
+    # -- the update -------------------------------------------------------------------------------
+    def train_step(self, trajectories: Sequence[TrajectoryTokens], rewards: Sequence[float],
+                   pad_to: int | None = None) -> dict[str, float]:
+        """One policy update on this rank's trajectories (item-major groups for GRPO)."""
+        t0 = time.perf_counter()
+        batch = collate(trajectories, self.tokenizer.pad_token_id, pad_to=pad_to)
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        batch["loss_mask"] = batch["loss_mask"].float()
+        rewards_t = torch.tensor(list(rewards), dtype=torch.float32, device=self.device)  # (B,)
+        mbs = self._micro_batches(batch)
+        # old log-probs are recomputed here (verl does the same): vLLM's sampled log-probs are raw and
+        # differ slightly from the learner's numerics, so the first ratio would not be exactly 1
+        self.module.eval()
+        with torch.no_grad():
+            old = [self._forward(self.module, mb, self.value_head is not None) for mb in mbs]
+            old_logp = torch.cat([o[0] for o in old])  # (B, T)
+            old_values = torch.cat([o[2] for o in old]) if self.value_head is not None else None
+            ref_logp = torch.cat([self._reference_logprobs(mb) for mb in mbs]) if self._kl_needed() else None
+        mask = batch["loss_mask"]
+        if isinstance(self.algo, GRPOConfig):
+            advantages = compute_grpo_advantages(rewards_t, mask, self.algo, old_logp, ref_logp)
+            returns = None
+        else:
+            advantages, returns = compute_ppo_advantages(rewards_t, old_values, mask, self.algo, old_logp, ref_logp)
+        batch.update(old_logp=old_logp, advantages=advantages)
+        if ref_logp is not None:
+            batch["ref_logp"] = ref_logp
+        if returns is not None:
+            batch.update(old_values=old_values, returns=returns)
+        self.module.train()
+        metrics_acc: dict[str, float] = {}
+        n_updates = 0
+        total_tokens = mask.sum().clamp(min=1.0)
+        for _ in range(self.cfg.update_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            mbs = self._micro_batches(batch)
+            for i, mb in enumerate(mbs):
+                # token-mean over the whole batch, not per micro-batch: weight each by its share of tokens
+                weight = mb["loss_mask"].sum() / total_tokens
+                sync = i == len(mbs) - 1
+                ctx = self.module.no_sync() if (self.world_size > 1 and not sync and hasattr(self.module, "no_sync")) \
+                    else contextlib.nullcontext()
+                with ctx:
+                    logp, entropy, values = self._forward(self.module, mb, self.value_head is not None)
+                    if isinstance(self.algo, GRPOConfig):
+                        loss, m = grpo_loss(logp, mb["old_logp"], mb["advantages"], mb["loss_mask"], self.algo,
+                                            ref_logp=mb.get("ref_logp"), entropy=entropy)
+                    else:
+                        loss, m = ppo_loss(logp, mb["old_logp"], mb["advantages"], values, mb["old_values"],
+                                           mb["returns"], mb["loss_mask"], self.algo, ref_logp=mb.get("ref_logp"),
+                                           entropy=entropy)
+                    (loss * weight).backward()
+                for k, v in m.items():
+                    metrics_acc[k] = metrics_acc.get(k, 0.0) + float(v) * float(weight)
+            params = [p for g in self.optimizer.param_groups for p in g["params"]]
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+            self.optimizer.step()
+            metrics_acc["learner/grad_norm"] = metrics_acc.get("learner/grad_norm", 0.0) + float(grad_norm)
+            n_updates += 1
+        self.version += 1
+        metrics = {k: v / n_updates for k, v in metrics_acc.items()}
+        metrics["learner/policy_tokens"] = float(total_tokens)
+        metrics["time/learn_s"] = time.perf_counter() - t0
+        return {k: v for k, v in metrics.items() if math.isfinite(v)}
+
+    # -- weights out ------------------------------------------------------------------------------
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint must hold to restore training: the adapter (or all weights) and the critic."""
+        sd = {f"policy.{k}": v.detach().cpu().contiguous()
+              for k, v in self.policy.named_parameters() if v.requires_grad}
+        if self.value_head is not None:
+            sd.update({f"value_head.{k}": v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()})
+        return sd
+
+    def load_trainable_state(self, sd: dict[str, torch.Tensor]) -> None:
+        params = dict(self.policy.named_parameters())
+        with torch.no_grad():
+            for k, v in sd.items():
+                if k.startswith("policy."):
+                    name = k[len("policy."):]
+                    if name not in params:
+                        raise KeyError(f"checkpoint: parameter '{name}' not in the policy")
+                    params[name].copy_(v)
+            if self.value_head is not None:
+                self.value_head.load_state_dict({k[len("value_head."):]: v for k, v in sd.items()
+                                                 if k.startswith("value_head.")})
+
+    def save_adapter(self, path: str) -> str:
+        """The LoRA adapter in peft format (safetensors), the way vLLM's LoRARequest reads it."""
+        self.policy.save_pretrained(path, safe_serialization=True)
+        return path
+
+    def merged_weights(self, only_changed: bool = True) -> list[tuple[str, torch.Tensor]]:
+        """HF-named full tensors with the adapter merged in (W + scale * B @ A).
+
+        ``only_changed``: with LoRA, only the adapted modules differ from the engine's base weights,
+        so only they are sent (30 layers x q/v of SmolLM2: 53 MB instead of 513 MB).
+        """
+        if not self.cfg.lora:
+            return [(k, v.detach().cpu()) for k, v in self.policy.state_dict().items()]
+        out = []
+        with torch.no_grad():
+            for name, mod in self.policy.named_modules():
+                if not hasattr(mod, "lora_A") or "default" not in getattr(mod, "lora_A", {}):
+                    continue
+                base_w = mod.base_layer.weight
+                delta = mod.get_delta_weight("default")
+                hf_name = name.replace("base_model.model.", "", 1) + ".weight"
+                out.append((hf_name, (base_w + delta).detach().cpu().contiguous()))
+        if not only_changed:
+            changed = {k for k, _ in out}
+            base = self.policy.get_base_model().state_dict()
+            for k, v in base.items():
+                k2 = k.replace(".base_layer", "")
+                if "lora_" in k or k2 in changed:
+                    continue
+                out.append((k2, v.detach().cpu()))
+        return out
+
+    def state_for_checkpoint(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "version": self.version, "config": asdict(self.cfg)}
+
+
+class _PolicyWithValue(torch.nn.Module):
+    """One module for DDP: the policy's logits and, for PPO, the critic's values."""
+
+    def __init__(self, policy: torch.nn.Module, value_head: torch.nn.Module | None):
+        super().__init__()
+        self.policy = policy
+        self.value_head = value_head
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_values: bool) -> dict:
+        out = self.policy(input_ids=input_ids, attention_mask=attention_mask,
+                          output_hidden_states=with_values and self.value_head is not None)
+        res = {"logits": out.logits}  # (B, T, V)
+        if with_values and self.value_head is not None:
+            res["values"] = self.value_head(out.hidden_states[-1])  # (B, T)
+        return res

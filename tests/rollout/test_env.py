@@ -1,0 +1,147 @@
+"""The multi-turn environment on scripted policies (pure logic: a fake generate, a fake pool)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rlrouter.pool.base import Candidate, CandidateResponse
+from rlrouter.rollout.env import EnvConfig, RouterEnv, sample_seed
+
+
+class CharTokenizer:
+    """One token per character: makes masks easy to count by hand."""
+
+    chat_template = None
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i) for i in ids)
+
+
+class FakePool:
+    def __init__(self, fail: set[str] = frozenset()):
+        self.cands = [Candidate("big", 10.0, 30.0, 100.0, backend="replay"),
+                      Candidate("small", 0.5, 1.0, 7.0, backend="openai")]
+        self.fail = fail
+        self.calls: list[list[tuple[str, str]]] = []
+
+    @property
+    def names(self):
+        return [c.name for c in self.cands]
+
+    def get(self, name):
+        return next(c for c in self.cands if c.name == name)
+
+    async def route(self, calls, **kwargs):
+        self.calls.append(list(calls))
+        await asyncio.sleep(0)
+        out = []
+        for m, q in calls:
+            if m in self.fail:
+                out.append(CandidateResponse(text="", error="HTTP 503"))
+            else:
+                out.append(CandidateResponse(text=f"{m} says 42", prompt_tokens=10, completion_tokens=4,
+                                             cost=self.get(m).cost(10, 4)))
+        return out
+
+
+def scripted(turns_by_item: dict[str, list[str]]):
+    """A policy that replays a script per item, one chunk per turn (keyed by a marker in the prompt)."""
+    def generate(prompts, specs):
+        out = []
+        for p, spec in zip(prompts, specs):
+            text = "".join(chr(i) for i in p)
+            key = next(k for k in turns_by_item if f"Question: {k}\n<think>" in text)
+            # the turn is the number of information blocks after the question (the rules mention the tag too)
+            turn = text[text.index(f"Question: {key}\n<think>"):].count("<information>")
+            chunk = turns_by_item[key][min(turn, len(turns_by_item[key]) - 1)]
+            assert spec.max_tokens >= 1
+            out.append([ord(c) for c in chunk])
+        return out
+
+    return generate
+
+
+def make_env(script, pool=None, **cfg):
+    pool = pool or FakePool()
+    env = RouterEnv(EnvConfig(prefill="<think>", **cfg), CharTokenizer(), pool, scripted(script))
+    return env, pool
+
+
+def test_route_then_answer_masks_only_policy_tokens():
+    t1 = "plan</think><search>small: what is 6*7?</search>"
+    t2 = "<think>ok</think><answer>42</answer>"
+    env, pool = make_env({"q1": [t1, t2]}, max_turns=2)
+    (traj,) = env.run([{"query": "q1", "id": "a"}])
+    assert traj.answer == "42" and traj.done and traj.turns == 2 and traj.protocol_errors == 0
+    assert [(r.model, r.query, r.completion_tokens) for r in traj.routes] == [("small", "what is 6*7?", 4)]
+    assert traj.cost == pytest.approx((10 * 0.5 + 4 * 1.0) / 1e6)
+    info = "\n\n<information>small says 42</information>\n\n"
+    assert traj.text == "<think>" + t1 + info + t2
+    mask = traj.tokens.loss_mask
+    prompt_len = traj.tokens.prompt_length
+    assert mask == [0] * prompt_len + [1] * len(t1) + [0] * len(info) + [1] * len(t2)
+    assert sum(mask) == traj.tokens.num_policy_tokens == len(t1) + len(t2)
+
+
+def test_replay_candidates_get_the_original_question():
+    env, pool = make_env({"the real question": ["x</think><search>big: rephrased</search>", "<answer>1</answer>"]})
+    env.run([{"query": "the real question", "id": "a"}])
+    assert pool.calls[0] == [("big", "the real question")]
+    env2, pool2 = make_env({"the real question": ["x</think><search>big: rephrased</search>", "<answer>1</answer>"]},
+                           replay_query="subquery")
+    env2.run([{"query": "the real question", "id": "a"}])
+    assert pool2.calls[0] == [("big", "rephrased")]
+
+
+@pytest.mark.parametrize("chunk, expected", [
+    ("x</think><search>gpt-9: hi</search>", "unknown model 'gpt-9'"),
+    ("x</think><search>no colon here</search>", "Error:"),
+    ("x</think> I will just ramble", "no action found"),
+])
+def test_bad_actions_become_error_information_and_count_against_format(chunk, expected):
+    env, pool = make_env({"q": [chunk, "<answer>7</answer>"]}, max_turns=2)
+    (traj,) = env.run([{"query": "q", "id": "a"}])
+    assert traj.protocol_errors == 1 and traj.answer == "7"
+    assert expected in traj.text.split("<information>")[1]
+    assert pool.calls == []  # nothing valid to route
+
+
+def test_failed_call_is_reported_not_raised():
+    env, pool = make_env({"q": ["x</think><search>small: hi</search>", "<answer>7</answer>"]}, pool=FakePool({"small"}))
+    (traj,) = env.run([{"query": "q", "id": "a"}])
+    assert traj.routes[0].error == "HTTP 503" and traj.protocol_errors == 1
+    assert "the call to small failed (HTTP 503)" in traj.text
+
+
+def test_final_turn_must_answer_and_ends_the_trajectory():
+    env, pool = make_env({"q": ["x</think><search>small: hi</search>"]}, max_turns=1)
+    (traj,) = env.run([{"query": "q", "id": "a"}])
+    # turn 1 routes, turn 2 (final) searches again instead of answering: unanswered, one protocol error
+    assert traj.turns == 2 and traj.answer is None and traj.done and traj.protocol_errors == 1
+    assert len(pool.calls) == 1
+
+
+def test_route_calls_of_a_batch_go_out_together_and_samples_are_item_major():
+    script = {"q1": ["a</think><search>small: 1</search>", "<answer>1</answer>"],
+              "q2": ["b</think><search>big: 2</search>", "<answer>2</answer>"]}
+    env, pool = make_env(script)
+    trajs = env.run([{"query": "q1", "id": "1"}, {"query": "q2", "id": "2"}], n_samples=2)
+    assert [(t.prompt_index, t.sample_index) for t in trajs] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert len(pool.calls) == 1 and len(pool.calls[0]) == 4  # one concurrent batch for the turn
+
+
+def test_sample_seeds_are_stable_and_distinct():
+    assert sample_seed(0, 1, 2, 3, 0) == sample_seed(0, 1, 2, 3, 0)
+    assert len({sample_seed(0, 1, p, s, 0) for p in range(8) for s in range(4)}) == 32
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="rollout.env.replay_query"):
+        EnvConfig(replay_query="nope")
+    with pytest.raises(ValueError, match="rollout.env.max_new_tokens"):
+        EnvConfig(max_new_tokens=0)
