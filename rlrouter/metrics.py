@@ -24,10 +24,10 @@ class MetricsLogger:
     """Writes each step's scalars to every configured sink; ``close`` flushes them."""
 
     def __init__(self, out_dir: str | Path, tensorboard: bool = True, ray_metrics: bool = True,
-                 run_name: str = "run", append: bool = False):
+                 run_name: str = "run", append: bool = False, filename: str = "metrics.jsonl"):
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.jsonl_path = self.out_dir / "metrics.jsonl"
+        self.jsonl_path = self.out_dir / filename
         self._jsonl = self.jsonl_path.open("a" if append else "w", encoding="utf-8")
         self._tb = None
         if tensorboard:

@@ -24,7 +24,8 @@ class LearnerGroup:
         self.storage_path = str(Path(storage_path or Path(train.out_dir) / "ray_train").resolve())
         self.run_name = run_name
 
-    def fit(self, rollout_group: Any, candidates: Sequence[str], items: Sequence[dict[str, Any]]) -> Any:
+    def fit(self, rollout_group: Any, candidates: Sequence[str], items: Sequence[dict[str, Any]],
+            demos: Sequence[Any] = ()) -> Any:
         from ray.train import CheckpointConfig, FailureConfig, RunConfig
         from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -32,7 +33,8 @@ class LearnerGroup:
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"train": asdict(self.train), "rollout_group": rollout_group,
-                               "candidates": list(candidates), "items": list(items)},
+                               "candidates": list(candidates), "items": list(items),
+                               "demos": list(demos)},
             torch_config=TorchConfig(backend=backend),
             scaling_config=learner_scaling_config(self.resources),
             run_config=RunConfig(name=self.run_name, storage_path=self.storage_path,

@@ -60,7 +60,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     cluster = connect(num_cpus=cfg.ray.num_cpus, num_gpus=cfg.ray.num_gpus,
                       include_dashboard=cfg.ray.include_dashboard)
     print(f"ray: {cluster['mode']} cluster at {cluster['address']}")
-    train = TrainConfig(**{**_container(cfg.train), "out_dir": str(out), "train_path": str(train_path),
+    train_cfg = {k: v for k, v in _container(cfg.train).items() if k != "warmup_demos"}
+    train = TrainConfig(**{**train_cfg, "out_dir": str(out), "train_path": str(train_path),
                            "learner": {**_container(cfg.learner), "model": cfg.model}})
     if cfg.resume:
         train.resume_from = latest_checkpoint(out)
@@ -76,8 +77,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         base = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
         report["results"]["policy_untrained"] = policy_summary(base, candidates)
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
+    demos = []
+    if train.warmup_steps and not train.resume_from:
+        from rlrouter.models import load_tokenizer
+        from rlrouter.rollout.demos import build_demonstrations, demo_tokens
+        from rlrouter.rollout.env import EnvConfig
+
+        tok = load_tokenizer(cfg.model)
+        cands = [pool.get(n) for n in candidates]
+        demos = [demo_tokens(d, tok, cands, EnvConfig(**env))
+                 for d in build_demonstrations(train_items, pool, cfg.train.warmup_demos, seed=train.seed)]
     t0 = time.perf_counter()
-    result = LearnerGroup(train, resources, max_failures=cfg.learner_failures).fit(group, candidates, train_items)
+    result = LearnerGroup(train, resources, max_failures=cfg.learner_failures).fit(group, candidates, train_items,
+                                                                                  demos)
     report["train_s"] = time.perf_counter() - t0
     if getattr(result, "error", None):
         raise RuntimeError(f"training failed: {result.error}")

@@ -86,7 +86,7 @@ class Learner:
         path = resolve_model(cfg.model)
         dtype = getattr(torch, cfg.dtype)
         self.tokenizer = load_tokenizer(cfg.model)
-        base = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype)
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         self.ref_model = None
         if cfg.lora:
             from peft import LoraConfig, get_peft_model
@@ -97,7 +97,7 @@ class Learner:
         else:
             self.policy = base
             if self._kl_needed():
-                self.ref_model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype).to(self.device).eval()
+                self.ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
                 self.ref_model.requires_grad_(False)
         self.policy.to(self.device)
         self.value_head = ValueHead(self.policy.config.hidden_size).to(self.device) if cfg.algo == "ppo" else None
@@ -215,6 +215,35 @@ class Learner:
         metrics["learner/policy_tokens"] = float(total_tokens)
         metrics["time/learn_s"] = time.perf_counter() - t0
         return {k: v for k, v in metrics.items() if math.isfinite(v)}
+
+    def sft_step(self, trajectories: Sequence[TrajectoryTokens], lr: float | None = None) -> dict[str, float]:
+        """One supervised step (cold start): mean NLL of the policy tokens, information masked out."""
+        t0 = time.perf_counter()
+        batch = collate(trajectories, self.tokenizer.pad_token_id)
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        mask = batch["loss_mask"].float()
+        total = mask.sum().clamp(min=1.0)
+        if lr is not None:
+            saved = [g["lr"] for g in self.optimizer.param_groups]
+            for g in self.optimizer.param_groups:
+                g["lr"] = lr
+        self.module.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        nll_sum = 0.0
+        for mb, mbm in zip(self._micro_batches(batch), self._micro_batches({"m": mask})):
+            logp, _, _ = self._forward(self.module, mb, False)
+            nll = -(logp * mbm["m"]).sum() / total  # token-mean over the whole batch
+            nll.backward()
+            nll_sum += float(nll)
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        self.optimizer.step()
+        if lr is not None:
+            for g, old in zip(self.optimizer.param_groups, saved):
+                g["lr"] = old
+        self.version += 1
+        return {"sft/nll": nll_sum, "sft/grad_norm": float(grad_norm), "sft/tokens": float(total),
+                "time/sft_s": time.perf_counter() - t0}
 
     # -- weights out ------------------------------------------------------------------------------
     def trainable_state(self) -> dict[str, torch.Tensor]:

@@ -57,6 +57,11 @@ class TrainConfig:
     budget: dict[str, Any] | None = None
     """ToolRL-style budget reward (``budget_B``, ``cost_weights``), added to the Router-R1 reward."""
     budget_weight: float = 1.0
+    warmup_steps: int = 0
+    """Cold-start supervised steps on demonstrations before RL (``rlrouter.rollout.demos``); 0 = none."""
+    warmup_batch: int = 8
+    warmup_lr: float | None = None
+    """Learning rate of the cold start (None: the learner's)."""
     learner: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -198,7 +203,7 @@ def score_trajectories(reward: Any, trajs: Sequence[Trajectory], budget: Any = N
 
 
 def run_training(cfg: TrainConfig, rollout: Rollout, session: Session, candidates: Sequence[str],
-                 items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+                 items: Sequence[dict[str, Any]], demos: Sequence[Any] = ()) -> dict[str, Any]:
     """Train the policy for ``cfg.total_steps`` steps; returns the last step's metrics."""
     import torch
 
@@ -226,8 +231,14 @@ def run_training(cfg: TrainConfig, rollout: Rollout, session: Session, candidate
             # the engines serve the base weights after a (re)start: give them the checkpoint's policy
             rollout.sync(make_payload(cfg.sync, learner, learner.version, cfg.sync_bucket_mb))
         log.info("resumed from %s at step %d", resume, start)
-    session.barrier()
     out = Path(cfg.out_dir)
+    if not resume:
+        if cfg.warmup_steps and demos:
+            _cold_start(cfg, learner, demos, session, out)
+        if rank == 0:
+            # the engines may serve other weights (a reused group, a cold start): start from ours
+            rollout.sync(make_payload(cfg.sync, learner, learner.version, cfg.sync_bucket_mb))
+    session.barrier()
     logger = MetricsLogger(out, run_name=out.name, append=start > 0) if rank == 0 else None
     bar = None
     if rank == 0 and cfg.progress:
@@ -292,6 +303,23 @@ def run_training(cfg: TrainConfig, rollout: Rollout, session: Session, candidate
     return last
 
 
+def _cold_start(cfg: TrainConfig, learner: Learner, demos: Sequence[Any], session: Session, out: Path) -> None:
+    """Supervised steps on demonstrations (each rank its shard); metrics to ``warmup.jsonl``."""
+    from rlrouter.metrics import MetricsLogger
+
+    logger = MetricsLogger(out, tensorboard=False, ray_metrics=False, run_name="warmup",
+                           filename="warmup.jsonl") if session.rank == 0 else None
+    per_rank = max(1, cfg.warmup_batch // session.world_size)
+    for i in range(cfg.warmup_steps):
+        idx = batch_indices(len(demos), per_rank * session.world_size, i, cfg.seed + 7)
+        mine = [demos[j] for j in idx[session.rank * per_rank:(session.rank + 1) * per_rank]]
+        m = session.all_reduce_mean(learner.sft_step(mine, lr=cfg.warmup_lr))
+        if logger is not None:
+            logger.log(i + 1, m)
+    if logger is not None:
+        logger.close()
+
+
 def _rollout_timing(rollout: Any) -> dict[str, float]:
     if hasattr(rollout, "timings"):
         ts = rollout.timings()
@@ -309,7 +337,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Ray Train entry: one learner rank. ``config`` carries the TrainConfig dict and the RolloutGroup."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = TrainConfig(**config["train"])
-    run_training(cfg, config["rollout_group"], RayTrainSession(), config["candidates"], config["items"])
+    run_training(cfg, config["rollout_group"], RayTrainSession(), config["candidates"], config["items"],
+                 config.get("demos", ()))
 
 
 def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:

