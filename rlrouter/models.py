@@ -83,7 +83,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     try:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # The config remembers the GGUF quantization; a dequantized fp32 copy must not claim it, or
         # vLLM / transformers try to re-apply it on load.
         # The weights are already dequantized in memory; drop the quantizer so save_pretrained writes them.
@@ -169,7 +169,7 @@ def load_causal_lm(name: str, dtype: str = "float32", device: str = "cpu"):
     import torch
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(resolve_model(name), torch_dtype=getattr(torch, dtype)).to(device)
+    return AutoModelForCausalLM.from_pretrained(resolve_model(name), dtype=getattr(torch, dtype)).to(device)
 
 
 def load_encoder(name: str = "minilm-l6"):

@@ -14,7 +14,7 @@ def test_smollm2_is_dequantized_once_and_generates(tmp_path):
     path = resolve_model("smollm2-135m-instruct")
     assert resolve_model("SmolLM2-135M-Instruct") == path  # cached, case-insensitive
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(134.5e6, rel=0.01)
     msgs = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
     ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
