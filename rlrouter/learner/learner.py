@@ -221,8 +221,8 @@ class Learner:
         t0 = time.perf_counter()
         batch = collate(trajectories, self.tokenizer.pad_token_id)
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        mask = batch["loss_mask"].float()
-        total = mask.sum().clamp(min=1.0)
+        batch["loss_mask"] = batch["loss_mask"].float()
+        total = batch["loss_mask"].sum().clamp(min=1.0)
         if lr is not None:
             saved = [g["lr"] for g in self.optimizer.param_groups]
             for g in self.optimizer.param_groups:
@@ -230,9 +230,9 @@ class Learner:
         self.module.train()
         self.optimizer.zero_grad(set_to_none=True)
         nll_sum = 0.0
-        for mb, mbm in zip(self._micro_batches(batch), self._micro_batches({"m": mask})):
+        for mb in self._micro_batches(batch):
             logp, _, _ = self._forward(self.module, mb, False)
-            nll = -(logp * mbm["m"]).sum() / total  # token-mean over the whole batch
+            nll = -(logp * mb["loss_mask"]).sum() / total  # token-mean over the whole batch
             nll.backward()
             nll_sum += float(nll)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]

@@ -94,3 +94,13 @@ def test_config_errors_name_the_field():
         LearnerConfig(algo="a2c")
     with pytest.raises(ValueError, match="train.sync"):
         TrainConfig(sync="nccl")
+
+
+def test_cold_start_sft_lowers_the_nll_of_policy_tokens_only(learner):
+    trajs = _trajs(learner.tokenizer)
+    first = learner.sft_step(trajs, lr=1e-3)["sft/nll"]
+    for _ in range(3):
+        last = learner.sft_step(trajs, lr=1e-3)["sft/nll"]
+    assert last < first
+    # the information block is not trained on: the token count is the policy tokens only
+    assert learner.sft_step(trajs, lr=0.0)["sft/tokens"] == sum(t.num_policy_tokens for t in trajs)

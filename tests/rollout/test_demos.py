@@ -1,0 +1,44 @@
+"""Cold-start demonstrations from the real replay pool are well-formed Router-R1 trajectories."""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from rlrouter.pool.pool import CandidatePool
+from rlrouter.rewards.router_r1 import RouterR1FormatReward, RouterR1OutcomeReward
+from rlrouter.rollout.demos import build_demonstrations, demo_tokens, short_query
+from rlrouter.rollout.env import EnvConfig
+from tests.helpers import CONF_DIR
+
+
+def test_demonstrations_pass_the_format_reward_and_answer_the_gold(shared_data):
+    from rlrouter.data.sources import gsm8k
+
+    pool = CandidatePool.from_config(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "pool" / "routellm_replay.yaml")))
+    qs = gsm8k(shared_data / "routellm" / "gsm8k")[:6]
+    items = [{"query": q.query, "ground_truth": q.ground_truth, "optimal_model": None} for q in qs]
+    demos = build_demonstrations(items, pool, n=6, seed=0)
+    cfg = EnvConfig(prefill="<think>\n")
+    texts = [cfg.prefill + "".join(t for t, _ in d["segments"]) for d in demos]
+    fmt = RouterR1FormatReward(pool.names)([d["query"] for d in demos], texts)
+    assert fmt == [0.0] * 6
+    golds = {q.query: q.ground_truth for q in qs}
+    assert RouterR1OutcomeReward()([d["query"] for d in demos], texts,
+                                   ground_truth=[golds[d["query"]] for d in demos]) == [1.0] * 6
+    # no optimal model known -> the strongest candidate, whose real logged reply is in <information>
+    assert all("gpt-4-1106-preview:" in d["segments"][0][0] for d in demos)
+
+    class CharTok:
+        chat_template = None
+
+        def encode(self, text, add_special_tokens=False):
+            return [ord(c) for c in text]
+
+    t = demo_tokens(demos[0], CharTok(), [pool.get(n) for n in pool.names], cfg)
+    policy_text = demos[0]["segments"][0][0] + demos[0]["segments"][2][0]
+    assert t.num_policy_tokens == len(policy_text)
+
+
+def test_short_query_keeps_the_first_line():
+    assert short_query("What is 2+2?\nA. 3\nB. 4") == "What is 2+2?"
+    assert short_query("a " * 30, max_words=3) == "a a a ..."
