@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from rlrouter.algos.common import token_logprobs_and_entropy
+from rlrouter.algos.common import token_logprobs, token_logprobs_and_entropy
 from rlrouter.algos.grpo import GRPOConfig, compute_grpo_advantages, grpo_loss
 from rlrouter.algos.ppo import PPOConfig, ValueHead, compute_ppo_advantages, ppo_loss
 from rlrouter.rollout.parsing import TrajectoryTokens, collate
@@ -130,8 +130,12 @@ class Learner:
         return DDP(net, device_ids=ids, find_unused_parameters=False)
 
     # -- forward passes ---------------------------------------------------------------------------
-    def _forward(self, module: torch.nn.Module, mb: dict[str, torch.Tensor], with_values: bool):
+    def _forward(self, module: torch.nn.Module, mb: dict[str, torch.Tensor], with_values: bool,
+                 with_entropy: bool = True):
         out = module(mb["input_ids"], mb["attention_mask"], with_values)
+        if not with_entropy:
+            # the (B, T, V) softmax of the entropy is the learner's largest tensor: skip it when unused
+            return token_logprobs(out["logits"], mb["input_ids"], self.cfg.temperature), None, out.get("values")
         logp, entropy = token_logprobs_and_entropy(out["logits"], mb["input_ids"], self.cfg.temperature,
                                                    entropy_grad=getattr(self.algo, "entropy_coef", 0) > 0)
         return logp, entropy, out.get("values")
@@ -165,7 +169,7 @@ class Learner:
         # differ slightly from the learner's numerics, so the first ratio would not be exactly 1
         self.module.eval()
         with torch.no_grad():
-            old = [self._forward(self.module, mb, self.value_head is not None) for mb in mbs]
+            old = [self._forward(self.module, mb, self.value_head is not None, with_entropy=False) for mb in mbs]
             old_logp = torch.cat([o[0] for o in old])  # (B, T)
             old_values = torch.cat([o[2] for o in old]) if self.value_head is not None else None
             ref_logp = torch.cat([self._reference_logprobs(mb) for mb in mbs]) if self._kl_needed() else None
@@ -231,7 +235,7 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         nll_sum = 0.0
         for mb in self._micro_batches(batch):
-            logp, _, _ = self._forward(self.module, mb, False)
+            logp, _, _ = self._forward(self.module, mb, False, with_entropy=False)
             nll = -(logp * mb["loss_mask"]).sum() / total  # token-mean over the whole batch
             nll.backward()
             nll_sum += float(nll)

@@ -1,0 +1,84 @@
+"""A trained Router-R1 policy answering the Router-R1 server protocol (``/router_r1/route``).
+
+Loads a training checkpoint (``outputs/<run>/checkpoints/step_N``): the LoRA adapter is merged into
+the base weights once into a cache folder, which a vLLM engine then serves at full speed (an adapter
+served by vLLM runs at half speed on CPU). One query runs the policy's first turn: the candidate it
+routes to is ``selected_model``; a policy that answers directly selects nobody, and the caller falls
+back (``llm_routing_fallback``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from rlrouter.pool.base import Candidate
+from rlrouter.rollout.env import EnvConfig, prompt_ids
+from rlrouter.rollout.parsing import parse_turn
+
+
+def merged_policy_dir(checkpoint: str | Path, base_model: str, cache: str | Path | None = None) -> str:
+    """Base model + the checkpoint's adapter merged into one HF folder (cached by checkpoint content)."""
+    from rlrouter.models import cache_dir, resolve_model
+
+    ck = Path(checkpoint)
+    if (ck / "model" / "config.json").exists():  # a full fine-tuning checkpoint is already whole
+        return str(ck / "model")
+    adapter = ck / "adapter"
+    if not (adapter / "adapter_config.json").exists():
+        raise FileNotFoundError(f"{ck}: no adapter/ or model/ folder (not an rlrouter Router-R1 checkpoint)")
+    digest = hashlib.sha1((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()[:16]
+    out = Path(cache or cache_dir() / "router_r1") / digest
+    if (out / "config.json").exists():
+        return str(out)
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_path = resolve_model(base_model)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    merged.save_pretrained(tmp, safe_serialization=True)
+    AutoTokenizer.from_pretrained(base_path).save_pretrained(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return str(out)
+
+
+class RouterR1Policy:
+    """Serve a Router-R1 checkpoint: ``route(query) -> {selected_model, thinking, full_response}``."""
+
+    def __init__(self, checkpoint: str, base_model: str, candidates: Sequence[dict[str, Any]],
+                 env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None):
+        from rlrouter.rollout.worker import RolloutWorker
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.candidates = [Candidate(**{k: v for k, v in c.items() if k in Candidate.__dataclass_fields__})
+                           for c in candidates]
+        self.env_cfg = EnvConfig(**(env or {}))
+        path = merged_policy_dir(checkpoint, base_model)
+        self.worker = RolloutWorker(path, {"enable_lora": False, **(engine or {})}, self.env_cfg, pool=None)
+        self.name = f"router-r1:{Path(checkpoint).name}"
+        meta = Path(checkpoint) / "state.json"
+        self.step = json.loads(meta.read_text()).get("step") if meta.exists() else None
+
+    def route(self, query: str) -> dict[str, str | None]:
+        from rlrouter.rollout.env import SamplingSpec
+
+        ids = prompt_ids(self.worker.tokenizer, query, self.candidates, self.env_cfg)
+        spec = SamplingSpec(max_tokens=self.env_cfg.max_new_tokens, stop=["</search>", "</answer>"],
+                            temperature=0.0, top_p=1.0, seed=0)
+        out = self.worker.generate_ids([ids], [spec])[0]
+        text = self.env_cfg.prefill + self.worker.tokenizer.decode(out, skip_special_tokens=True)
+        turn = parse_turn(text, [c.name for c in self.candidates])
+        thinking = text.split("</think>", 1)[0].replace("<think>", "").strip() if "</think>" in text else ""
+        selected = turn.call.model if turn.call is not None else None
+        return {"selected_model": selected, "thinking": thinking, "full_response": text}
