@@ -8,12 +8,13 @@ re-encoding the same prompts.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from pathlib import Path
 
 import numpy as np
 
-from rlrouter.models import cache_dir, resolve_model
+from rlrouter.models import _file_lock, cache_dir, resolve_model
 
 _LOCK = threading.Lock()
 _ENCODERS: dict[str, "TextEncoder"] = {}
@@ -76,13 +77,22 @@ def embed_texts(texts: list[str], model: str = "minilm-l6", cache: bool = True,
                     known = dict(zip(z["keys"].tolist(), z["vecs"]))
             except Exception:
                 known = {}  # a cache is disposable: a torn file is rebuilt, never trusted
-    missing = sorted({k for k in keys if k not in known})
+    by_key = dict(zip(keys, texts))
+    # length order: one long prompt then pads only batches of long prompts, not every batch
+    missing = sorted({k for k in keys if k not in known}, key=lambda k: len(by_key[k]))
     if missing:
-        by_key = dict(zip(keys, texts))
         vecs = get_encoder(model).encode([by_key[k] for k in missing], batch_size)
-        known.update(zip(missing, vecs))
-        with _LOCK:
-            tmp = root / f"store.{threading.get_ident()}.tmp.npz"
+        fresh = dict(zip(missing, vecs))
+        known.update(fresh)
+        with _LOCK, _file_lock(root / ".store.lock"):
+            # merge with what other processes stored meanwhile instead of overwriting their entries
+            if store.exists():
+                try:
+                    with np.load(store) as z:
+                        known = {**dict(zip(z["keys"].tolist(), z["vecs"])), **known}
+                except Exception:
+                    pass
+            tmp = root / f"store.{os.getpid()}.{threading.get_ident()}.tmp.npz"
             np.savez(tmp, keys=np.array(list(known.keys())), vecs=np.stack(list(known.values())))
             tmp.replace(store)
     return np.stack([known[k] for k in keys]).astype(np.float32)

@@ -1,0 +1,15 @@
+"""Hydra entry point: evaluate a router and the baselines on logged outcomes (rlrouter.eval.job.run)."""
+
+import hydra
+from omegaconf import DictConfig
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate_router")
+def main(cfg: DictConfig) -> None:
+    from rlrouter.eval.job import run
+
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

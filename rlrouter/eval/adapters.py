@@ -1,0 +1,161 @@
+"""Adapters that put trained routers behind the evaluation ``Router`` interface.
+
+* ``selector``: the online bandit selector (``rlrouter.selector``). ``fit`` warms it up on the training
+  split *as a bandit*: for each training prompt it selects a candidate and gets feedback (win/loss)
+  for that candidate only, exactly what it would see in production. A saved state
+  (``storage_path``) can be loaded instead of, or before, the warm-up. On the test split its
+  decisions are those of the policy at the end of warm-up (Thompson draws, so stochastic; seeded).
+* ``intent``: an intent classifier and a category -> candidate map. ``category_map: auto`` picks, per
+  category, the cheapest candidate whose training-split quality on that category is within
+  ``tolerance`` of the best one.
+
+Router-R1 and GMTRouter adapters register themselves the same way when their packages land (see
+``rlrouter.eval.routers``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from rlrouter.eval.reader import EvalSet
+from rlrouter.eval.routers import Router, RouterContext, _import_attr, register_router
+
+
+class SelectorRouter(Router):
+    """The bandit selector as a router (see module docstring)."""
+
+    def __init__(self, name: str, candidates: list[str], config: Mapping[str, Any] | None,
+                 embed: Callable[[list[str]], np.ndarray] | None, warmup: bool = True,
+                 warmup_max: int = 0, seed: int = 0, prices: Mapping[str, float] | None = None):
+        from rlrouter.selector import Selector, SelectorConfig
+
+        cfg = dict(config or {})
+        cfg.setdefault("seed", seed)
+        if prices and "costs" not in cfg:
+            cfg["costs"] = dict(prices)  # cost awareness reads USD per 1M tokens
+        self.config = SelectorConfig.from_dict(cfg)
+        self.selector = Selector(self.config, candidates=list(candidates))
+        if self.config.storage_path:
+            self.selector.load()
+        self.name = name
+        self.candidates = list(candidates)
+        self.embed = embed if self.config.use_contextual else None
+        self.warmup = warmup
+        self.warmup_max = warmup_max
+        self.seed = seed
+        self.warmup_reward = float("nan")
+
+    def _requests(self, prompts: list[str]):
+        from rlrouter.selector import SelectionRequest
+
+        emb = self.embed(prompts) if self.embed is not None else None
+        for i in range(len(prompts)):
+            yield SelectionRequest(candidates=self.candidates, embedding=None if emb is None else emb[i])
+
+    def fit(self, train: EvalSet) -> None:
+        if not self.warmup:
+            return
+        order = np.random.default_rng(self.seed).permutation(len(train))
+        if self.warmup_max > 0:
+            order = order[: self.warmup_max]
+        prompts = [train.prompts[i] for i in order]
+        rewards = []
+        for i, req in zip(order, self._requests(prompts)):
+            dec = self.selector.select(req)
+            j = self.candidates.index(dec.model)
+            s = float(train.scores[i, j])
+            rewards.append(s)
+            # a logged score in (0, 1) is a graded answer: >= 0.5 reads as a win (ties at exactly 0.5)
+            outcome = "win" if s > 0.5 else ("tie" if s == 0.5 else "loss")
+            self.selector.feedback(dec.request_id, outcome=outcome)
+        self.warmup_reward = float(np.mean(rewards)) if rewards else float("nan")
+
+    def decide(self, prompts: list[str]) -> np.ndarray:
+        out = np.empty(len(prompts), dtype=np.int64)
+        for k, req in enumerate(self._requests(prompts)):
+            out[k] = self.candidates.index(self.selector.select(req).model)
+        # evaluation decisions are never given feedback: drop them so they are not kept as pending
+        self.selector.state.pending.clear()
+        return out
+
+
+class CategoryMapRouter(Router):
+    """Route by the category an intent classifier gives each prompt."""
+
+    def __init__(self, name: str, classify: Callable[[list[str]], Sequence[str]],
+                 category_map: Mapping[str, int] | str, default: int, tolerance: float = 0.02):
+        self.name = name
+        self.classify = classify
+        self.auto = category_map == "auto"
+        if not self.auto and not isinstance(category_map, Mapping):
+            raise ValueError("intent.category_map: expected a mapping category -> candidate, or 'auto'")
+        self.category_map: dict[str, int] = {} if self.auto else dict(category_map)  # type: ignore[arg-type]
+        self.default = default
+        self.tolerance = tolerance
+
+    def fit(self, train: EvalSet) -> None:
+        if not self.auto:
+            return
+        cats = np.array(list(self.classify(train.prompts)))
+        for c in sorted(set(cats.tolist())):
+            rows = cats == c
+            q = train.scores[rows].mean(axis=0)  # (M,)
+            cost = train.costs[rows].mean(axis=0)  # (M,)
+            ok = np.nonzero(q >= q.max() - self.tolerance)[0]
+            self.category_map[c] = int(ok[np.argmin(cost[ok])])
+
+    def decide(self, prompts: list[str]) -> np.ndarray:
+        cats = self.classify(prompts)
+        return np.array([self.category_map.get(c, self.default) for c in cats], dtype=np.int64)
+
+
+def _index(which: str, ctx: RouterContext, field: str) -> int:
+    if which == "strong":
+        return ctx.strong
+    if which == "weak":
+        return ctx.weak
+    if which not in ctx.candidates:
+        raise ValueError(f"router.{field}: '{which}' is not 'strong', 'weak' or one of {ctx.candidates}")
+    return ctx.candidates.index(which)
+
+
+@register_router("selector")
+def _build_selector(cfg: dict[str, Any], ctx: RouterContext) -> Router:
+    # cost awareness ranks candidates by price: the input price per 1M tokens stands for it
+    prices = {c.name: c.price_in for c in ctx.train.candidates}
+    router = SelectorRouter("selector", ctx.candidates, cfg.pop("config", None), ctx.embed,
+                            warmup=bool(cfg.pop("warmup", True)), warmup_max=int(cfg.pop("warmup_max", 0)),
+                            seed=ctx.seed, prices=prices if cfg.pop("cost_aware_prices", True) else None)
+    _no_leftovers(cfg, "selector")
+    return router
+
+
+@register_router("intent")
+def _build_intent(cfg: dict[str, Any], ctx: RouterContext) -> Router:
+    """``checkpoint``: a saved intent classifier (``rlrouter.intent``); or ``classifier``:
+    'module:callable' mapping a list of prompts to a list of category names."""
+    if cfg.get("checkpoint"):
+        from rlrouter.intent.model import IntentClassifier
+
+        clf = IntentClassifier.load(cfg.pop("checkpoint"))
+
+        def classify(prompts: list[str]) -> list[str]:
+            return [label for label, _ in clf.classify(prompts)]
+    elif cfg.get("classifier"):
+        classify = _import_attr(cfg.pop("classifier"))
+    else:
+        raise ValueError("router type 'intent': set checkpoint (a saved intent classifier) or classifier")
+    raw_map = cfg.pop("category_map", "auto")
+    cmap: Mapping[str, int] | str = raw_map if raw_map == "auto" else {
+        k: _index(v, ctx, f"category_map.{k}") for k, v in dict(raw_map).items()}
+    router = CategoryMapRouter("intent", classify, cmap, default=_index(cfg.pop("default", "strong"), ctx, "default"),
+                               tolerance=float(cfg.pop("tolerance", 0.02)))
+    _no_leftovers(cfg, "intent")
+    return router
+
+
+def _no_leftovers(cfg: dict[str, Any], type_name: str) -> None:
+    if cfg:
+        raise ValueError(f"router type '{type_name}': unknown fields {sorted(cfg)}")

@@ -1,0 +1,308 @@
+"""The evaluation set: logged outcomes of every candidate on every prompt, with tokens and price.
+
+An :class:`EvalSet` holds, per prompt and candidate, the logged score (correctness in {0, 1} or a
+graded score in [0, 1]) and the USD cost of that call. Two sources feed it through one reader:
+
+* RouteLLM's CSVs (a folder, a CSV or a URL): read by ``rlrouter.data.logged.load_routellm`` (the
+  pool's reader), whose ``LoggedDataError`` names file, row, line and column.
+* RouterBench-style tables (parquet, or a pickle only with ``allow_pickle=True``): one row per prompt,
+  a ``prompt`` column, ``eval_name`` (the task), and per candidate ``<model>`` (score),
+  optionally ``<model>|model_response`` and ``<model>|total_cost``.
+
+Prices per candidate come from config (USD per 1M tokens). Token counts: RouteLLM logs none, so
+they are estimated, prompt tokens from the prompt text, completion tokens from the logged response
+when there is one, else from a per-task average in config (see docs/evaluation.md). A malformed
+file raises :class:`rlrouter.data.io.DataFileError` naming the file, the row (0-based data row) and
+the column.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from rlrouter.data.io import DataFileError
+from rlrouter.pool.base import Candidate
+
+ROUTERBENCH_RESPONSE = "|model_response"
+ROUTERBENCH_COST = "|total_cost"
+# columns of a RouterBench table that are not candidates
+ROUTERBENCH_META = {"sample_id", "prompt", "eval_name", "oracle_model_to_route_to", "source"}
+
+
+@dataclass(frozen=True)
+class TokenEstimate:
+    """How tokens are estimated when the logs hold none.
+
+    ``chars_per_token`` is OpenAI's rule of thumb for English (about 4 characters a token); it is
+    applied to the prompt and to any logged response. ``completion_tokens`` gives the average
+    completion length per task (the part of ``source`` before '/'), used where no response was
+    logged; ``default_completion_tokens`` covers tasks not listed.
+    """
+
+    chars_per_token: float = 4.0
+    completion_tokens: Mapping[str, float] = field(default_factory=dict)
+    default_completion_tokens: float = 256.0
+
+    def __post_init__(self) -> None:
+        if not self.chars_per_token > 0:
+            raise ValueError(f"tokens.chars_per_token: must be > 0, got {self.chars_per_token}")
+        if self.default_completion_tokens < 0:
+            raise ValueError("tokens.default_completion_tokens: must be >= 0")
+        for k, v in self.completion_tokens.items():
+            if v < 0:
+                raise ValueError(f"tokens.completion_tokens.{k}: must be >= 0, got {v}")
+
+    def count(self, text: str) -> int:
+        return max(1, math.ceil(len(text) / self.chars_per_token))
+
+    def completion(self, source: str, response: str | None) -> int:
+        if response:
+            return self.count(response)
+        task = source.split("/", 1)[0]
+        return int(round(self.completion_tokens.get(task, self.default_completion_tokens)))
+
+
+@dataclass
+class EvalSet:
+    """Per prompt and candidate: logged score and cost. Shapes: N prompts, M candidates."""
+
+    prompts: list[str]
+    candidates: list[Candidate]
+    scores: np.ndarray  # (N, M) in [0, 1]
+    costs: np.ndarray  # (N, M) USD per call
+    sources: list[str]  # (N,) task, e.g. "gsm8k" or "mmlu/anatomy"
+    prompt_tokens: np.ndarray  # (N,)
+    completion_tokens: np.ndarray  # (N, M)
+
+    def __post_init__(self) -> None:
+        n, m = len(self.prompts), len(self.candidates)
+        if n == 0:
+            raise ValueError("eval set: no prompts")
+        if m < 2:
+            raise ValueError(f"eval set.candidates: routing needs >= 2 candidates, got {m}")
+        self.scores = np.asarray(self.scores, dtype=np.float64)
+        self.costs = np.asarray(self.costs, dtype=np.float64)
+        for name in ("scores", "costs", "completion_tokens"):
+            arr = getattr(self, name)
+            if arr.shape != (n, m):
+                raise ValueError(f"eval set.{name}: expected shape {(n, m)}, got {arr.shape}")
+        if np.isnan(self.scores).any() or self.scores.min() < 0 or self.scores.max() > 1:
+            raise ValueError("eval set.scores: every score must be a number in [0, 1]")
+        if (self.costs < 0).any():
+            raise ValueError("eval set.costs: must be >= 0")
+        if len(self.sources) != n or len(self.prompt_tokens) != n:
+            raise ValueError("eval set.sources / prompt_tokens: one per prompt")
+        names = [c.name for c in self.candidates]
+        if len(set(names)) != len(names):
+            raise ValueError(f"eval set.candidates: duplicate names {names}")
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.candidates]
+
+    @property
+    def tasks(self) -> list[str]:
+        """Top-level task per prompt ("gsm8k", "mmlu"): the groups the report slices by."""
+        return [s.split("/", 1)[0] for s in self.sources]
+
+    def index(self, name: str) -> int:
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise KeyError(f"candidate '{name}' is not one of {self.names}") from None
+
+    def subset(self, rows: Sequence[int] | np.ndarray) -> "EvalSet":
+        rows = np.asarray(rows, dtype=np.int64)
+        return EvalSet(prompts=[self.prompts[i] for i in rows], candidates=list(self.candidates),
+                       scores=self.scores[rows], costs=self.costs[rows],
+                       sources=[self.sources[i] for i in rows], prompt_tokens=self.prompt_tokens[rows],
+                       completion_tokens=self.completion_tokens[rows])
+
+    @staticmethod
+    def concat(parts: Sequence["EvalSet"]) -> "EvalSet":
+        first = parts[0]
+        for p in parts[1:]:
+            if p.names != first.names:
+                raise ValueError(f"eval set: candidates differ between parts: {first.names} vs {p.names}")
+        return EvalSet(prompts=[x for p in parts for x in p.prompts], candidates=list(first.candidates),
+                       scores=np.concatenate([p.scores for p in parts]),
+                       costs=np.concatenate([p.costs for p in parts]),
+                       sources=[x for p in parts for x in p.sources],
+                       prompt_tokens=np.concatenate([p.prompt_tokens for p in parts]),
+                       completion_tokens=np.concatenate([p.completion_tokens for p in parts]))
+
+
+def make_candidates(names: Sequence[str], prices: Mapping[str, Mapping[str, float]]) -> list[Candidate]:
+    """Candidates with their configured prices (USD per 1M tokens); a model without a price is an error."""
+    out = []
+    for name in names:
+        if name not in prices:
+            raise KeyError(f"eval.prices: no price for candidate '{name}' (known: {sorted(prices)})")
+        p = prices[name]
+        out.append(Candidate(name=name, price_in=float(p["input"]), price_out=float(p["output"]),
+                             backend="replay"))
+    return out
+
+
+def build_eval_set(prompts: list[str], names: list[str], scores: np.ndarray, sources: list[str],
+                   responses: Mapping[str, Sequence[str | None]] | None,
+                   prices: Mapping[str, Mapping[str, float]], tokens: TokenEstimate,
+                   logged_costs: np.ndarray | None = None) -> EvalSet:
+    """Price every (prompt, candidate) call; ``logged_costs`` (N, M) wins over the estimate where finite."""
+    candidates = make_candidates(names, prices)
+    n, m = len(prompts), len(names)
+    prompt_tokens = np.array([tokens.count(p) for p in prompts], dtype=np.int64)
+    completion = np.zeros((n, m), dtype=np.int64)
+    costs = np.zeros((n, m), dtype=np.float64)
+    for j, cand in enumerate(candidates):
+        resp = responses.get(cand.name) if responses else None
+        for i in range(n):
+            completion[i, j] = tokens.completion(sources[i], resp[i] if resp is not None else None)
+            costs[i, j] = cand.cost(int(prompt_tokens[i]), int(completion[i, j]))
+    if logged_costs is not None:
+        ok = np.isfinite(logged_costs)
+        costs[ok] = logged_costs[ok]
+    return EvalSet(prompts=list(prompts), candidates=candidates, scores=np.asarray(scores, dtype=np.float64),
+                   costs=costs, sources=list(sources), prompt_tokens=prompt_tokens, completion_tokens=completion)
+
+
+# ---------------------------------------------------------------- score parsing
+
+
+def _score(value: Any, path: str, row: int, column: str) -> float:
+    """One logged score: bool, 0/1, a float in [0, 1], or the strings True/False."""
+    if isinstance(value, (bool, np.bool_)):
+        return float(value)
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("true", "false"):
+            return 1.0 if v == "true" else 0.0
+        try:
+            value = float(v)
+        except ValueError:
+            raise DataFileError(path, f"row {row}", column, f"score {value!r} is not a number or True/False") from None
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        x = float(value)
+        if math.isnan(x):
+            raise DataFileError(path, f"row {row}", column, "score is missing (NaN)")
+        if not 0.0 <= x <= 1.0:
+            raise DataFileError(path, f"row {row}", column, f"score {x} is outside [0, 1]")
+        return x
+    if value is None:
+        raise DataFileError(path, f"row {row}", column, "score is missing")
+    raise DataFileError(path, f"row {row}", column, f"score of type {type(value).__name__} is not a number")
+
+
+def _prompt(value: Any, path: str, row: int, column: str = "prompt") -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise DataFileError(path, f"row {row}", column, f"expected a non-empty string, got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------- RouterBench-style tables
+
+
+def read_routerbench(path: str | Path, prices: Mapping[str, Mapping[str, float]] | None = None,
+                     tokens: TokenEstimate | None = None, allow_pickle: bool = False,
+                     candidates: Sequence[str] | None = None) -> EvalSet:
+    """Read a RouterBench-style wide table (parquet, or pickle behind ``allow_pickle``).
+
+    Candidates are the columns with a ``<model>|model_response`` or ``<model>|total_cost`` sibling,
+    or ``candidates`` when given. A logged ``<model>|total_cost`` is used as the call's cost; prices
+    from config are then only needed for candidates without one.
+    """
+    import pandas as pd
+
+    path = Path(path)
+    tokens = tokens or TokenEstimate()
+    suffix = path.suffix.lower()
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such evaluation file")
+    if suffix == ".parquet":
+        df = pd.read_parquet(path)
+    elif suffix in (".pkl", ".pickle"):
+        if not allow_pickle:
+            # unpickling runs arbitrary code from the file: only for files the user vouches for
+            raise ValueError(f"{path}: reading a pickle needs allow_pickle=True (unpickling an untrusted "
+                             "file can run arbitrary code); prefer parquet")
+        df = pd.read_pickle(path)
+        if not isinstance(df, pd.DataFrame):
+            raise DataFileError(path, "row 0", None, f"pickle holds a {type(df).__name__}, not a DataFrame")
+    else:
+        raise ValueError(f"{path}: unsupported suffix '{suffix}' for a RouterBench table (parquet or pkl)")
+    cols = [str(c) for c in df.columns]
+    if "prompt" not in cols:
+        raise DataFileError(path, "row 0", "prompt", f"missing column (columns: {cols[:8]}...)")
+    if candidates is None:
+        candidates = sorted({c.split("|", 1)[0] for c in cols if c.endswith(ROUTERBENCH_RESPONSE)
+                             or c.endswith(ROUTERBENCH_COST)})
+        candidates = [c for c in candidates if c in cols]
+    for c in candidates:
+        if c not in cols:
+            raise DataFileError(path, "row 0", c, "candidate column missing")
+    if len(candidates) < 2:
+        raise DataFileError(path, "row 0", None, f"found {len(candidates)} candidate columns, need >= 2")
+    n, m = len(df), len(candidates)
+    prompts = [_prompt(v, str(path), i) for i, v in enumerate(df["prompt"].tolist())]
+    scores = np.zeros((n, m))
+    for j, c in enumerate(candidates):
+        for i, v in enumerate(df[c].tolist()):
+            scores[i, j] = _score(v, str(path), i, c)
+    sources = [str(s) for s in df["eval_name"].tolist()] if "eval_name" in cols else ["unknown"] * n
+    responses: dict[str, list[str | None]] = {}
+    logged = np.full((n, m), np.nan)
+    for j, c in enumerate(candidates):
+        if c + ROUTERBENCH_RESPONSE in cols:
+            responses[c] = [v if isinstance(v, str) else None for v in df[c + ROUTERBENCH_RESPONSE].tolist()]
+        if c + ROUTERBENCH_COST in cols:
+            col = c + ROUTERBENCH_COST
+            for i, v in enumerate(df[col].tolist()):
+                try:
+                    x = float(v)
+                except (TypeError, ValueError):
+                    raise DataFileError(path, f"row {i}", col, f"cost {v!r} is not a number") from None
+                if x < 0:
+                    raise DataFileError(path, f"row {i}", col, f"cost {x} is negative")
+                logged[i, j] = x
+    # prices matter only where no cost was logged; zero prices keep Candidate valid there
+    full_prices = {c: {"input": 0.0, "output": 0.0} for c in candidates if np.isfinite(logged[:, candidates.index(c)]).all()}
+    full_prices.update(prices or {})
+    return build_eval_set(prompts, list(candidates), scores, sources, responses or None, full_prices, tokens,
+                          logged_costs=logged)
+
+
+# ---------------------------------------------------------------- RouteLLM CSVs
+
+
+def read_routellm(path: str | Path, prices: Mapping[str, Mapping[str, float]],
+                  tokens: TokenEstimate | None = None) -> EvalSet:
+    """RouteLLM's logged outcomes (folder, CSV or URL) priced by config."""
+    from rlrouter.data.logged import load_routellm
+
+    logged = load_routellm(str(path))
+    return build_eval_set(list(logged.prompts), list(logged.models), np.asarray(logged.scores, dtype=np.float64),
+                          list(logged.source), logged.responses, prices, tokens or TokenEstimate())
+
+
+def read_eval_set(path: str | Path, fmt: str = "auto", prices: Mapping[str, Mapping[str, float]] | None = None,
+                  tokens: TokenEstimate | None = None, allow_pickle: bool = False) -> EvalSet:
+    """Read logged outcomes: ``fmt`` is "routellm", "routerbench" or "auto" (by suffix: parquet/pkl are
+    RouterBench-style tables, anything else RouteLLM CSVs)."""
+    s = str(path)
+    if fmt == "auto":
+        fmt = "routerbench" if s.lower().endswith((".parquet", ".pkl", ".pickle")) else "routellm"
+    if fmt == "routerbench":
+        return read_routerbench(path, prices, tokens, allow_pickle=allow_pickle)
+    if fmt == "routellm":
+        if not prices:
+            raise ValueError("eval.prices: RouteLLM logs hold no prices; configure one per candidate")
+        return read_routellm(path, prices, tokens)
+    raise ValueError(f"eval.format: unknown '{fmt}', expected auto, routellm or routerbench")

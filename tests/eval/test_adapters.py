@@ -1,0 +1,81 @@
+"""Adapters of trained routers: the bandit selector and intent classifier + category map."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from rlrouter.eval.adapters import CategoryMapRouter, SelectorRouter
+from rlrouter.eval.reader import EvalSet
+from rlrouter.eval.routers import RouterContext, build_router
+from rlrouter.pool.base import Candidate
+
+CANDS = [Candidate("weak", 0.6, 0.6), Candidate("strong", 10.0, 30.0)]
+
+
+def make_set(prompts: list[str], scores: np.ndarray) -> EvalSet:
+    n = len(prompts)
+    return EvalSet(prompts=prompts, candidates=CANDS, scores=scores, costs=np.tile([1.0, 10.0], (n, 1)),
+                   sources=["t"] * n, prompt_tokens=np.ones(n), completion_tokens=np.ones((n, 2)))
+
+
+def category_of(prompts):
+    return ["math" if p.startswith("m") else "trivia" if p.startswith("t") else "other" for p in prompts]
+
+
+def test_category_map_auto_picks_cheapest_within_tolerance():
+    prompts = ["m1", "m2", "m3", "m4", "t1", "t2", "t3", "t4"]
+    # math: weak 0.25, strong 1.0 -> strong; trivia: both 1.0 -> the cheaper weak
+    scores = np.array([[0, 1], [0, 1], [0, 1], [1, 1], [1, 1], [1, 1], [1, 1], [1, 1]], dtype=float)
+    r = CategoryMapRouter("intent", category_of, "auto", default=1, tolerance=0.02)
+    r.fit(make_set(prompts, scores))
+    assert r.category_map == {"math": 1, "trivia": 0}
+    assert r.decide(["m9", "t9", "x9"]).tolist() == [1, 0, 1]  # unknown category -> default
+
+
+def test_intent_router_from_config_with_classifier_path(monkeypatch):
+    mod = types.ModuleType("fake_intent_plugin")
+    mod.classify = category_of
+    monkeypatch.setitem(sys.modules, "fake_intent_plugin", mod)
+    ctx = RouterContext(candidates=["weak", "strong"], weak=0, strong=1,
+                        train=make_set(["m1"], np.array([[0.0, 1.0]])), embed=lambda t: np.zeros((len(t), 2)))
+    r = build_router({"type": "intent", "classifier": "fake_intent_plugin:classify",
+                      "category_map": {"math": "strong", "trivia": "weak"}, "default": "weak"}, ctx)
+    assert r.decide(["m", "t", "o"]).tolist() == [1, 0, 0]
+    with pytest.raises(ValueError, match="checkpoint"):
+        build_router({"type": "intent"}, ctx)
+
+
+def test_selector_warmup_learns_the_better_candidate_from_bandit_feedback():
+    n = 300
+    prompts = [f"q{i}" for i in range(n)]
+    scores = np.tile([0.0, 1.0], (n, 1))  # strong always right, weak always wrong
+    r = SelectorRouter("selector", ["weak", "strong"], {"cost_awareness": False, "enable_personalization": False},
+                       embed=None, seed=0)
+    r.fit(make_set(prompts, scores))
+    assert r.warmup_reward > 0.8  # it learned while exploring, from its own choices only
+    assert r.decide([f"t{i}" for i in range(100)]).mean() > 0.9
+    assert not r.selector.state.pending  # evaluation decisions are not left pending
+
+
+def test_contextual_selector_learns_per_prompt_group():
+    rng = np.random.default_rng(0)
+    n = 400
+    group = rng.integers(0, 2, size=n)
+    prompts = [f"g{g}-{i}" for i, g in enumerate(group)]
+
+    def embed(texts):
+        g = np.array([int(t[1]) for t in texts])
+        return np.eye(2)[g] + 0.05 * rng.normal(size=(len(texts), 2))
+
+    # group 0 needs strong; group 1: weak is right and strong wrong
+    scores = np.where(group[:, None] == 0, [[0.0, 1.0]], [[1.0, 0.0]])
+    r = SelectorRouter("selector", ["weak", "strong"], {"use_contextual": True, "cost_awareness": False,
+                                                        "enable_personalization": False}, embed=embed, seed=1)
+    r.fit(make_set(prompts, scores.astype(float)))
+    test = [f"g0-t{i}" for i in range(50)] + [f"g1-t{i}" for i in range(50)]
+    d = r.decide(test)
+    assert d[:50].mean() > 0.9 and d[50:].mean() < 0.1

@@ -1,0 +1,87 @@
+"""The evaluate_router job end to end on real RouteLLM outcomes (a small subsample), and its configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from rlrouter.eval.job import run, split_by_question
+from rlrouter.eval.reader import EvalSet
+from rlrouter.pool.base import Candidate
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+ROOT = CONF.parent
+
+
+def _compose(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="evaluate_router", overrides=overrides)
+
+
+def test_every_eval_and_router_option_composes():
+    evals = sorted(p.stem for p in (CONF / "eval").glob("*.yaml"))
+    routers = sorted(p.stem for p in (CONF / "eval" / "router").glob("*.yaml"))
+    assert "routellm" in evals and "selector" in routers
+    for e in evals:
+        for r in [None, *routers]:
+            cfg = _compose([f"eval={e}"] + ([f"eval/router@router={r}"] if r else []))
+            assert cfg.eval.weak and cfg.eval.strong and cfg.eval.baselines
+            assert (cfg.router is None) == (r is None)
+
+
+def test_split_by_question_keeps_copies_together_and_task_shares():
+    prompts = [f"q{i}" for i in range(100)] + ["q1", " q2 "]  # two repeated questions
+    n = len(prompts)
+    es = EvalSet(prompts=prompts, candidates=[Candidate("a", 1, 1), Candidate("b", 2, 2)],
+                 scores=np.zeros((n, 2)), costs=np.zeros((n, 2)),
+                 sources=["gsm8k"] * 50 + ["mmlu/x"] * 50 + ["gsm8k", "gsm8k"],
+                 prompt_tokens=np.ones(n), completion_tokens=np.ones((n, 2)))
+    train, test = split_by_question(es, 0.2, seed=0)
+    assert len(set(train) | set(test)) == n and not set(train) & set(test)
+    key = {i: prompts[i].strip() for i in range(n)}
+    assert not {key[i] for i in train} & {key[i] for i in test}
+    tasks = np.array(es.tasks)
+    assert (tasks[test] == "mmlu").sum() == 10  # 20% of each task's questions
+    again = split_by_question(es, 0.2, seed=0)
+    assert again[1].tolist() == test.tolist()
+
+
+def test_job_end_to_end_on_real_routellm_data(tmp_path, shared_data, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the config's data paths are relative to the project root
+    cfg = _compose(["eval=smoke", "eval.max_prompts=200", f"output_dir={tmp_path}", "eval/router@router=selector",
+                    "eval.baselines.mf.epochs=5", "eval.ope.n_boot=200"])
+    report = run(cfg)
+    for name in ("report.json", "report.md", "cost_quality_all.png", "cost_quality_gsm8k.png",
+                 "cost_quality_mmlu.png", "call_shares.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    on_disk = json.loads((tmp_path / "report.json").read_text())
+    assert on_disk["slices"]["all"]["n"] == report["data"]["test"] > 0
+    sl = report["slices"]["all"]
+    routers = sl["routers"]
+    assert set(routers) == {"always_weak", "always_strong", "random", "knn", "mf", "selector", "oracle"}
+    # fixed baselines equal the slice's reference candidates; shares sum to one
+    assert routers["always_strong"]["quality"] == pytest.approx(sl["strong"]["quality"])
+    assert routers["always_weak"]["quality"] == pytest.approx(sl["weak"]["quality"])
+    strong = report["data"]["strong"]
+    for name, r in routers.items():
+        assert sum(r["shares"].values()) == pytest.approx(1.0), name
+        assert r["quality"] <= routers["oracle"]["quality"] + 1e-12, name
+    assert routers["always_strong"]["shares"][strong] == 1.0
+    # threshold routers carry a full sweep from 0% to 100% strong calls and the curve metrics
+    for name in ("random", "knn", "mf"):
+        c = routers[name]["curve"]
+        assert c["strong_share"][0] == 0.0 and c["strong_share"][-1] == 1.0, name
+        assert np.isfinite(routers[name]["apgr"]) and 0.0 <= routers[name]["aiq"] <= 1.0, name
+    # the operating point of a threshold router is calibrated to 50% strong calls (up to ties)
+    assert routers["mf"]["shares"][strong] == pytest.approx(0.5, abs=0.1)
+    # per-task slices partition the test split
+    assert sum(report["slices"][t]["n"] for t in ("gsm8k", "mmlu")) == sl["n"]
+    ope = report["ope"]
+    assert set(ope["routers"]) == set(routers) - {"always_weak"}
+    assert ope["routers"]["always_strong"]["true"] == pytest.approx(sl["strong"]["quality"])
+    md = (tmp_path / "report.md").read_text()
+    assert "| router | quality |" in md and "APGR" in md and "selector" in md and "Off-policy" in md
