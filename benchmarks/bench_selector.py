@@ -1,0 +1,235 @@
+"""Benchmarks of the online selector (issue 4). Writes JSON + PNG to benchmarks/results/.
+
+Parts (``--parts regret,decisions,latency``, all by default):
+
+- ``regret``: cumulative regret on a replay of the real logged outcomes (../shared/data/routellm, 13,074
+  queries, GPT-4 vs Mixtral) of Thompson sampling, epsilon-greedy, contextual linear Thompson sampling
+  (MiniLM query embeddings), plus the oracle (0 by definition), the best fixed candidate in hindsight
+  and random, averaged over ``--seeds`` shuffles. Regret is against the per-query oracle; the reward is
+  Router-R1's with a correct format, R = (1 - alpha) correct + alpha (1 - normalised cost), reported for
+  each ``--alphas`` (0 = plain correctness; 0.3 = the issue's default cost_reward_alpha). The bandits run
+  with cost_awareness off, since the reward already prices cost. The contextual policy sees the MiniLM
+  embedding of each query's first 48 tokens (the CPU budget of a 2-core machine: 13k full prompts take
+  ~25 CPU-minutes); embeddings are cached under outputs/cache/.
+- ``decisions``: decisions/s of ``Selector.select`` in-process and inside the selector's Ray actor.
+- ``latency``: ``POST /route`` p50 / p99 under an open-loop 200 req/s load (bounded concurrency) from a
+  loopback httpx client against the Serve app on a local Ray cluster.
+
+    .venv/bin/python benchmarks/bench_selector.py [--parts regret] [--seeds 3] [--alphas 0,0.1,0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+RESULTS = ROOT / "benchmarks" / "results"
+CACHE = ROOT / "outputs" / "cache"
+
+
+def embeddings_for(prompts: list[str], max_length: int = 48) -> np.ndarray:
+    """MiniLM embeddings of the logged prompts, cached under outputs/cache (keyed by the prompts)."""
+    h = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:12]
+    path = CACHE / f"routellm_minilm_{h}_{max_length}.npy"
+    if path.exists():
+        return np.load(path)
+    from rlrouter.selector.embedding import MiniLMEncoder
+
+    t0 = time.time()
+    e = MiniLMEncoder(max_length=max_length, batch_size=64).encode(prompts)
+    print(f"embedded {len(prompts)} prompts in {time.time() - t0:.0f}s", flush=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.save(path, e)
+    return e
+
+
+def bench_regret(args: argparse.Namespace) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlrouter.data.logged import load_routellm
+    from rlrouter.selector.config import SelectorConfig
+    from rlrouter.selector.replay import router_r1_rewards, simulate
+
+    table = load_routellm(args.data)
+    emb = embeddings_for(table.prompts)
+    # prices: conf/pool/routellm_replay.yaml (mean of input and output USD per 1M tokens)
+    costs = {"gpt-4-1106-preview": 20.0, "mistralai/Mixtral-8x7B-Instruct-v0.1": 0.6}
+    cfg = SelectorConfig(cost_awareness=False)
+    out: dict = {"n_queries": len(table), "models": table.models, "accuracy": table.accuracy(),
+                 "seeds": args.seeds, "reward": "(1 - alpha) * correct + alpha * (1 - normalised cost)",
+                 "selector": {k: v for k, v in cfg.to_dict().items() if k != "costs"}, "alphas": {}}
+    policies = ["thompson", "epsilon_greedy", "contextual", "best_fixed", "random", "oracle"]
+    fig, axes = plt.subplots(1, len(args.alphas), figsize=(6 * len(args.alphas), 4.5), squeeze=False)
+    for ax, alpha in zip(axes[0], args.alphas):
+        rewards = router_r1_rewards(table.scores, table.models, costs, alpha)
+        curves: dict[str, list[np.ndarray]] = {p: [] for p in policies}
+        t0 = time.time()
+        for seed in range(args.seeds):
+            order = np.random.default_rng(seed).permutation(len(table))
+            for p in policies:
+                res = simulate(p, rewards, table.models, order, emb if p == "contextual" else None, cfg, seed=seed)
+                curves[p].append(res.cumulative_regret)
+        res_a = {}
+        for p in policies:
+            c = np.stack(curves[p])  # (seeds, T)
+            res_a[p] = {"final_regret_mean": float(c[:, -1].mean()), "final_regret_std": float(c[:, -1].std()),
+                        "per_seed": [float(x) for x in c[:, -1]]}
+            mean = c.mean(0)
+            ax.plot(np.arange(1, len(mean) + 1), mean, label=f"{p} ({mean[-1]:.0f})")
+        res_a["contextual_below_thompson"] = res_a["contextual"]["final_regret_mean"] < res_a["thompson"]["final_regret_mean"]
+        res_a["seconds"] = time.time() - t0
+        out["alphas"][str(alpha)] = res_a
+        print(f"alpha={alpha}: " + ", ".join(f"{p}={res_a[p]['final_regret_mean']:.1f}" for p in policies), flush=True)
+        ax.set_title(f"cumulative regret vs per-query oracle, alpha={alpha}")
+        ax.set_xlabel("queries (RouteLLM GPT-4 / Mixtral replay)")
+        ax.set_ylabel(f"cumulative regret (mean of {args.seeds} shuffles)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "selector_regret.png", dpi=120)
+    return out
+
+
+def bench_decisions(args: argparse.Namespace) -> dict:
+    from rlrouter.selector import SelectionRequest, Selector, SelectorConfig
+
+    out = {}
+    cands = ["gpt-4-1106-preview", "mixtral-8x7b-instruct"]
+    for name, kw in (("thompson", {}), ("epsilon_greedy", {"use_thompson_sampling": False})):
+        s = Selector(SelectorConfig(seed=0, costs={cands[0]: 20.0, cands[1]: 0.6}, **kw), cands)
+        req = SelectionRequest(candidates=cands, user_id="u", session_id="s")
+        n = args.decisions
+        t0 = time.perf_counter()
+        for _ in range(n):
+            s.select(req)
+        out[f"in_process_{name}_per_s"] = n / (time.perf_counter() - t0)
+    # inside the selector's Ray actor (the deployment class, run as a plain actor)
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    import importlib
+
+    app_mod = importlib.import_module("serve.app")
+    actor_cls = ray.remote(app_mod.SelectorDeployment.func_or_class)
+    actor = actor_cls.remote({"seed": 0, "costs": {cands[0]: 20.0, cands[1]: 0.6}}, cands)
+    ray.get(actor.bench.remote(1000, cands))  # warm-up
+    out["in_actor_thompson_per_s"] = ray.get(actor.bench.remote(args.decisions, cands))
+    out["target_per_s"] = 20_000
+    ray.kill(actor)
+    print(json.dumps(out, indent=1), flush=True)
+    return out
+
+
+async def _load(url: str, headers: dict, rate: float, duration: float, concurrency: int) -> tuple[list[float], int, float]:
+    import httpx
+
+    lat: list[float] = []
+    errors = 0
+    sem = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=10) as client:
+        async def one(i: int) -> None:
+            nonlocal errors
+            async with sem:
+                t0 = time.perf_counter()
+                try:
+                    r = await client.post(url, json={"query": f"load test query {i}", "user_id": "bench"}, headers=headers)
+                    if r.status_code != 200:
+                        errors += 1
+                except Exception:  # noqa: BLE001
+                    errors += 1
+                lat.append(time.perf_counter() - t0)
+
+        tasks = []
+        start = time.perf_counter()
+        n = int(rate * duration)
+        for i in range(n):
+            # open loop: requests leave on schedule whether or not earlier ones returned
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i)))
+        await asyncio.gather(*tasks)
+        achieved = n / (time.perf_counter() - start)
+    return lat, errors, achieved
+
+
+def bench_latency(args: argparse.Namespace) -> dict:
+    import importlib
+
+    import ray
+    import yaml
+    from ray import serve
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    app_mod = importlib.import_module("serve.app")
+    state = ROOT / "outputs" / "bench" / "selector_state.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    for p in (state, Path(str(state) + ".wal")):
+        p.unlink(missing_ok=True)
+    pool = yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text())
+    serve.run(app_mod.build_app({"pool": pool, "selector": {"storage_path": str(state)},
+                                 "serving": {"api_keys": [{"key": "k-bench", "user_id": "bench"}]}}),
+              name="bench", route_prefix="/")
+    url = f"http://127.0.0.1:{port}/route"
+    headers = {"Authorization": "Bearer k-bench"}
+    asyncio.run(_load(url, headers, 50, 2, 16))  # warm-up
+    lat, errors, achieved = asyncio.run(_load(url, headers, args.rate, args.duration, args.concurrency))
+    serve.delete("bench")
+    serve.shutdown()
+    ms = np.array(lat) * 1000
+    out = {"target_rate_per_s": args.rate, "achieved_rate_per_s": achieved, "duration_s": args.duration,
+           "max_concurrency": args.concurrency, "requests": len(lat), "errors": errors,
+           "p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
+           "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
+           "targets_ms": {"p50": 5, "p99": 20}}
+    print(json.dumps(out, indent=1), flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default="regret,decisions,latency")
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "routellm"))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--alphas", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 0.1, 0.3])
+    ap.add_argument("--decisions", type=int, default=100_000)
+    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--concurrency", type=int, default=64)
+    args = ap.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out_path = RESULTS / "selector.json"
+    results = json.loads(out_path.read_text()) if out_path.exists() else {}
+    results["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    for part in args.parts.split(","):
+        fn = {"regret": bench_regret, "decisions": bench_decisions, "latency": bench_latency}[part]
+        results[part] = fn(args)
+        results[part]["measured_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        out_path.write_text(json.dumps(results, indent=1))
+    print(f"wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Aggregating the answers of several candidates (multi-round aggregation and arena mode).
+
+Two strategies, as Router-R1's aggregation and VSR's ``AggregateResponses``:
+
+- ``confidence``: the answer of the highest-scored candidate that answered (VSR's default).
+- ``vote``: answers are reduced to a short *key* (the number after ``####``, a boxed answer, an option
+  letter, or the last number; else the normalised text) and the key with the largest summed score
+  wins; its best-scored answer is returned. Ties go to the higher total, then to the higher score.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+STRATEGIES = ("confidence", "vote")
+
+_HASH = re.compile(r"####\s*([-+]?[\d,]*\.?\d+)")
+_BOXED = re.compile(r"\\boxed\{([^}]*)\}")
+_LETTER = re.compile(r"(?:answer(?: is)?|^)\s*[:(]?\s*([ABCD])[).:]?\s*(?:$|\n)", re.IGNORECASE | re.MULTILINE)
+_NUMBER = re.compile(r"[-+]?\d[\d,]*\.?\d*")
+
+
+def answer_key(text: str) -> str:
+    """A short comparable key of an answer (see module docstring)."""
+    for pat in (_HASH, _BOXED):
+        m = pat.search(text)
+        if m:
+            return m.group(1).replace(",", "").strip().lower()
+    m = _LETTER.search(text.strip())
+    if m:
+        return m.group(1).upper()
+    nums = _NUMBER.findall(text)
+    if nums:
+        return nums[-1].replace(",", "").rstrip(".")
+    return " ".join(text.lower().split())[:200]
+
+
+@dataclass
+class Aggregate:
+    model: str
+    text: str
+    strategy: str
+    votes: dict[str, float] = field(default_factory=dict)
+
+
+def aggregate(responses: Mapping[str, str], scores: Mapping[str, float], strategy: str = "vote") -> Aggregate:
+    """Pick one answer among ``responses`` (model -> text of the candidates that answered)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy: expected one of {STRATEGIES}, got {strategy!r}")
+    if not responses:
+        raise ValueError("responses: no candidate answered")
+    models = sorted(responses, key=lambda m: scores.get(m, 0.0), reverse=True)
+    if strategy == "confidence":
+        best = models[0]
+        return Aggregate(best, responses[best], strategy)
+    totals: dict[str, float] = {}
+    for m in models:
+        k = answer_key(responses[m])
+        # a vote weighs at least a little, so zero-scored candidates still count
+        totals[k] = totals.get(k, 0.0) + max(scores.get(m, 0.0), 1e-6)
+    best_key = max(totals, key=totals.__getitem__)
+    best = next(m for m in models if answer_key(responses[m]) == best_key)
+    return Aggregate(best, responses[best], strategy, votes=totals)

@@ -1,0 +1,179 @@
+"""The online selector's configuration: the vLLM Semantic Router ``rl_driven`` fields and defaults.
+
+Every field of VSR's ``RLDrivenConfig`` that issue 4 names exists here with the issue's default
+(``session_context_weight`` is 0.5 as the issue asks; VSR ships 0.3). A few fields go beyond VSR and
+say so: the contextual linear Thompson sampler (``use_contextual`` and its priors), the Router-R1
+HTTP timeout, the category blend and the bound on pending decisions. Validation names the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+class SelectorConfigError(ValueError):
+    """A selector config field is invalid; ``field`` names it."""
+
+    def __init__(self, field_path: str, message: str):
+        self.field = field_path
+        super().__init__(f"selector config field '{field_path}': {message}")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any, field_path: str) -> float:
+    """Seconds from a number or a Go-style duration string ("30s", "500ms", "2m")."""
+    if isinstance(value, bool):
+        raise SelectorConfigError(field_path, f"expected seconds or a duration like '30s', got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise SelectorConfigError(field_path, f"expected seconds or a duration like '30s', got {value!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise SelectorConfigError(field_path, f"must be >= 0 seconds, got {value!r}")
+    return seconds
+
+
+@dataclass
+class SelectorConfig:
+    """Knobs of the rl_driven selector. Defaults are issue 4's (= VSR's, except where noted)."""
+
+    # --- exploration (VSR) ---
+    use_thompson_sampling: bool = True
+    """Thompson sampling on Beta posteriors; when false, epsilon-greedy on posterior means."""
+    exploration_rate: float = 0.3
+    """Initial epsilon of epsilon-greedy."""
+    exploration_decay: float = 0.99
+    """epsilon = max(min_exploration, exploration_rate * exploration_decay ** (selections / 100))."""
+    min_exploration: float = 0.05
+    """Floor of epsilon, so a drifting candidate is still re-tried."""
+
+    # --- personalization and session (VSR) ---
+    enable_personalization: bool = True
+    """Keep per-user posteriors and blend them with the global one."""
+    personalization_blend: float = 0.7
+    """b in alpha = (1 - b) alpha_global + b alpha_user (same for beta)."""
+    category_blend: float = 0.3
+    """Blend weight of the category (query intent) scope, applied after the user blend (VSR uses 0.3)."""
+    session_context_weight: float = 0.5
+    """w in score = (1 - w) score + w * session win rate (issue 4: 0.5; VSR ships 0.3)."""
+
+    # --- feedback (VSR) ---
+    implicit_feedback_weight: float = 0.5
+    """An implicit (follow-up text) label updates the posterior with weight w * classifier confidence."""
+    cost_awareness: bool = True
+    """Multiply scores by 1 + (1 - normalised cost) * cost_weight; explore cheaper candidates first."""
+    cost_weight: float = 0.2
+
+    # --- persistence (VSR) ---
+    storage_path: str | None = None
+    """Snapshot file of the exact posteriors; a write-ahead log sits next to it (<path>.wal)."""
+    auto_save_interval: float = 30.0
+    """Seconds between snapshots (a number or a duration string such as "30s")."""
+
+    # --- Router-R1 rewards (VSR, arXiv:2506.09033) ---
+    use_router_r1_rewards: bool = True
+    """Feedback may carry a Router-R1 reward (or its inputs); it updates the posterior fractionally."""
+    cost_reward_alpha: float = 0.3
+    """R = R_format + (1 - alpha) R_outcome + alpha R_cost."""
+    format_reward_penalty: float = -1.0
+    """R_format of a badly formatted trajectory (the other terms are then dropped)."""
+
+    # --- LLM routing through a Router-R1 server (VSR) ---
+    enable_llm_routing: bool = False
+    """Ask a Router-R1 server (POST {url}/route) first; fall back on timeout or any error."""
+    router_r1_server_url: str | None = None
+    """Base URL of a server speaking the Router-R1 protocol, e.g. http://host:8000/router_r1."""
+    llm_routing_timeout_s: float = 5.0
+    """Beyond VSR (which uses its HTTP client's 30 s): the whole LLM-routing call's deadline."""
+    llm_routing_fallback: str = "thompson"
+    """"thompson": fall back to the bandit; "error": fail the request (HTTP 503)."""
+
+    # --- multi-round aggregation and arena (VSR) ---
+    enable_multi_round_aggregation: bool = False
+    """Route to the top-k candidates by Thompson draw, call them in parallel, aggregate."""
+    max_aggregation_rounds: int = 3
+    """k of multi-round aggregation (capped by the number of candidates)."""
+
+    # --- contextual (beyond VSR) ---
+    use_contextual: bool = False
+    """Linear Thompson sampling on the query's MiniLM embedding, one Bayesian linear model per candidate."""
+    contextual_prior: float = 1.0
+    """lambda of the ridge prior A = lambda I."""
+    contextual_noise: float = 0.25
+    """v: the posterior draw is x.mu + v sqrt(x' A^-1 x) z (Agrawal & Goyal 2013, scaled down)."""
+
+    # --- bookkeeping (beyond VSR) ---
+    max_pending_decisions: int = 10_000
+    """Decisions kept for later /feedback; the oldest are forgotten first."""
+    seed: int | None = None
+    """Seed of the sampling RNG (tests and benchmarks); None draws from the OS."""
+    costs: dict[str, float] = field(default_factory=dict)
+    """Candidate -> price (USD per 1M tokens) used by cost awareness."""
+
+    def __post_init__(self) -> None:
+        for f in ("use_thompson_sampling", "enable_personalization", "cost_awareness", "use_router_r1_rewards",
+                  "enable_llm_routing", "enable_multi_round_aggregation", "use_contextual"):
+            if not isinstance(getattr(self, f), bool):
+                raise SelectorConfigError(f, f"expected true/false, got {getattr(self, f)!r}")
+        for f in ("exploration_rate", "exploration_decay", "min_exploration", "personalization_blend",
+                  "category_blend", "session_context_weight", "implicit_feedback_weight", "cost_reward_alpha"):
+            self._check_number(f, 0.0, 1.0)
+        self._check_number("cost_weight", 0.0, math.inf)
+        self._check_number("format_reward_penalty", -math.inf, 0.0)
+        self._check_number("contextual_prior", 1e-9, math.inf)
+        self._check_number("contextual_noise", 0.0, math.inf)
+        self._check_number("llm_routing_timeout_s", 1e-3, math.inf)
+        self.auto_save_interval = parse_duration(self.auto_save_interval, "auto_save_interval")
+        if self.llm_routing_fallback not in ("thompson", "error"):
+            raise SelectorConfigError("llm_routing_fallback",
+                                      f"expected 'thompson' or 'error', got {self.llm_routing_fallback!r}")
+        if self.enable_llm_routing and not self.router_r1_server_url:
+            raise SelectorConfigError("router_r1_server_url", "required when enable_llm_routing is true")
+        if self.router_r1_server_url is not None and not (
+                isinstance(self.router_r1_server_url, str)
+                and self.router_r1_server_url.startswith(("http://", "https://"))):
+            raise SelectorConfigError("router_r1_server_url",
+                                      f"expected an http(s) URL, got {self.router_r1_server_url!r}")
+        for f in ("max_aggregation_rounds", "max_pending_decisions"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SelectorConfigError(f, f"expected an integer >= 1, got {v!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise SelectorConfigError("seed", f"expected an integer or null, got {self.seed!r}")
+        if self.storage_path is not None and (not isinstance(self.storage_path, str) or not self.storage_path):
+            raise SelectorConfigError("storage_path", f"expected a file path or null, got {self.storage_path!r}")
+        if not isinstance(self.costs, dict):
+            raise SelectorConfigError("costs", f"expected a mapping candidate -> price, got {self.costs!r}")
+        for name, price in self.costs.items():
+            if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0 or not math.isfinite(price):
+                raise SelectorConfigError(f"costs.{name}", f"expected a price >= 0, got {price!r}")
+        self.costs = {str(k): float(v) for k, v in self.costs.items()}
+
+    def _check_number(self, f: str, lo: float, hi: float) -> None:
+        v = getattr(self, f)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            raise SelectorConfigError(f, f"expected a number, got {v!r}")
+        if not lo <= v <= hi:
+            raise SelectorConfigError(f, f"must be in [{lo}, {hi}], got {v}")
+        setattr(self, f, float(v))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SelectorConfig:
+        """Build from a plain mapping (Hydra / YAML); an unknown key is an error naming it."""
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        for key in d:
+            if key not in known:
+                raise SelectorConfigError(key, f"unknown field; known fields: {sorted(known)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,237 @@
+"""The FastAPI application of the HTTP API (issue 4), independent of Ray Serve.
+
+``create_app()`` declares every endpoint, its request/response schema (so ``/openapi.json``
+documents the API), auth, the body-size cap and the error shape. Each endpoint delegates to the
+:class:`~rlrouter.serving.service.RouterService` installed with :func:`install` (the Serve ingress
+replica installs its own in its process; tests install one around a local selector).
+
+Errors are always ``{"error": {"message", "type", "field", "code"}}``: 401 without a valid key,
+403 when a key acts for another user, 404 for an unknown request_id or model, 409 for a second
+feedback, 413 for a body over ``max_body_bytes``, 422 (or 400 for unparsable JSON) naming the field,
+502/503 when a candidate or the Router-R1 server fails. Bad input never yields a 5xx.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+
+from rlrouter.serving.auth import ApiKeyAuth, AuthError, Principal
+from rlrouter.serving.schemas import (
+    ChatCompletionRequest,
+    ErrorResponse,
+    FeedbackRequest,
+    FeedbackResponse,
+    Health,
+    ModelList,
+    RouteRequest,
+    RouteResponse,
+    RouterR1Health,
+    RouterR1RouteRequest,
+    RouterR1RouteResponse,
+)
+from rlrouter.serving.service import ApiError, RouterService
+
+_STATE: dict[str, Any] = {"service": None, "auth": None, "max_body_bytes": 1_000_000, "protect_router_r1": True}
+
+
+def install(service: RouterService, auth: ApiKeyAuth) -> None:
+    """Make ``service`` and ``auth`` the ones this process's app uses."""
+    _STATE.update(service=service, auth=auth, max_body_bytes=service.serving.max_body_bytes,
+                  protect_router_r1=service.serving.protect_router_r1)
+
+
+def _service() -> RouterService:
+    svc = _STATE["service"]
+    if svc is None:
+        raise ApiError(503, "the router service is not initialised yet", type_="server_error")
+    return svc
+
+
+def _error(status: int, message: str, field: str | None = None, type_: str | None = None,
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    t = type_ or ("invalid_request_error" if 400 <= status < 500 else "server_error")
+    if status == 401:
+        t = "authentication_error"
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
+    elif status == 403:
+        t = "permission_error"
+    return JSONResponse({"error": {"message": message, "type": t, "field": field, "code": status}},
+                        status_code=status, headers=headers)
+
+
+def _field_path(loc: tuple | list) -> str:
+    loc = list(loc)
+    if loc and loc[0] in ("body", "query", "header", "path"):
+        loc = loc[1:]  # where the value came from, not a field
+    parts = [str(p) for p in loc]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
+    return out or "body"
+
+
+def principal(authorization: str | None = Header(default=None, description="Bearer <API key>"),
+              x_api_key: str | None = Header(default=None, description="API key (alternative header)")) -> Principal:
+    auth = _STATE["auth"]
+    if auth is None:
+        raise ApiError(503, "auth is not initialised yet")
+    return auth.authenticate(authorization, x_api_key)
+
+
+def optional_principal(authorization: str | None = Header(default=None),
+                       x_api_key: str | None = Header(default=None)) -> Principal | None:
+    if not _STATE["protect_router_r1"] and not authorization and not x_api_key:
+        return None
+    return principal(authorization, x_api_key)
+
+
+class BodySizeLimit:
+    """Pure ASGI middleware: 413 when the body is (or turns out to be) over the cap, before parsing."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        cap = _STATE["max_body_bytes"]
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > cap
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    return await _error(413, f"body: larger than the {cap}-byte limit", "body")(scope, receive, send)
+        seen = 0
+
+        class _TooBig(Exception):
+            pass
+
+        async def limited_receive() -> dict:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > cap:
+                    raise _TooBig()
+            return msg
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _TooBig:
+            await _error(413, f"body: larger than the {cap}-byte limit", "body")(scope, receive, send)
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(
+        title="rlrouter serve",
+        version="1",
+        description=("Online LLM routing: the rl_driven bandit selector (Thompson sampling, personalization, "
+                     "implicit feedback, contextual linear TS), an OpenAI-compatible proxy with model 'auto', "
+                     "and the Router-R1 server protocol of the vLLM Semantic Router. Auth: "
+                     "'Authorization: Bearer <key>'; each key is bound to one user_id."),
+        responses={401: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
+    )
+    app.add_middleware(BodySizeLimit)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, e: ApiError) -> JSONResponse:
+        return _error(e.status, e.message, e.field, e.type)
+
+    @app.exception_handler(AuthError)
+    async def _auth_error(_: Request, e: AuthError) -> JSONResponse:
+        return _error(e.status, e.message, e.field)
+
+    # an empty JSON object reaches FastAPI as "body missing": re-validate it to name the first missing field
+    body_models = {"/route": RouteRequest, "/feedback": FeedbackRequest, "/v1/chat/completions": ChatCompletionRequest,
+                   "/router_r1/route": RouterR1RouteRequest}
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, e: RequestValidationError) -> JSONResponse:
+        errs = e.errors()
+        if any(err.get("type") == "json_invalid" for err in errs):
+            return _error(400, "body: not valid JSON", "body")
+        model = body_models.get(request.url.path)
+        if model is not None and errs and tuple(errs[0].get("loc", ())) == ("body",) and e.body in ({}, None, b""):
+            try:
+                model.model_validate({})
+            except ValidationError as inner:
+                errs = inner.errors()
+        first = errs[0] if errs else {"loc": ("body",), "msg": "invalid"}
+        field = _field_path(first.get("loc", ()))
+        msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        named = re.match(r"^([A-Za-z_][\w.\[\]]*): ", msg)
+        if field == "body" and named:  # a whole-body validator names the field at the start of its message
+            field, msg = named.group(1), msg[named.end():]
+        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+        return _error(422, f"field '{field}': {msg}{more}", field)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, e: Exception) -> JSONResponse:
+        return _error(500, f"internal error: {type(e).__name__}: {e}")
+
+    @app.post("/route", response_model=RouteResponse, tags=["selector"],
+              responses={403: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
+    async def route(body: RouteRequest, who: Principal = Depends(principal)) -> RouteResponse:
+        """Pick a candidate for a query. Give ``request_id`` back to ``/feedback``."""
+        return await _service().route(body, who)
+
+    @app.post("/feedback", response_model=FeedbackResponse, tags=["selector"],
+              responses={403: {"model": ErrorResponse}, 404: {"model": ErrorResponse}, 409: {"model": ErrorResponse}})
+    async def feedback(body: FeedbackRequest, who: Principal = Depends(principal)) -> FeedbackResponse:
+        """Explicit (``outcome``), implicit (``followup_text``) or Router-R1 reward feedback on a decision.
+
+        Returns 200 only once the update is durable (write-ahead log fsynced); 404 for an unknown
+        request_id; 409 when that decision already got its feedback.
+        """
+        return await _service().feedback(body, who)
+
+    @app.post("/v1/chat/completions", tags=["openai"],
+              responses={200: {"description": "chat.completion, or text/event-stream of chunks when stream=true"},
+                         404: {"model": ErrorResponse}, 502: {"model": ErrorResponse}})
+    async def chat_completions(body: ChatCompletionRequest, request: Request,
+                               who: Principal = Depends(principal)) -> Any:
+        """OpenAI-compatible. ``model: "auto"`` routes then proxies to the chosen candidate (named in the
+        answer's ``model``); ``"arena"`` calls every candidate and aggregates; a candidate name proxies
+        directly. ``x_rlrouter.request_id`` (and header ``X-RLRouter-Request-Id``) is the id for ``/feedback``."""
+        out, headers = await _service().chat(body, who, request.headers.get("x-session-id"))
+        if isinstance(out, dict):
+            return JSONResponse(out, headers=headers)
+        return StreamingResponse(out, media_type="text/event-stream", headers=headers)
+
+    @app.get("/v1/models", response_model=ModelList, tags=["openai"])
+    async def models(who: Principal = Depends(principal)) -> ModelList:
+        """The candidates, plus ``auto`` (routed) and ``arena`` (all candidates, aggregated)."""
+        return _service().models()
+
+    @app.post("/router_r1/route", response_model=RouterR1RouteResponse, tags=["router_r1"])
+    async def router_r1_route(body: RouterR1RouteRequest,
+                              who: Principal | None = Depends(optional_principal)) -> RouterR1RouteResponse:
+        """The vLLM Semantic Router's Router-R1 server protocol. ``backend`` says whether a Router-R1
+        policy or (when none is configured) the rl_driven selector decided."""
+        return await _service().router_r1_route(body, who)
+
+    @app.get("/router_r1/health", response_model=RouterR1Health, tags=["router_r1"])
+    async def router_r1_health() -> dict[str, str]:
+        return _service().router_r1_health()
+
+    @app.get("/stats", tags=["selector"])
+    async def stats(who: Principal = Depends(principal)) -> Any:
+        """Posteriors (alpha, beta, mean, counts) per scope: global, categories, and the caller's user
+        scope (admin keys: every user)."""
+        return JSONResponse(json.loads(json.dumps(await _service().stats(who))))
+
+    @app.get("/health", response_model=Health, tags=["ops"])
+    async def health() -> Health:
+        """Liveness: the ingress answers and the selector actor responds."""
+        return await _service().health()
+
+    return app

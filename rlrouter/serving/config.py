@@ -1,0 +1,116 @@
+"""Configuration of the serving layer (the HTTP API around the selector): auth, limits, routers.
+
+Loaded from ``conf/selector/*.yaml`` (key ``serving``) or a plain mapping; every error names the
+field. API keys come from the config (``api_keys``) and/or from the environment variable named by
+``api_keys_env`` (default ``RLROUTER_API_KEYS``), formatted ``key=user_id[,key2=user2]``; a trailing
+``:admin`` marks an admin key (may act for any user_id and read every user's posteriors).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+class ServingConfigError(ValueError):
+    def __init__(self, field_path: str, message: str):
+        self.field = field_path
+        super().__init__(f"serving config field '{field_path}': {message}")
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """One API key, bound to the user whose posteriors it may write."""
+
+    key: str
+    user_id: str
+    admin: bool = False
+
+
+def parse_key_list(spec: str, where: str) -> list[ApiKey]:
+    """``key=user[,key2=user2:admin]`` -> keys."""
+    keys = []
+    for i, item in enumerate(p.strip() for p in spec.split(",")):
+        if not item:
+            continue
+        key, sep, user = item.partition("=")
+        admin = user.endswith(":admin")
+        user = user[: -len(":admin")] if admin else user
+        if not sep or not key.strip() or not user.strip():
+            raise ServingConfigError(f"{where}[{i}]", "expected 'key=user_id' (optionally ':admin')")
+        keys.append(ApiKey(key.strip(), user.strip(), admin))
+    return keys
+
+
+@dataclass
+class ServingConfig:
+    """Knobs of the HTTP API."""
+
+    api_keys: list[dict[str, Any]] = field(default_factory=list)
+    """[{key, user_id, admin?}]; more may come from the environment (api_keys_env)."""
+    api_keys_env: str = "RLROUTER_API_KEYS"
+    """Environment variable with 'key=user_id,...' (read when the app starts)."""
+    protect_router_r1: bool = True
+    """Require a key on POST /router_r1/route too (VSR's client sends none: set false behind a trusted network)."""
+    max_body_bytes: int = 1_000_000
+    """Requests with a larger body get 413 before they are parsed."""
+    max_query_chars: int = 32_000
+    """A longer query (or chat message) is a 422 naming the field."""
+    aggregation: str = "vote"
+    """How multi-round / arena answers are combined: 'vote' or 'confidence'."""
+    encoder: str = "minilm-l6"
+    """Sentence encoder of the implicit-feedback classifier and of the contextual selector."""
+    implicit_temperature: float = 0.05
+    """Softmax temperature of the implicit-feedback classifier's confidence."""
+    proxy_timeout_s: float = 120.0
+    """Deadline of one proxied chat completion."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.api_keys, list):
+            raise ServingConfigError("api_keys", "expected a list of {key, user_id, admin}")
+        for i, k in enumerate(self.api_keys):
+            if not isinstance(k, dict) or not isinstance(k.get("key"), str) or not k.get("key"):
+                raise ServingConfigError(f"api_keys[{i}].key", "expected a non-empty string")
+            if not isinstance(k.get("user_id"), str) or not k.get("user_id"):
+                raise ServingConfigError(f"api_keys[{i}].user_id", "expected a non-empty string")
+            if not isinstance(k.get("admin", False), bool):
+                raise ServingConfigError(f"api_keys[{i}].admin", "expected true/false")
+        for f in ("max_body_bytes", "max_query_chars"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ServingConfigError(f, f"expected an integer >= 1, got {v!r}")
+        if self.aggregation not in ("vote", "confidence"):
+            raise ServingConfigError("aggregation", f"expected 'vote' or 'confidence', got {self.aggregation!r}")
+        for f in ("implicit_temperature", "proxy_timeout_s"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ServingConfigError(f, f"expected a number > 0, got {v!r}")
+        if not isinstance(self.protect_router_r1, bool):
+            raise ServingConfigError("protect_router_r1", "expected true/false")
+
+    def keys(self, environ: dict[str, str] | None = None) -> list[ApiKey]:
+        """Config keys plus the environment's; a key listed twice must name the same user."""
+        env = os.environ if environ is None else environ
+        keys = [ApiKey(k["key"], k["user_id"], bool(k.get("admin", False))) for k in self.api_keys]
+        if self.api_keys_env and env.get(self.api_keys_env):
+            keys += parse_key_list(env[self.api_keys_env], self.api_keys_env)
+        seen: dict[str, ApiKey] = {}
+        for k in keys:
+            if k.key in seen and seen[k.key] != k:
+                raise ServingConfigError("api_keys", f"a key is bound to two users ({seen[k.key].user_id}, {k.user_id})")
+            seen[k.key] = k
+        return list(seen.values())
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> ServingConfig:
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        for key in d:
+            if key not in known:
+                raise ServingConfigError(key, f"unknown field; known fields: {sorted(known)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,171 @@
+"""Request and response bodies of the HTTP API (pydantic), which also make its OpenAPI schema.
+
+Field constraints live here, so a bad request is a 4xx naming the field (``rlrouter.serving.api``
+turns pydantic's errors into ``field 'x': why``) and never reaches the selector.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ID = Field(default=None, min_length=1, max_length=256, description="Opaque identifier")
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    field: str | None = None
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx has this shape (as OpenAI's API, so the ``openai`` client shows the message)."""
+
+    error: ErrorBody
+
+
+class RouteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, description="The user's query")
+    user_id: str | None = Field(default=None, min_length=1, max_length=256,
+                                description="Whose posteriors to use; defaults to the API key's user")
+    session_id: str | None = Field(default=None, min_length=1, max_length=256,
+                                   description="Conversation id, for the session win rate")
+    candidates: list[str] | None = Field(default=None, min_length=1, max_length=64,
+                                         description="Restrict the choice to these candidates")
+    category: str | None = Field(default=None, min_length=1, max_length=128,
+                                 description="Intent/category of the query, when known (category scope)")
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+
+class RouteResponse(BaseModel):
+    model: str = Field(description="The chosen candidate")
+    request_id: str = Field(description="Give it back to POST /feedback")
+    mode: str = Field(description="thompson | epsilon_greedy | contextual | llm_routing | multi_round | arena")
+    scores: dict[str, float] = Field(description="Per-candidate score that decided (a posterior draw or mean)")
+    models: list[str] = Field(default_factory=list, description="Every model to call (multi-round)")
+    fallback_reason: str | None = Field(default=None, description="Why LLM routing fell back, if it did")
+
+
+class RouterR1Feedback(BaseModel):
+    """Inputs of the Router-R1 reward (arXiv:2506.09033): the policy's trajectory and the gold answers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    completion: str = Field(min_length=1, description="The trajectory (<think>/<search>/<answer> text)")
+    ground_truth: list[str] = Field(min_length=1, description="Gold answers")
+    route_costs: float | None = Field(default=None, ge=0, description="USD spent by the routes (needed when alpha > 0)")
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str = Field(min_length=1, max_length=256)
+    outcome: Literal["win", "loss", "tie"] | None = Field(default=None, description="Explicit feedback")
+    followup_text: str | None = Field(default=None, min_length=1, max_length=32_000,
+                                      description="The user's next message: classified into implicit feedback")
+    reward: float | None = Field(default=None, ge=-10, le=10,
+                                 description="A precomputed Router-R1 reward (clipped to [0, 1] as a fractional win)")
+    router_r1: RouterR1Feedback | None = Field(default=None, description="Compute the Router-R1 reward here")
+    winner: str | None = Field(default=None, min_length=1, description="Multi-round / arena: the best model")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> FeedbackRequest:
+        given = [n for n in ("outcome", "followup_text", "reward", "router_r1") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of outcome, followup_text, reward, router_r1 (got {given or 'none'})")
+        return self
+
+
+class PosteriorDelta(BaseModel):
+    model: str
+    d_alpha: float
+    d_beta: float
+
+
+class FeedbackResponse(BaseModel):
+    request_id: str
+    kind: str = Field(description="outcome | implicit | reward")
+    durable: bool = Field(description="True: the update is on disk (write-ahead log fsynced) before this reply")
+    applied: list[PosteriorDelta]
+    label: str | None = Field(default=None, description="Implicit feedback: the classifier's label")
+    confidence: float | None = None
+    reward: float | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatCompletionRequest(BaseModel):
+    """The OpenAI chat-completions request; unknown sampling fields pass through to the candidate."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, description='"auto" routes; "arena" calls every candidate; or a candidate name')
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    user: str | None = Field(default=None, max_length=256, description="OpenAI's end-user id = our user_id")
+    session_id: str | None = Field(default=None, min_length=1, max_length=256)
+    category: str | None = Field(default=None, min_length=1, max_length=128)
+    max_tokens: int | None = Field(default=None, ge=1, le=131072)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+
+    @model_validator(mode="after")
+    def _has_user_message(self) -> ChatCompletionRequest:
+        if not any(m.role == "user" for m in self.messages):
+            raise ValueError("messages: need at least one message with role 'user'")
+        return self
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: str = "model"
+    created: int = 0
+    owned_by: str = "rlrouter"
+    price_in: float | None = None
+    price_out: float | None = None
+
+
+class ModelList(BaseModel):
+    object: str = "list"
+    data: list[ModelCard]
+
+
+class RouterR1RouteRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    query: str = Field(min_length=1)
+
+
+class RouterR1RouteResponse(BaseModel):
+    """VSR's Router-R1 server protocol, plus what decided (``backend``) and a request_id for feedback."""
+
+    selected_model: str
+    thinking: str
+    full_response: str
+    backend: str = Field(description="'router_r1_policy' or 'selector' (no policy configured)")
+    request_id: str | None = None
+
+
+class RouterR1Health(BaseModel):
+    status: str
+    model: str
+
+
+class Health(BaseModel):
+    status: str
+    candidates: int
+    selector: str

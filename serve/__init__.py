@@ -1,0 +1,1 @@
+"""Ray Serve wiring of rlrouter (thin deployments); see serve/app.py and serve/config.yaml."""

@@ -1,0 +1,150 @@
+"""End to end: the Serve app on the local Ray cluster, driven over real HTTP with the official ``openai``
+client and with httpx; the selector actor is killed (kill, no graceful save) and the whole app is
+deleted and redeployed, and the posteriors must survive both.
+
+The pool is the replay of the real logged outcomes (conf/pool/routellm_replay.yaml); the implicit
+feedback classifier is the real MiniLM one.
+"""
+
+import asyncio
+import importlib
+import socket
+import time
+
+import httpx
+import pytest
+import yaml
+
+from tests.helpers import CONF_DIR
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+APP = "rlrouter-e2e"
+KEYS = [{"key": "k-alice", "user_id": "alice"}, {"key": "k-ops", "user_id": "ops", "admin": True}]
+ALICE = {"Authorization": "Bearer k-alice"}
+OPS = {"Authorization": "Bearer k-ops"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(base: str, timeout: float = 120.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            r = httpx.get(f"{base}/health", timeout=5)
+            if r.status_code == 200 and r.json()["selector"] == "ok":
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{base}/health never became ok")
+
+
+def _posteriors(base: str) -> dict:
+    s = httpx.get(f"{base}/stats", headers=OPS, timeout=30).json()
+    return {"global": s["global"], "users": s["users"], "categories": s["categories"]}
+
+
+@pytest.fixture(scope="module")
+def serve_app(ray_cluster, shared_data, tmp_path_factory):
+    from ray import serve
+
+    app_mod = importlib.import_module("serve.app")  # the repo's serve/ package, not ray.serve
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    from ray.serve.context import _get_global_client
+
+    port = _get_global_client().http_config.port  # an already-running Serve keeps its port
+    state = tmp_path_factory.mktemp("selector") / "state.json"
+    args = {"pool": yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text()),
+            "selector": {"storage_path": str(state), "seed": 0, "auto_save_interval": "1s"},
+            "serving": {"api_keys": KEYS, "protect_router_r1": False}}
+
+    def deploy():
+        serve.run(app_mod.build_app(args), name=APP, route_prefix="/", blocking=False)
+        _wait_healthy(f"http://127.0.0.1:{port}")
+
+    deploy()
+    yield f"http://127.0.0.1:{port}", deploy, state
+    serve.delete(APP)
+
+
+def test_http_api_openai_client_and_restart(serve_app, shared_data):
+    import openai
+    import ray
+
+    from rlrouter.serving.router_r1_client import HTTPRouterR1Client
+
+    base, deploy, state = serve_app
+    table_prompt = next(line for line in (shared_data / "routellm" / "gsm8k" / "test.jsonl").read_text().splitlines())
+    assert table_prompt  # the shared data is there
+    from rlrouter.data.logged import load_routellm
+
+    gsm = load_routellm(shared_data / "routellm" / "gsm8k" / "gsm8k_responses.csv")
+    prompt = gsm.prompts[0]
+
+    # --- plain HTTP: auth, route, feedback, errors
+    assert httpx.post(f"{base}/route", json={"query": "hi"}).status_code == 401
+    r = httpx.post(f"{base}/route", json={"query": prompt, "category": "math", "session_id": "s"}, headers=ALICE)
+    assert r.status_code == 200, r.text
+    routed = r.json()
+    r = httpx.post(f"{base}/feedback", json={"request_id": routed["request_id"], "outcome": "win"}, headers=ALICE)
+    assert r.status_code == 200 and r.json()["durable"] is True
+    assert httpx.post(f"{base}/feedback", json={"request_id": "nope", "outcome": "win"}, headers=ALICE).status_code == 404
+    r = httpx.post(f"{base}/route", json={"query": ""}, headers=ALICE)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "query"
+
+    # --- the official openai client, model "auto", plain and streaming
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="k-alice", max_retries=0, timeout=60)
+    models = {m.id for m in client.models.list().data}
+    assert {"auto", "gpt-4-1106-preview", "mixtral-8x7b-instruct"} <= models
+    resp = client.chat.completions.create(model="auto", messages=[{"role": "user", "content": prompt}])
+    assert resp.model in ("gpt-4-1106-preview", "mixtral-8x7b-instruct")
+    logged = gsm.responses["gpt-4-1106-preview" if resp.model.startswith("gpt") else
+                           "mistralai/Mixtral-8x7B-Instruct-v0.1"][0]
+    assert resp.choices[0].message.content == logged  # the chosen candidate's (logged) answer, proxied
+    rid = resp.model_extra["x_rlrouter"]["request_id"]
+    chunks = list(client.chat.completions.create(model="auto", stream=True,
+                                                 messages=[{"role": "user", "content": prompt}]))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{base}/v1", api_key="wrong", max_retries=0).models.list()
+
+    # --- implicit feedback through the real MiniLM classifier
+    r = httpx.post(f"{base}/feedback", json={"request_id": rid, "followup_text": "Perfect, thank you so much!"},
+                   headers=ALICE, timeout=180)
+    assert r.status_code == 200, r.text
+    assert r.json()["label"] == "satisfied" and r.json()["applied"][0]["d_alpha"] > 0
+
+    # --- the Router-R1 protocol, through the real client
+    ans = asyncio.run(HTTPRouterR1Client(f"{base}/router_r1", timeout_s=30).route("What is 12 * 12?"))
+    assert ans.selected_model in models and "rl_driven selector" in ans.thinking
+
+    before = _posteriors(base)
+    assert before["users"]["alice"] and before["categories"]["math"]
+
+    # --- kill -9 of the selector actor (no graceful save): Serve restarts it from snapshot + log
+    actors = [a for a in ray.util.list_named_actors(all_namespaces=True) if "SelectorDeployment" in a["name"]]
+    assert len(actors) == 1
+    ray.kill(ray.get_actor(actors[0]["name"], namespace=actors[0]["namespace"]), no_restart=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if _posteriors(base) == before:
+                break
+        except (httpx.HTTPError, KeyError, ValueError):
+            pass
+        time.sleep(1)
+    assert _posteriors(base) == before
+
+    # --- shut the app down, deploy it again: the posteriors are the same, exactly
+    from ray import serve
+
+    serve.delete(APP)
+    assert state.exists()
+    deploy()
+    assert _posteriors(base) == before

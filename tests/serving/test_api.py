@@ -1,0 +1,265 @@
+"""The HTTP API in-process (FastAPI TestClient) around a real selector and a replay pool on the logged data.
+
+Everything is real except the implicit-feedback classifier, which is a fixed stub here (the MiniLM
+classifier is tested in tests/selector/test_implicit.py and end to end in tests/serve/).
+"""
+
+import asyncio
+import json
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from rlrouter.pool.pool import CandidatePool
+from rlrouter.selector import Selector, SelectorConfig
+from rlrouter.selector.implicit import ImplicitLabel
+from rlrouter.serving.api import create_app, install
+from rlrouter.serving.auth import ApiKeyAuth
+from rlrouter.serving.config import ServingConfig
+from rlrouter.serving.router_r1_client import RouterR1Answer, RouterR1Unavailable
+from rlrouter.serving.service import LocalSelectorClient, RouterService
+from tests.helpers import CONF_DIR
+
+ALICE = {"Authorization": "Bearer k-alice"}
+BOB = {"Authorization": "Bearer k-bob"}
+ADMIN = {"X-API-Key": "k-admin"}
+GPT4, MIXTRAL = "gpt-4-1106-preview", "mixtral-8x7b-instruct"
+
+
+class StubClassifier:
+    def __init__(self, label="satisfied", confidence=0.8):
+        self.result = ImplicitLabel(label, confidence, {})
+
+    def classify(self, text):
+        return self.result
+
+
+class StubRouterR1:
+    """Plays a Router-R1 server: answers, fails, or is too slow."""
+
+    name = "stub-router-r1"
+
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+
+    async def route(self, query):
+        if self.behaviour == "fail":
+            raise RouterR1Unavailable("HTTP 500")
+        if self.behaviour == "slow":
+            await asyncio.sleep(5)
+        return RouterR1Answer("mixtral", "<think>cheap is enough</think>", "<answer>mixtral</answer>")
+
+
+@pytest.fixture(scope="module")
+def pool(shared_data):
+    return CandidatePool.from_config(yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text()))
+
+
+@pytest.fixture(scope="module")
+def gsm8k_prompt(pool):
+    table = pool.backend(GPT4).table
+    i = table.source.index("gsm8k")
+    return table.prompts[i], table.responses[GPT4][i]
+
+
+def make_client(tmp_path, pool, **selector_kw):
+    selector_kw.setdefault("seed", 0)
+    cfg = SelectorConfig(storage_path=str(tmp_path / "state.json"), costs={GPT4: 20.0, MIXTRAL: 0.6}, **selector_kw)
+    selector = Selector(cfg, pool.names)
+    selector.load()
+    serving = ServingConfig(api_keys=[{"key": "k-alice", "user_id": "alice"}, {"key": "k-bob", "user_id": "bob"},
+                                      {"key": "k-admin", "user_id": "ops", "admin": True}], max_body_bytes=20_000)
+    svc = RouterService(LocalSelectorClient(selector), cfg, serving, pool.names, pool=pool,
+                        classifier=StubClassifier())
+    install(svc, ApiKeyAuth(serving.keys({})))
+    return TestClient(create_app()), selector, svc
+
+
+@pytest.fixture
+def env(tmp_path, pool):
+    return make_client(tmp_path, pool)
+
+
+def err(resp):
+    return resp.json()["error"]
+
+
+def test_auth(env):
+    client, _, _ = env
+    r = client.post("/route", json={"query": "hi"})
+    assert r.status_code == 401 and "API key" in err(r)["message"]
+    assert client.post("/route", json={"query": "hi"}, headers={"Authorization": "Bearer nope"}).status_code == 401
+    r = client.post("/route", json={"query": "hi", "user_id": "bob"}, headers=ALICE)
+    assert r.status_code == 403 and err(r)["field"] == "user_id"
+    assert client.post("/route", json={"query": "hi", "user_id": "bob"}, headers=ADMIN).status_code == 200
+    assert client.get("/health").status_code == 200  # liveness needs no key
+    assert client.get("/stats").status_code == 401
+
+
+def test_route_feedback_stats(env):
+    client, selector, _ = env
+    r = client.post("/route", json={"query": "What is 2+2?", "session_id": "s1", "category": "math"}, headers=ALICE)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"] in (GPT4, MIXTRAL) and body["mode"] == "thompson"
+    assert set(body["scores"]) == {GPT4, MIXTRAL}
+    rid = body["request_id"]
+    r = client.post("/feedback", json={"request_id": rid, "outcome": "tie"}, headers=BOB)
+    assert r.status_code == 403 and err(r)["field"] == "request_id"  # bob may not write alice's posteriors
+    r = client.post("/feedback", json={"request_id": rid, "outcome": "tie"}, headers=ALICE)
+    assert r.status_code == 200 and r.json()["durable"] is True
+    assert r.json()["applied"] == [{"model": body["model"], "d_alpha": 0.5, "d_beta": 0.5}]
+    assert client.post("/feedback", json={"request_id": rid, "outcome": "win"}, headers=ALICE).status_code == 409
+    r = client.post("/feedback", json={"request_id": "does-not-exist", "outcome": "win"}, headers=ALICE)
+    assert r.status_code == 404 and err(r)["field"] == "request_id"
+    stats = client.get("/stats", headers=ALICE).json()
+    assert stats["global"][body["model"]]["alpha"] == 1.5
+    assert stats["users"]["alice"][body["model"]]["beta"] == 1.5
+    assert stats["categories"]["math"][body["model"]]["alpha"] == 1.5
+    assert client.get("/stats", headers=BOB).json()["users"] == {}  # bob sees only his own scope
+    assert "alice" in client.get("/stats", headers=ADMIN).json()["users"]
+    # durable: the write-ahead log holds it even though nothing was saved
+    assert selector._wal.path.stat().st_size > 0
+
+
+def test_implicit_feedback(env):
+    client, selector, _ = env
+    rid = client.post("/route", json={"query": "Name a prime."}, headers=ALICE).json()["request_id"]
+    r = client.post("/feedback", json={"request_id": rid, "followup_text": "great, thanks!"}, headers=ALICE)
+    assert r.status_code == 200, r.text
+    b = r.json()
+    # satisfied at confidence 0.8: alpha += implicit_feedback_weight 0.5 * 0.8 = 0.4
+    assert b["kind"] == "implicit" and b["label"] == "satisfied" and b["applied"][0]["d_alpha"] == pytest.approx(0.4)
+
+
+def test_router_r1_reward_feedback(env):
+    client, _, _ = env
+    good = "<think>easy</think>\n<search>mixtral-8x7b-instruct: 2+2?</search>\n<information>4</information>\n<answer>4</answer>"
+    rid = client.post("/route", json={"query": "2+2?"}, headers=ALICE).json()["request_id"]
+    r = client.post("/feedback", json={"request_id": rid, "router_r1": {"completion": good, "ground_truth": ["4"],
+                                                                         "route_costs": 0.0001}}, headers=ALICE)
+    assert r.status_code == 200, r.text
+    # correct, format ok: (1 + 0) * 0.7 + 0.3 * cost reward, in [0.7, 1]
+    assert 0.7 <= r.json()["reward"] <= 1.0
+    rid = client.post("/route", json={"query": "2+2?"}, headers=ALICE).json()["request_id"]
+    r = client.post("/feedback", json={"request_id": rid, "router_r1": {"completion": "just 4", "ground_truth": ["4"],
+                                                                         "route_costs": 0.0}}, headers=ALICE)
+    assert r.json()["reward"] == -1.0 and r.json()["applied"][0]["d_beta"] == 1.0  # format penalty: a loss
+    r = client.post("/feedback", json={"request_id": rid, "router_r1": {"completion": good, "ground_truth": ["4"]}},
+                    headers=ALICE)
+    assert r.status_code in (409, 422)
+
+
+@pytest.mark.parametrize("body,field,status", [
+    ({}, "query", 422),
+    ({"query": ""}, "query", 422),
+    ({"query": "   "}, "query", 422),
+    ({"query": 3}, "query", 422),
+    ({"query": "x", "candidates": ["gpt-5"]}, "candidates", 422),
+    ({"query": "x", "candidates": []}, "candidates", 422),
+    ({"query": "x", "extra": 1}, "extra", 422),
+])
+def test_bad_route_input_names_the_field(env, body, field, status):
+    client, _, _ = env
+    r = client.post("/route", json=body, headers=ALICE)
+    assert r.status_code == status, r.text
+    assert err(r)["field"] == field and f"'{field}'" in err(r)["message"]
+
+
+def test_bad_feedback_and_body_limits(env):
+    client, _, _ = env
+    r = client.post("/feedback", json={"request_id": "x", "outcome": "draw"}, headers=ALICE)
+    assert r.status_code == 422 and err(r)["field"] == "outcome"
+    r = client.post("/feedback", json={"request_id": "x", "outcome": "win", "reward": 1.0}, headers=ALICE)
+    assert r.status_code == 422 and "exactly one" in err(r)["message"]
+    r = client.post("/route", content=b"{not json", headers={**ALICE, "Content-Type": "application/json"})
+    assert r.status_code == 400 and err(r)["field"] == "body"
+    r = client.post("/route", json={"query": "x" * 30_000}, headers=ALICE)
+    assert r.status_code == 413
+    r = client.post("/v1/chat/completions", json={"model": "auto", "messages": [{"role": "system", "content": "x"}]},
+                    headers=ALICE)
+    assert r.status_code == 422 and "messages" in err(r)["field"]
+    r = client.post("/v1/chat/completions", json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]},
+                    headers=ALICE)
+    assert r.status_code == 404 and err(r)["field"] == "model"
+
+
+def test_chat_completions_auto_and_stream(env, gsm8k_prompt):
+    client, _, _ = env
+    prompt, gpt4_answer = gsm8k_prompt
+    r = client.post("/v1/chat/completions", json={"model": "auto", "messages": [{"role": "user", "content": prompt}]},
+                    headers=ALICE)
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["model"] in (GPT4, MIXTRAL) and data["object"] == "chat.completion"
+    assert data["x_rlrouter"]["request_id"] == r.headers["x-rlrouter-request-id"]
+    if data["model"] == GPT4:
+        assert data["choices"][0]["message"]["content"] == gpt4_answer  # the logged answer, proxied
+    with client.stream("POST", "/v1/chat/completions", headers=ALICE,
+                       json={"model": "auto", "stream": True, "messages": [{"role": "user", "content": prompt}]}) as s:
+        assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
+        events = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text and all(c["model"] == chunks[0]["model"] for c in chunks)
+    models = {m["id"] for m in client.get("/v1/models", headers=ALICE).json()["data"]}
+    assert models == {"auto", "arena", GPT4, MIXTRAL}
+
+
+def test_arena_and_multi_round(tmp_path, pool, gsm8k_prompt):
+    client, selector, _ = make_client(tmp_path, pool, enable_multi_round_aggregation=True, max_aggregation_rounds=2)
+    prompt, _ = gsm8k_prompt
+    for model in ("auto", "arena"):
+        r = client.post("/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": prompt}]},
+                        headers=ALICE)
+        assert r.status_code == 200, r.text
+        meta = r.json()["x_rlrouter"]
+        assert sorted(meta["models"]) == sorted([GPT4, MIXTRAL]) and set(meta["answers"]) == {GPT4, MIXTRAL}
+        assert r.json()["model"] in meta["models"]
+    rid = meta["request_id"]
+    r = client.post("/feedback", json={"request_id": rid, "outcome": "win", "winner": MIXTRAL}, headers=ALICE)
+    assert {d["model"]: (d["d_alpha"], d["d_beta"]) for d in r.json()["applied"]} == {MIXTRAL: (1, 0), GPT4: (0, 1)}
+    r = client.post("/route", json={"query": "q"}, headers=ALICE).json()
+    assert r["mode"] == "multi_round" and len(r["models"]) == 2
+
+
+def test_llm_routing_and_fallbacks(tmp_path, pool):
+    client, _, svc = make_client(tmp_path, pool, enable_llm_routing=True,
+                                 router_r1_server_url="http://127.0.0.1:9/router_r1", llm_routing_timeout_s=0.3)
+    svc.llm_router = StubRouterR1("ok")
+    r = client.post("/route", json={"query": "q"}, headers=ALICE).json()
+    assert r["mode"] == "llm_routing" and r["model"] == MIXTRAL  # "mixtral" matched partially, as VSR does
+    for behaviour in ("fail", "slow"):
+        svc.llm_router = StubRouterR1(behaviour)
+        r = client.post("/route", json={"query": "q"}, headers=ALICE).json()
+        assert r["mode"] == "thompson" and "fell back" in r["fallback_reason"]
+    # the real HTTP client against a closed port: also a fallback, not an error
+    from rlrouter.serving.router_r1_client import HTTPRouterR1Client
+
+    svc.llm_router = HTTPRouterR1Client("http://127.0.0.1:9/router_r1", 0.3)
+    assert client.post("/route", json={"query": "q"}, headers=ALICE).json()["mode"] == "thompson"
+    svc.cfg.llm_routing_fallback = "error"
+    svc.llm_router = StubRouterR1("fail")
+    r = client.post("/route", json={"query": "q"}, headers=ALICE)
+    assert r.status_code == 503
+
+
+def test_router_r1_protocol_backed_by_selector(env):
+    client, _, _ = env
+    r = client.post("/router_r1/route", json={"query": "What is the capital of France?"}, headers=ALICE)
+    assert r.status_code == 200
+    b = r.json()
+    assert b["backend"] == "selector" and b["selected_model"] in (GPT4, MIXTRAL)
+    assert "No Router-R1 policy" in b["thinking"] and f"<answer>{b['selected_model']}</answer>" in b["full_response"]
+    assert client.get("/router_r1/health").json() == {"status": "ok", "model": "rl_driven-selector"}
+
+
+def test_openapi_documents_the_api(env):
+    client, _, _ = env
+    spec = client.get("/openapi.json").json()
+    for path in ("/route", "/feedback", "/v1/chat/completions", "/v1/models", "/router_r1/route",
+                 "/router_r1/health", "/stats", "/health"):
+        assert path in spec["paths"], path
+    assert "RouteRequest" in spec["components"]["schemas"]
