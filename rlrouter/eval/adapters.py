@@ -15,6 +15,8 @@ Router-R1 and GMTRouter adapters register themselves the same way when their pac
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -153,6 +155,56 @@ def _build_intent(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     router = CategoryMapRouter("intent", classify, cmap, default=_index(cfg.pop("default", "strong"), ctx, "default"),
                                tolerance=float(cfg.pop("tolerance", 0.02)))
     _no_leftovers(cfg, "intent")
+    return router
+
+
+class PolicyRouter(Router):
+    """A Router-R1 policy as an evaluation router: the candidate its first ``<search>`` names.
+
+    ``route_batch(prompts) -> [{selected_model}]`` is a ``RouterR1Policy`` (vLLM on a checkpoint).
+    Pool names map to the eval set's candidates through ``name_map``; a policy that routes nowhere
+    (answers directly or writes a malformed call) gets ``default``.
+    """
+
+    def __init__(self, name: str, policy: Any, candidates: list[str], name_map: Mapping[str, str], default: int):
+        self.name = name
+        self.policy = policy
+        self.candidates = candidates
+        self.name_map = dict(name_map)
+        self.default = default
+        self.unrouted = 0
+
+    def decide(self, prompts: list[str]) -> np.ndarray:
+        out = np.full(len(prompts), self.default, dtype=int)
+        self.unrouted = 0
+        for i, answer in enumerate(self.policy.route_batch(prompts)):
+            model = answer.get("selected_model")
+            target = self.name_map.get(model, model) if model else None
+            if target in self.candidates:
+                out[i] = self.candidates.index(target)
+            else:
+                self.unrouted += 1
+        return out
+
+
+@register_router("router_r1")
+def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
+    """``checkpoint``: a Router-R1 training checkpoint; ``pool``: the pool config it was trained with
+    (its replay candidates' ``options.model`` name their logged column); ``base_model``; ``default``."""
+    import yaml
+
+    from rlrouter.serving.router_r1_policy import RouterR1Policy
+
+    if not cfg.get("checkpoint"):
+        raise ValueError("router type 'router_r1': checkpoint is required (outputs/<run>/checkpoints/step_N)")
+    pool_path = Path(cfg.pop("pool", "conf/pool/routellm_replay.yaml"))
+    pool = yaml.safe_load(pool_path.read_text())
+    name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool["candidates"]}
+    policy = RouterR1Policy(cfg.pop("checkpoint"), cfg.pop("base_model", "smollm2-135m-instruct"),
+                            pool["candidates"], env=cfg.pop("env", None))
+    router = PolicyRouter("router_r1", policy, ctx.candidates, name_map,
+                          default=_index(cfg.pop("default", "weak"), ctx, "default"))
+    _no_leftovers(cfg, "router_r1")
     return router
 
 

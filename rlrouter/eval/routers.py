@@ -86,7 +86,6 @@ RouterFactory = Callable[[dict[str, Any], RouterContext], Router]
 _REGISTRY: dict[str, RouterFactory] = {}
 # router types other issues will deliver; named here so a config that asks for one gets a clear message
 PENDING_TYPES = {
-    "router_r1": "a Router-R1 policy checkpoint",
     "gmtrouter": "a GMTRouter checkpoint",
 }
 

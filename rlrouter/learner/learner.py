@@ -280,7 +280,8 @@ class Learner:
         """HF-named full tensors with the adapter merged in (W + scale * B @ A).
 
         ``only_changed``: with LoRA, only the adapted modules differ from the engine's base weights,
-        so only they are sent (30 layers x q/v of SmolLM2: 53 MB instead of 513 MB).
+        so only their fused groups are sent (SmolLM2, LoRA on q/v: q, k, v of 30 layers, 66 MB
+        instead of 513 MB).
         """
         if not self.cfg.lora:
             return [(k, v.detach().cpu()) for k, v in self.policy.state_dict().items()]
@@ -293,18 +294,31 @@ class Learner:
                 delta = mod.get_delta_weight("default")
                 hf_name = name.replace("base_model.model.", "", 1) + ".weight"
                 out.append((hf_name, (base_w + delta).detach().cpu().contiguous()))
-        if not only_changed:
-            changed = {k for k, _ in out}
-            base = self.policy.get_base_model().state_dict()
-            for k, v in base.items():
-                k2 = k.replace(".base_layer", "")
-                if "lora_" in k or k2 in changed:
-                    continue
-                out.append((k2, v.detach().cpu()))
+        base = {k.replace(".base_layer", ""): v for k, v in self.policy.get_base_model().state_dict().items()
+                if "lora_" not in k}
+        sent = {k for k, _ in out}
+        if only_changed:
+            # vLLM fuses q/k/v (and gate/up) into one tensor; an in-place reload that brings only some
+            # shards of a fused tensor materialises the rest from nothing (measured: garbage output).
+            # So every shard (and bias) of a touched group goes along, unchanged ones from the base.
+            wanted = set()
+            for name in sent:
+                prefix, _, leaf = name.rpartition(".")[0].rpartition(".")
+                for group in _FUSED_GROUPS:
+                    if leaf in group:
+                        wanted |= {f"{prefix}.{m}.{kind}" for m in group for kind in ("weight", "bias")}
+            extra = sorted(k for k in wanted - sent if k in base)
+        else:
+            extra = sorted(k for k in base if k not in sent)
+        out.extend((k, base[k].detach().cpu()) for k in extra)
         return out
 
     def state_for_checkpoint(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "version": self.version, "config": asdict(self.cfg)}
+
+
+# HF projection names that vLLM fuses into one parameter (Llama, Qwen, Mistral families)
+_FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 class _PolicyWithValue(torch.nn.Module):

@@ -71,14 +71,22 @@ class RouterR1Policy:
         self.step = json.loads(meta.read_text()).get("step") if meta.exists() else None
 
     def route(self, query: str) -> dict[str, str | None]:
+        return self.route_batch([query])[0]
+
+    def route_batch(self, queries: Sequence[str]) -> list[dict[str, str | None]]:
+        """The policy's first turn for each query, greedy, in one engine call."""
         from rlrouter.rollout.env import SamplingSpec
 
-        ids = prompt_ids(self.worker.tokenizer, query, self.candidates, self.env_cfg)
+        tok = self.worker.tokenizer
+        ids = [prompt_ids(tok, q, self.candidates, self.env_cfg) for q in queries]
         spec = SamplingSpec(max_tokens=self.env_cfg.max_new_tokens, stop=["</search>", "</answer>"],
                             temperature=0.0, top_p=1.0, seed=0)
-        out = self.worker.generate_ids([ids], [spec])[0]
-        text = self.env_cfg.prefill + self.worker.tokenizer.decode(out, skip_special_tokens=True)
-        turn = parse_turn(text, [c.name for c in self.candidates])
-        thinking = text.split("</think>", 1)[0].replace("<think>", "").strip() if "</think>" in text else ""
-        selected = turn.call.model if turn.call is not None else None
-        return {"selected_model": selected, "thinking": thinking, "full_response": text}
+        names = [c.name for c in self.candidates]
+        out = []
+        for gen in self.worker.generate_ids(ids, [spec] * len(ids)):
+            text = self.env_cfg.prefill + tok.decode(gen, skip_special_tokens=True)
+            turn = parse_turn(text, names)
+            thinking = text.split("</think>", 1)[0].replace("<think>", "").strip() if "</think>" in text else ""
+            out.append({"selected_model": turn.call.model if turn.call is not None else None,
+                        "thinking": thinking, "full_response": text})
+        return out

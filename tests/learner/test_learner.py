@@ -41,7 +41,12 @@ def test_grpo_step_changes_only_the_adapter_and_merges_exactly(learner, tmp_path
     q = learner.policy.get_base_model().model.layers[0].self_attn.q_proj
     assert torch.equal(q.base_layer.weight, base_q)
     merged = dict(learner.merged_weights())
-    assert len(merged) == 2 * learner.policy.config.num_hidden_layers  # q and v of every layer
+    # q and v changed; k goes along because vLLM fuses q/k/v into one tensor
+    n_layers = learner.policy.config.num_hidden_layers
+    assert sorted(merged) == sorted(f"model.layers.{i}.self_attn.{m}_proj.weight"
+                                    for i in range(n_layers) for m in "qkv")
+    k = learner.policy.get_base_model().model.layers[0].self_attn.k_proj.weight
+    assert torch.equal(merged["model.layers.0.self_attn.k_proj.weight"], k)
     expect = base_q + (16 / 8) * q.lora_B["default"].weight @ q.lora_A["default"].weight
     assert torch.allclose(merged["model.layers.0.self_attn.q_proj.weight"], expect, atol=1e-6)
 
