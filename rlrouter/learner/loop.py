@@ -46,7 +46,7 @@ class TrainConfig:
     outcome_metric: str = "em"
     checkpoint_every: int = 5
     """K: a checkpoint every K steps (and at the end)."""
-    sync: str = "lora"
+    sync: str = "tensors"
     """Weight-sync transport: "lora" (adapter files) or "tensors" (merged tensors in buckets)."""
     sync_bucket_mb: float = 64.0
     train_path: str = ""

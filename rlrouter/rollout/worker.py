@@ -160,7 +160,8 @@ class RolloutWorker:
         t0 = time.perf_counter()
         if self.lora_request is not None:
             self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)
-        self.lora_request = LoRARequest(f"policy-v{version}", version, path)
+        # vLLM adapter ids must be > 0; version 0 is the untrained adapter
+        self.lora_request = LoRARequest(f"policy-v{version}", version + 1, path)
         self.llm.llm_engine.add_lora(self.lora_request)
         self.llm.reset_prefix_cache()
         self.weights_version = version

@@ -1,0 +1,23 @@
+"""Train GMTRouter (issue 6): ``python jobs/train_gmtrouter.py [overrides]``.
+
+Thin Hydra wrapper; the job is ``rlrouter.gmt.job.run`` (conf/train_gmtrouter.yaml).
+"""
+
+import os
+
+import hydra
+from omegaconf import DictConfig
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@hydra.main(config_path="../conf", config_name="train_gmtrouter", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from rlrouter.gmt.job import run
+
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()
