@@ -127,7 +127,10 @@ class HandleRouterR1Policy:
 @serve.ingress(create_app)
 class Ingress:
     def __init__(self, selector: DeploymentHandle, config: dict[str, Any],
-                 router_r1: DeploymentHandle | None = None):
+                 router_r1: DeploymentHandle | None = None, gmt: DeploymentHandle | None = None,
+                 intent: DeploymentHandle | None = None):
+        from serve.routers import HandleGMT, HandleIntent
+
         from rlrouter.pool.pool import CandidatePool
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -138,8 +141,12 @@ class Ingress:
         policy = None
         if router_r1 is not None:
             policy = HandleRouterR1Policy(router_r1, str(config.get("router_r1", {}).get("name", "router-r1")))
+        # GMTRouter scores the logged model names; the pool's replay candidates say which is which
+        name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool_cfg["candidates"]}
         self.service = RouterService(HandleSelectorClient(selector), selector_cfg, serving, pool.names, pool=pool,
-                                     router_r1_policy=policy)
+                                     router_r1_policy=policy, gmt=HandleGMT(gmt) if gmt is not None else None,
+                                     intent=HandleIntent(intent) if intent is not None else None,
+                                     name_map=name_map)
         install(self.service, ApiKeyAuth(serving.keys()))
 
 
@@ -159,11 +166,12 @@ def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
         p = Path(pool_src)
         pool_src = yaml.safe_load((p if p.is_absolute() else ROOT / p).read_text())
     cfg["pool"] = pool_src
-    for key in ("selector", "serving", "router_r1"):
+    for key in ("selector", "serving", "router_r1", "gmtrouter", "intent"):
         if key in args:
             cfg[key] = {**(cfg.get(key) or {}), **(args.pop(key) or {})}
     if args:
-        raise ValueError(f"unknown app args {sorted(args)}; expected config, pool, selector, serving, router_r1")
+        raise ValueError(f"unknown app args {sorted(args)}; expected config, pool, selector, serving, router_r1, "
+                         f"gmtrouter, intent")
     sel = dict(cfg.get("selector") or {})
     sel.setdefault("costs", _candidate_costs(cfg["pool"]))
     if sel.get("storage_path") and not Path(sel["storage_path"]).is_absolute():
@@ -184,7 +192,13 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
     if r1.get("import_path"):
         mod, _, attr = r1["import_path"].partition(":")
         policy = getattr(importlib.import_module(mod), attr).bind(**(r1.get("args") or {}))
-    return Ingress.bind(selector, cfg, policy)
+    from serve.routers import GMTRouterDeployment, IntentDeployment
+
+    gmt_ck = (cfg.get("gmtrouter") or {}).get("checkpoint")
+    intent_ck = (cfg.get("intent") or {}).get("checkpoint")
+    gmt = GMTRouterDeployment.bind(gmt_ck) if gmt_ck else None
+    intent = IntentDeployment.bind(intent_ck) if intent_ck else None
+    return Ingress.bind(selector, cfg, policy, gmt, intent)
 
 
 app = build_app()

@@ -25,6 +25,8 @@ from pydantic import ValidationError
 from rlrouter.serving.auth import ApiKeyAuth, AuthError, Principal
 from rlrouter.serving.schemas import (
     ChatCompletionRequest,
+    ClassifyRequest,
+    ClassifyResponse,
     ErrorResponse,
     FeedbackRequest,
     FeedbackResponse,
@@ -152,7 +154,7 @@ def create_app() -> FastAPI:
 
     # an empty JSON object reaches FastAPI as "body missing": re-validate it to name the first missing field
     body_models = {"/route": RouteRequest, "/feedback": FeedbackRequest, "/v1/chat/completions": ChatCompletionRequest,
-                   "/router_r1/route": RouterR1RouteRequest}
+                   "/router_r1/route": RouterR1RouteRequest, "/classify": ClassifyRequest}
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, e: RequestValidationError) -> JSONResponse:
@@ -222,6 +224,12 @@ def create_app() -> FastAPI:
     @app.get("/router_r1/health", response_model=RouterR1Health, tags=["router_r1"])
     async def router_r1_health() -> dict[str, str]:
         return _service().router_r1_health()
+
+    @app.post("/classify", response_model=ClassifyResponse, tags=["intent"],
+              responses={404: {"model": ErrorResponse}})
+    async def classify(body: ClassifyRequest, who: Principal = Depends(principal)) -> ClassifyResponse:
+        """The intent classifier's category for each text (404 when none is configured)."""
+        return ClassifyResponse(labels=await _service().classify(body.texts))
 
     @app.get("/stats", tags=["selector"])
     async def stats(who: Principal = Depends(principal)) -> Any:

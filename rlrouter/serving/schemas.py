@@ -169,3 +169,18 @@ class Health(BaseModel):
     status: str
     candidates: int
     selector: str
+
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    texts: list[str] = Field(min_length=1, max_length=256, description="Queries to classify")
+
+
+class IntentLabel(BaseModel):
+    label: str = Field(description="The predicted category (MMLU-Pro's 14 by default)")
+    confidence: float = Field(description="The classifier's probability for it")
+
+
+class ClassifyResponse(BaseModel):
+    labels: list[IntentLabel]

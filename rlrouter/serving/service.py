@@ -148,7 +148,15 @@ def _sse(obj: Any) -> bytes:
 class RouterService:
     def __init__(self, selector: SelectorClient, selector_config: SelectorConfig, serving: ServingConfig,
                  candidates: list[str], pool: Any = None, router_r1_policy: RouterR1Policy | None = None,
-                 encoder: Any = None, classifier: Any = None, reward_fn: Any = None):
+                 encoder: Any = None, classifier: Any = None, reward_fn: Any = None,
+                 gmt: Any = None, intent: Any = None, name_map: dict[str, str] | None = None):
+        """``gmt``: async ``score(user_id, query) -> {llm: score}`` (KeyError for an unknown user), the
+        trained GMTRouter; ``intent``: async ``classify(texts) -> [(label, confidence)]``, the intent
+        classifier (its label fills the selector's category scope); ``name_map``: the routers' model
+        names (logged names) -> candidate names."""
+        self.gmt = gmt
+        self.intent = intent
+        self.name_map = {v: k for k, v in (name_map or {}).items()}
         self.selector = selector
         self.cfg = selector_config
         self.serving = serving
@@ -220,6 +228,10 @@ class RouterService:
         if how == "all":
             return await self.selector.call("select_all", req=req)
         fallback_reason = None
+        if self.gmt is not None:
+            dec = await self._gmt_decide(query, user_id, cands, req)
+            if dec is not None:
+                return dec
         if self.llm_router is not None:
             try:
                 ans = await asyncio.wait_for(self.llm_router.route(query), self.cfg.llm_routing_timeout_s)
@@ -239,12 +251,40 @@ class RouterService:
             dec["fallback_reason"] = fallback_reason
         return dec
 
+    async def _gmt_decide(self, query: str, user_id: str, cands: list[str], req: Any) -> dict[str, Any] | None:
+        """GMTRouter's choice for a user it knows (issue 6); None for an unknown user (bandit decides)."""
+        try:
+            raw = await self.gmt.score(user_id, query)
+        except KeyError:
+            return None
+        scores = {self.name_map.get(m, m): float(v) for m, v in raw.items()}
+        known = {c: scores[c] for c in cands if c in scores}
+        if not known:
+            return None
+        model = max(known, key=known.get)
+        dec = await self.selector.call("register", req=req, model=model, mode="gmtrouter",
+                                       detail={"gmt_scores": known})
+        dec["scores"] = known
+        return dec
+
+    async def classify(self, texts: list[str]) -> list[dict[str, Any]]:
+        """The intent classifier's label and confidence per text (``POST /classify``)."""
+        if self.intent is None:
+            raise ApiError(404, "no intent classifier is configured (serve config: intent.checkpoint)",
+                           type_="not_configured")
+        for i, t in enumerate(texts):
+            self._check_query(t, f"texts[{i}]")
+        return [{"label": label, "confidence": float(conf)} for label, conf in await self.intent.classify(texts)]
+
     # -- endpoints ----------------------------------------------------------------------------------
     async def route(self, body: RouteRequest, principal: Principal) -> RouteResponse:
         self._check_query(body.query, "query")
         user = principal.user_for(body.user_id)
         how = "top_k" if self.cfg.enable_multi_round_aggregation else "single"
-        dec = await self.decide(body.query, user, body.session_id, body.category, body.candidates, how)
+        category = body.category
+        if category is None and self.intent is not None:
+            category = (await self.intent.classify([body.query]))[0][0]
+        dec = await self.decide(body.query, user, body.session_id, category, body.candidates, how)
         return RouteResponse(model=dec["model"], request_id=dec["request_id"], mode=dec["mode"],
                              scores=dec["scores"], models=dec.get("models") or [dec["model"]],
                              fallback_reason=dec.get("fallback_reason"))
