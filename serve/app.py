@@ -49,8 +49,15 @@ def _candidate_costs(pool_cfg: dict[str, Any]) -> dict[str, float]:
 @serve.deployment(num_replicas=1, max_ongoing_requests=2048, ray_actor_options={"num_cpus": 0})
 class SelectorDeployment:
     def __init__(self, selector_cfg: dict[str, Any], candidates: list[str]):
+        from ray.util.metrics import Counter
+
         self.selector = Selector(SelectorConfig.from_dict(selector_cfg), candidates)
         self.selector.load()
+        # shown on the Ray dashboard / metrics endpoint (docs/metrics.md)
+        self._decisions = Counter("rlrouter_selector_decisions", description="selector decisions",
+                                  tag_keys=("model", "mode"))
+        self._feedback = Counter("rlrouter_selector_feedback", description="acknowledged feedback updates",
+                                 tag_keys=("model", "kind"))
         self._stop = threading.Event()
         self._saver = threading.Thread(target=self._autosave, name="selector-autosave", daemon=True)
         self._saver.start()
@@ -66,8 +73,23 @@ class SelectorDeployment:
     async def call(self, method: str, kwargs: dict[str, Any]) -> tuple:
         if method == "feedback":
             # the write-ahead-log fsync runs off the event loop; the selector's lock orders updates
-            return await asyncio.to_thread(run_selector_call, self.selector, method, kwargs)
-        return run_selector_call(self.selector, method, kwargs)
+            r = await asyncio.to_thread(run_selector_call, self.selector, method, kwargs)
+        else:
+            r = run_selector_call(self.selector, method, kwargs)
+        self._count(method, r)
+        return r
+
+    def _count(self, method: str, r: tuple) -> None:
+        try:
+            if r[0] != "ok":
+                return
+            if method in ("select", "select_top_k", "select_all", "register"):
+                self._decisions.inc(1, tags={"model": str(r[1]["model"]), "mode": str(r[1]["mode"])})
+            elif method == "feedback":
+                for d in r[1]["deltas"]:
+                    self._feedback.inc(1, tags={"model": str(d["model"]), "kind": str(r[1]["kind"])})
+        except Exception:  # noqa: BLE001 - metrics never fail a decision
+            pass
 
     def bench(self, n: int, candidates: list[str]) -> float:
         """Decisions per second of ``n`` decisions made inside this actor (benchmarks/bench_selector.py)."""

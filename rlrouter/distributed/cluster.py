@@ -18,6 +18,8 @@ def connect(num_cpus: int | None = None, num_gpus: int | None = None, env_vars: 
     env = {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
            "TOKENIZERS_PARALLELISM": "false", **(env_vars or {})}
     if os.environ.get("RAY_ADDRESS"):
+        # a submitted job's runtime env may set these already; Ray refuses to merge a conflicting value
+        env = {k: v for k, v in env.items() if k not in os.environ}
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env={"env_vars": env})
         return {"mode": "submitted", "address": os.environ["RAY_ADDRESS"]}
     ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard,

@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlrouter.serving.auth import ApiKeyAuth, AuthError, Principal
 from rlrouter.serving.schemas import (
@@ -151,6 +152,19 @@ def create_app() -> FastAPI:
     @app.exception_handler(AuthError)
     async def _auth_error(_: Request, e: AuthError) -> JSONResponse:
         return _error(e.status, e.message, e.field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own 4xx (a body that is not UTF-8, an unknown path, a wrong method) in our error shape;
+        # only a body can fail to parse, so that one names it (issue 8: every 4xx names the field)
+        detail = str(e.detail)
+        if e.status_code == 400 and "parsing the body" in detail:
+            return _error(400, "body: not valid JSON (bytes that are not UTF-8 text)", "body")
+        if e.status_code == 404:
+            return _error(404, "path: no such endpoint", "path")
+        if e.status_code == 405:
+            return _error(405, "method: not allowed on this path", "method", headers=dict(e.headers or {}))
+        return _error(e.status_code, detail, None, headers=dict(e.headers or {}) or None)
 
     # an empty JSON object reaches FastAPI as "body missing": re-validate it to name the first missing field
     body_models = {"/route": RouteRequest, "/feedback": FeedbackRequest, "/v1/chat/completions": ChatCompletionRequest,

@@ -1,0 +1,307 @@
+"""Selector durability: kill -9 of the whole Serve stack during concurrent /feedback traffic, then a
+restart, N times; every feedback that got a 200 must be in the posteriors (issue 8).
+
+The server is a child process that starts its own local Ray cluster, Serve and the rlrouter app
+(``python benchmarks/bench_durability.py serve --port P --state S``). Each cycle: clients route and
+give explicit feedback from several threads; after a random moment the child's whole process group
+(driver, GCS, raylet, the selector replica) gets SIGKILL; the child is started again on the same state
+file; then the posteriors are read from ``/stats`` and checked against the client's ledger:
+
+    acknowledged(m) <= explicit feedback in the posteriors(m) <= acknowledged(m) + unanswered(m)
+
+for every candidate m ("unanswered": the connection died before a reply, so the update may or may not
+have landed). A lower bound broken is a lost acknowledged feedback. The Beta parameters are checked
+too: alpha - 1 and beta - 1 must lie within the same bounds of wins and losses.
+
+    .venv/bin/python benchmarks/bench_durability.py --cycles 20     # -> benchmarks/results/durability.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+USERS = {"k-alice": "alice", "k-bob": "bob"}
+ADMIN = "k-ops"
+
+
+def kill_tree(root_pid: int) -> int:
+    """SIGKILL the session ``root_pid`` leads and every descendant of it (see tests/ops/headnode.py)."""
+    import psutil
+
+    victims: dict[int, psutil.Process] = {}
+    try:
+        victims[root_pid] = psutil.Process(root_pid)
+        victims.update({c.pid: c for c in victims[root_pid].children(recursive=True)})
+    except psutil.NoSuchProcess:
+        pass
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == root_pid:
+                victims[p.pid] = p
+                victims.update({c.pid: c for c in p.children(recursive=True)})
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    for p in victims.values():
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(list(victims.values()), timeout=30)
+    return len(victims)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the server child ---------------------------------------------------------------------------------
+def serve_child(port: int, state: str, temp_dir: str) -> None:
+    """Ray + Serve + the rlrouter app in this process; blocks until killed."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import importlib
+
+    import ray
+    import yaml
+    from ray import serve
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir,
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                                       "PYTHONPATH": str(ROOT)}})
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    app_mod = importlib.import_module("serve.app")
+    keys = [{"key": k, "user_id": u} for k, u in USERS.items()] + [{"key": ADMIN, "user_id": "ops", "admin": True}]
+    args = {"pool": yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text()),
+            "selector": {"storage_path": state, "auto_save_interval": "2s", "seed": 0},
+            "serving": {"api_keys": keys}}
+    serve.run(app_mod.build_app(args), name="rlrouter", route_prefix="/", blocking=False)
+    print("SERVING", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+class Server:
+    def __init__(self, state: Path, port: int | None = None):
+        self.state = state
+        self.port = port or free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.temp_dir = tempfile.mkdtemp(prefix="rlr-dur-", dir="/tmp")
+        self.log = Path(self.temp_dir) / "server.log"
+
+    def start(self, timeout_s: float = 300.0) -> float:
+        t0 = time.perf_counter()
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+        env.pop("RAY_ADDRESS", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "serve", "--port", str(self.port),
+             "--state", str(self.state), "--temp-dir", self.temp_dir],
+            cwd=str(ROOT), env=env, stdout=self.log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.wait_healthy(timeout_s)
+        return time.perf_counter() - t0
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"server exited {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
+            try:
+                r = httpx.get(f"{self.base}/health", timeout=5)
+                if r.status_code == 200 and r.json().get("selector") == "ok":
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"server not healthy in {timeout_s:.0f}s:\n{self.log.read_text()[-4000:]}")
+
+    def kill9(self) -> None:
+        """SIGKILL the server's whole session: driver, GCS, raylet, Serve, the selector replica (Ray puts
+        each worker in its own process group, so a group kill would leave them answering)."""
+        if self.proc is None:
+            return
+        kill_tree(self.proc.pid)
+        self.proc.wait(timeout=60)
+        self.proc = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the next start must not meet the old listener
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) != 0:
+                    break
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.kill9()
+
+
+# --- the client ledger --------------------------------------------------------------------------------
+@dataclass
+class Ledger:
+    acked: Counter = field(default_factory=Counter)        # (model, outcome) -> feedback answered 200
+    unknown: Counter = field(default_factory=Counter)      # (model, outcome) -> no reply (connection died)
+    refused: Counter = field(default_factory=Counter)      # status -> count (404 after a restart, 5xx, ...)
+    routes: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def traffic(base: str, ledger: Ledger, stop: threading.Event, seed: int) -> None:
+    import httpx
+
+    rng = random.Random(seed)
+    key = rng.choice(sorted(USERS))
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=10) as c:
+        while not stop.is_set():
+            try:
+                r = c.post("/route", json={"query": f"q{rng.randrange(10**6)}: what is {rng.randrange(99)}+1?"})
+            except httpx.HTTPError:
+                time.sleep(0.1)
+                continue
+            if r.status_code != 200:
+                with ledger.lock:
+                    ledger.refused[f"route {r.status_code}"] += 1
+                time.sleep(0.1)
+                continue
+            d = r.json()
+            with ledger.lock:
+                ledger.routes += 1
+            outcome = rng.choice(["win", "loss", "tie"])
+            k = (d["model"], outcome)
+            try:
+                f = c.post("/feedback", json={"request_id": d["request_id"], "outcome": outcome})
+            except httpx.HTTPError:
+                with ledger.lock:
+                    ledger.unknown[k] += 1
+                continue
+            with ledger.lock:
+                if f.status_code == 200 and f.json().get("durable") is True:
+                    ledger.acked[k] += 1
+                else:
+                    ledger.refused[f"feedback {f.status_code}"] += 1
+
+
+def check(stats: dict[str, Any], ledger: Ledger, prior: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Compare the global posteriors with the ledger; returns lost / duplicated counts per model."""
+    out: dict[str, Any] = {"models": {}, "lost": 0, "over": 0}
+    for m, p in stats["global"].items():
+        acked = {o: ledger.acked[(m, o)] for o in ("win", "loss", "tie")}
+        unk = {o: ledger.unknown[(m, o)] for o in ("win", "loss", "tie")}
+        explicit = p["explicit"] - prior[m]["explicit"]
+        d_alpha = p["alpha"] - prior[m]["alpha"]
+        d_beta = p["beta"] - prior[m]["beta"]
+        lo_n, hi_n = sum(acked.values()), sum(acked.values()) + sum(unk.values())
+        lo_a, hi_a = acked["win"] + 0.5 * acked["tie"], acked["win"] + 0.5 * acked["tie"] + unk["win"] + 0.5 * unk["tie"]
+        lo_b, hi_b = acked["loss"] + 0.5 * acked["tie"], acked["loss"] + 0.5 * acked["tie"] + unk["loss"] + 0.5 * unk["tie"]
+        eps = 1e-6
+        lost = max(0.0, lo_n - explicit)
+        lost_ab = (d_alpha < lo_a - eps) or (d_beta < lo_b - eps)
+        over = max(0.0, explicit - hi_n) + (1 if (d_alpha > hi_a + eps or d_beta > hi_b + eps) else 0)
+        out["models"][m] = {"acked": lo_n, "unanswered": hi_n - lo_n, "in_posterior": explicit,
+                            "d_alpha": d_alpha, "d_beta": d_beta, "alpha_bounds": [lo_a, hi_a],
+                            "beta_bounds": [lo_b, hi_b], "lost": lost, "alpha_beta_lost": lost_ab}
+        out["lost"] += int(lost) + (1 if lost_ab and not lost else 0)
+        out["over"] += int(over)
+    return out
+
+
+def admin_stats(base: str) -> dict[str, Any]:
+    import httpx
+
+    r = httpx.get(f"{base}/stats", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def run(cycles: int, clients: int = 6, min_traffic_s: float = 1.0, max_traffic_s: float = 4.0,
+        state_dir: Path | None = None, seed: int = 0) -> dict[str, Any]:
+    rng = random.Random(seed)
+    own_dir = state_dir is None
+    state_dir = state_dir or Path(tempfile.mkdtemp(prefix="rlr-dur-state-"))
+    state = state_dir / "state.json"
+    server = Server(state)
+    ledger = Ledger()
+    per_cycle: list[dict[str, Any]] = []
+    try:
+        first_start = server.start()
+        prior = {m: {"explicit": p["explicit"], "alpha": p["alpha"], "beta": p["beta"]}
+                 for m, p in admin_stats(server.base)["global"].items()}
+        for i in range(cycles):
+            stop = threading.Event()
+            threads = [threading.Thread(target=traffic, args=(server.base, ledger, stop, seed * 1000 + i * 97 + j),
+                                        daemon=True) for j in range(clients)]
+            acked_before = sum(ledger.acked.values())
+            for t in threads:
+                t.start()
+            time.sleep(rng.uniform(min_traffic_s, max_traffic_s))
+            t_kill = time.perf_counter()
+            server.kill9()                      # mid-traffic: requests in flight die with the server
+            stop.set()
+            for t in threads:
+                t.join(timeout=30)
+            restart_s = server.start()
+            stats = admin_stats(server.base)
+            c = check(stats, ledger, prior)
+            per_cycle.append({"cycle": i + 1, "acked_this_cycle": sum(ledger.acked.values()) - acked_before,
+                              "acked_total": sum(ledger.acked.values()),
+                              "unanswered_total": sum(ledger.unknown.values()),
+                              "lost": c["lost"], "over": c["over"], "restart_s": round(restart_s, 1),
+                              "kill_to_healthy_s": round(time.perf_counter() - t_kill, 1)})
+            print(f"cycle {i + 1}/{cycles}: acked {per_cycle[-1]['acked_total']} "
+                  f"(+{per_cycle[-1]['acked_this_cycle']}), unanswered {per_cycle[-1]['unanswered_total']}, "
+                  f"lost {c['lost']}, restart {restart_s:.1f}s", flush=True)
+        final = check(admin_stats(server.base), ledger, prior)
+    finally:
+        server.stop()
+        import shutil
+
+        shutil.rmtree(server.temp_dir, ignore_errors=True)
+        if own_dir:
+            shutil.rmtree(state_dir, ignore_errors=True)
+    return {"cycles": cycles, "clients": clients, "acknowledged": sum(ledger.acked.values()),
+            "unanswered": sum(ledger.unknown.values()), "routes": ledger.routes,
+            "refused": dict(ledger.refused), "lost": final["lost"], "over_counted": final["over"],
+            "first_start_s": round(first_start, 1), "per_cycle": per_cycle, "final_check": final}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd")
+    s = sub.add_parser("serve")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--state", required=True)
+    s.add_argument("--temp-dir", required=True)
+    ap.add_argument("--cycles", type=int, default=20)
+    ap.add_argument("--clients", type=int, default=6)
+    ap.add_argument("--out", default=str(RESULTS / "durability.json"))
+    args = ap.parse_args()
+    if args.cmd == "serve":
+        serve_child(args.port, args.state, args.temp_dir)
+        return
+    t0 = time.perf_counter()
+    res = run(args.cycles, args.clients)
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=2))
+    print(json.dumps({k: res[k] for k in ("cycles", "acknowledged", "unanswered", "lost", "over_counted",
+                                          "wall_s")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
