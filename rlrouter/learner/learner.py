@@ -238,7 +238,7 @@ class Learner:
             logp, _, _ = self._forward(self.module, mb, False, with_entropy=False)
             nll = -(logp * mb["loss_mask"]).sum() / total  # token-mean over the whole batch
             nll.backward()
-            nll_sum += float(nll)
+            nll_sum += float(nll.detach())
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
         self.optimizer.step()
