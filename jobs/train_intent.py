@@ -1,0 +1,23 @@
+"""Train the intent classifier (issue 7): ``python jobs/train_intent.py [overrides]``.
+
+Thin Hydra wrapper; the job is ``rlrouter.intent.job.run`` (conf/train_intent.yaml).
+"""
+
+import os
+
+import hydra
+from omegaconf import DictConfig
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@hydra.main(config_path="../conf", config_name="train_intent", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from rlrouter.intent.job import run
+
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()
