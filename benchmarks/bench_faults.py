@@ -110,7 +110,7 @@ def compose(name: str, steps: int, out: Path, shared: Path) -> Any:
             "debug=cpu", f"paths.root_dir={ROOT}", f"paths.shared_data={shared}", f"run_name={name}",
             f"paths.output_dir={out}",
             f"out_dir={out}", f"train.total_steps={steps}", "train.checkpoint_every=2", "train.warmup_steps=2",
-            "eval.num_questions=2", "learner_failures=2", "ray.num_cpus=4"])
+            "eval.num_questions=2", "learner_failures=2", "ray.num_cpus=6"])
 
 
 def run_once(name: str, steps: int, shared: Path, rollout_after: int | None, learner_after: int | None) -> dict:
@@ -151,7 +151,7 @@ def main() -> None:
     import ray
 
     os.environ.setdefault("RLROUTER_ROUTELLM", str(Path(args.shared) / "routellm"))
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=True,
+    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=True,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                        "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT),
                                        "RLROUTER_ROUTELLM": os.environ["RLROUTER_ROUTELLM"]}})

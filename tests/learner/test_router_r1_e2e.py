@@ -119,7 +119,7 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train_router_r1", overrides=[
             "debug=cpu", f"paths.root_dir={tmp_path}", f"paths.shared_data={shared_data}", "run_name=e2e",
-            "eval.num_questions=2", "ray.num_cpus=4"])
+            "eval.num_questions=2", "ray.num_cpus=6"])
     report = run(cfg)
     out = tmp_path / "outputs" / "e2e"
     steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

@@ -45,7 +45,7 @@ def test_cluster_refuses_clients_without_the_token():
 def test_submitted_router_r1_job_trains_and_exports_metrics(tmp_path, shared_data):
     out = tmp_path / "submitted"  # the gauges are tagged run=<out_dir name>
     t0 = time.perf_counter()
-    head = LocalHead(num_cpus=4)
+    head = LocalHead(num_cpus=6)
     scraped: dict[str, list[tuple[str, float]]] = {}
     try:
         head.start()
