@@ -167,19 +167,28 @@ class Learner:
         mbs = self._micro_batches(batch)
         # old log-probs are recomputed here (verl does the same): vLLM's sampled log-probs are raw and
         # differ slightly from the learner's numerics, so the first ratio would not be exactly 1
+        # GRPO with one update epoch and no KL in the reward: every micro-batch's forward runs before the
+        # single optimizer step, so old log-probs equal the new ones; reuse them (detached) instead of
+        # a separate pass over the batch (a third of the learner's compute).
+        reuse_old = isinstance(self.algo, GRPOConfig) and self.cfg.update_epochs == 1 and not self.algo.kl.in_reward
         self.module.eval()
         with torch.no_grad():
-            old = [self._forward(self.module, mb, self.value_head is not None, with_entropy=False) for mb in mbs]
-            old_logp = torch.cat([o[0] for o in old])  # (B, T)
-            old_values = torch.cat([o[2] for o in old]) if self.value_head is not None else None
             ref_logp = torch.cat([self._reference_logprobs(mb) for mb in mbs]) if self._kl_needed() else None
+            if reuse_old:
+                old_logp, old_values = None, None
+            else:
+                old = [self._forward(self.module, mb, self.value_head is not None, with_entropy=False) for mb in mbs]
+                old_logp = torch.cat([o[0] for o in old])  # (B, T)
+                old_values = torch.cat([o[2] for o in old]) if self.value_head is not None else None
         mask = batch["loss_mask"]
         if isinstance(self.algo, GRPOConfig):
             advantages = compute_grpo_advantages(rewards_t, mask, self.algo, old_logp, ref_logp)
             returns = None
         else:
             advantages, returns = compute_ppo_advantages(rewards_t, old_values, mask, self.algo, old_logp, ref_logp)
-        batch.update(old_logp=old_logp, advantages=advantages)
+        batch["advantages"] = advantages
+        if old_logp is not None:
+            batch["old_logp"] = old_logp
         if ref_logp is not None:
             batch["ref_logp"] = ref_logp
         if returns is not None:
@@ -200,7 +209,8 @@ class Learner:
                 with ctx:
                     logp, entropy, values = self._forward(self.module, mb, self.value_head is not None)
                     if isinstance(self.algo, GRPOConfig):
-                        loss, m = grpo_loss(logp, mb["old_logp"], mb["advantages"], mb["loss_mask"], self.algo,
+                        old_mb = mb["old_logp"] if "old_logp" in mb else logp.detach()
+                        loss, m = grpo_loss(logp, old_mb, mb["advantages"], mb["loss_mask"], self.algo,
                                             ref_logp=mb.get("ref_logp"), entropy=entropy)
                     else:
                         loss, m = ppo_loss(logp, mb["old_logp"], mb["advantages"], values, mb["old_values"],

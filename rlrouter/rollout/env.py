@@ -45,8 +45,9 @@ class EnvConfig:
     rarely opens with <think> by itself; the reward still sees the prefill as the start of the text."""
 
     def __post_init__(self) -> None:
-        if self.max_turns < 0:
-            raise ValueError(f"rollout.env.max_turns: must be >= 0, got {self.max_turns}")
+        if self.max_turns < 1:
+            raise ValueError(f"rollout.env.max_turns: must be >= 1 (the prompt states the call limit), "
+                             f"got {self.max_turns}")
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.env.max_new_tokens: must be >= 1, got {self.max_new_tokens}")
         if self.replay_query not in ("original", "subquery"):
