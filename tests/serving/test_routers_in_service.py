@@ -79,3 +79,42 @@ def test_intent_label_scopes_the_decision_and_classify_answers(client):
     bad = c.post("/classify", json={"texts": []}, headers=ALICE)
     assert bad.status_code == 422 and "texts" in bad.json()["error"]["message"]
     assert c.post("/classify", json={"texts": ["x"]}).status_code == 401
+
+
+def test_a_real_trained_intent_classifier_answers_classify_through_the_deployment_class(tmp_path):
+    """The real classifier (2 supervised steps on MMLU), loaded by serve/routers.py's deployment class."""
+    import torch
+
+    from rlrouter.intent.data import load_mmlu, stratified_splits
+    from rlrouter.intent.model import EncoderConfig, IntentClassifier, IntentModel
+    from rlrouter.intent.supervised import SupervisedConfig, train_supervised
+    from serve.routers import IntentDeployment
+
+    s = stratified_splits(load_mmlu(), train_per_label=2, val_per_label=1, test_per_label=1, seed=3)
+    torch.manual_seed(0)
+    model = IntentModel(s.labels, EncoderConfig(max_length=32))
+    train_supervised(model, s.train, s.val, SupervisedConfig(batch_size=14, max_steps=2, learning_rate=3e-3))
+    model.save(tmp_path / "clf", "supervised")
+    texts = [e.text for e in s.test[:3]]
+    expected = IntentClassifier.load(tmp_path / "clf").classify(texts)
+
+    deployment = IntentDeployment.func_or_class(str(tmp_path / "clf"))  # the class Serve would run
+
+    class Local:
+        async def classify(self, texts):
+            return deployment.classify(texts)
+
+    pool_cfg = yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text())
+    pool = CandidatePool.from_config(pool_cfg)
+    cfg = SelectorConfig(storage_path=str(tmp_path / "s.json"), seed=0)
+    selector = Selector(cfg, pool.names)
+    selector.load()
+    serving = ServingConfig(api_keys=[{"key": "k-alice", "user_id": "alice"}])
+    install(RouterService(LocalSelectorClient(selector), cfg, serving, pool.names, pool=pool, intent=Local()),
+            ApiKeyAuth(serving.keys({})))
+    r = TestClient(create_app()).post("/classify", json={"texts": texts}, headers=ALICE)
+    assert r.status_code == 200
+    got = [(x["label"], x["confidence"]) for x in r.json()["labels"]]
+    assert [g[0] for g in got] == [e[0] for e in expected]
+    assert all(abs(g[1] - e[1]) < 1e-6 for g, e in zip(got, expected))
+    assert {g[0] for g in got} <= set(s.labels)
