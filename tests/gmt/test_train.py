@@ -195,3 +195,50 @@ def test_few_shot_curve_has_a_row_per_k(trained):
     rows = few_shot_curve(model, g, base.train | base.test, new_users, [0, 4], new_split.test)
     assert [r["k"] for r in rows] == [0, 4]
     assert all(r["pairs"] > 0 for r in rows)
+
+
+def test_serve_deployment_routes_a_known_user_with_the_trained_checkpoint(trained, small_sim, tmp_path):
+    """The real checkpoint through serve/routers.py's deployment class and the HTTP API (issue 6)."""
+    import yaml
+    from fastapi.testclient import TestClient
+
+    from rlrouter.pool.pool import CandidatePool
+    from rlrouter.selector import Selector, SelectorConfig
+    from rlrouter.serving.api import create_app, install
+    from rlrouter.serving.auth import ApiKeyAuth
+    from rlrouter.serving.config import ServingConfig
+    from rlrouter.serving.service import LocalSelectorClient, RouterService
+    from serve.routers import GMTRouterDeployment
+    from tests.helpers import CONF_DIR
+
+    _, _, path = trained
+    deployment = GMTRouterDeployment.func_or_class(str(path))  # the class Serve would run
+
+    class Local:
+        async def score(self, user_id, query):
+            out = deployment.score(user_id, query)
+            if "unknown_user" in out:
+                raise KeyError(user_id)
+            return out["scores"]
+
+    user = small_sim.records[0].user_id
+    pool_cfg = yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text())
+    pool = CandidatePool.from_config(pool_cfg)
+    name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool_cfg["candidates"]}
+    cfg = SelectorConfig(storage_path=str(tmp_path / "s.json"), seed=0)
+    selector = Selector(cfg, pool.names)
+    selector.load()
+    serving = ServingConfig(api_keys=[{"key": "k-u", "user_id": user}, {"key": "k-new", "user_id": "newcomer"}])
+    install(RouterService(LocalSelectorClient(selector), cfg, serving, pool.names, pool=pool, gmt=Local(),
+                          name_map=name_map), ApiKeyAuth(serving.keys({})))
+    client = TestClient(create_app())
+    query = small_sim.records[0].interactions[0].query
+    r = client.post("/route", json={"query": query}, headers={"Authorization": "Bearer k-u"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    expected = GMTRouterScorer.load(path).score(user, query)
+    best_logged = max(expected, key=expected.get)
+    assert body["mode"] == "gmtrouter"
+    assert name_map[body["model"]] == best_logged
+    other = client.post("/route", json={"query": query}, headers={"Authorization": "Bearer k-new"})
+    assert other.status_code == 200 and other.json()["mode"] != "gmtrouter"
