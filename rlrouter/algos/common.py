@@ -247,3 +247,30 @@ def check_clip(clip_eps_low: float, clip_eps_high: float, loss_agg_mode: str, en
         raise ValueError(f"loss_agg_mode: unknown '{loss_agg_mode}', expected one of {LOSS_AGG_MODES}")
     if entropy_coef < 0:
         raise ValueError(f"entropy_coef: must be >= 0, got {entropy_coef!r}")
+
+
+def add_kl_and_entropy(loss: torch.Tensor, pg_loss: torch.Tensor, metrics: dict[str, float], logp: torch.Tensor,
+                       mask: torch.Tensor, kl: KLConfig, entropy_coef: float, loss_agg_mode: str,
+                       ref_logp: torch.Tensor | None = None,
+                       entropy: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The tail GRPO and PPO share: ``+ beta * kl`` (when the KL lives in the loss) and
+    ``- entropy_coef * entropy``; reports the token means of ``kl`` and ``entropy`` whenever given."""
+    # logp (with grad), mask, ref_logp, entropy: (B, T)
+    if kl.in_loss and ref_logp is None:
+        raise ValueError("kl.coef > 0 with the KL in the loss: ref_logp is required")
+    if ref_logp is not None:
+        kl_tok = kl_estimate(logp, ref_logp.detach(), kl.estimator)  # (B, T)
+        if kl.in_loss:
+            loss = loss + kl.coef * aggregate_loss(kl_tok, mask, loss_agg_mode)
+        metrics["learner/kl"] = masked_mean(kl_tok.detach(), mask).item()
+
+    if entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0: entropy is required")
+    if entropy is not None:
+        if entropy_coef > 0:
+            loss = loss - entropy_coef * aggregate_loss(entropy, mask, loss_agg_mode)
+        metrics["learner/entropy"] = masked_mean(entropy.detach(), mask).item()
+
+    metrics["learner/pg_loss"] = pg_loss.item()
+    metrics["learner/loss"] = loss.item()
+    return loss, metrics

@@ -20,10 +20,10 @@ from torch import nn
 
 from rlrouter.algos.common import (
     KLConfig,
+    add_kl_and_entropy,
     aggregate_loss,
     check_clip,
     clipped_surrogate,
-    kl_estimate,
     kl_penalized_rewards,
     masked_mean,
     masked_var,
@@ -202,21 +202,5 @@ def ppo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tenso
     metrics.update(vf_metrics)
     loss = pg_loss + cfg.vf_coef * vf_loss
 
-    if cfg.kl.in_loss and ref_logp is None:
-        raise ValueError("kl.coef > 0 with the KL in the loss: ref_logp is required")
-    if ref_logp is not None:
-        kl_tok = kl_estimate(logp, ref_logp.detach(), cfg.kl.estimator)  # (B, T)
-        if cfg.kl.in_loss:
-            loss = loss + cfg.kl.coef * aggregate_loss(kl_tok, mask, cfg.loss_agg_mode)
-        metrics["learner/kl"] = masked_mean(kl_tok.detach(), mask).item()
-
-    if cfg.entropy_coef > 0 and entropy is None:
-        raise ValueError("entropy_coef > 0: entropy is required")
-    if entropy is not None:
-        if cfg.entropy_coef > 0:
-            loss = loss - cfg.entropy_coef * aggregate_loss(entropy, mask, cfg.loss_agg_mode)
-        metrics["learner/entropy"] = masked_mean(entropy.detach(), mask).item()
-
-    metrics["learner/pg_loss"] = pg_loss.item()
-    metrics["learner/loss"] = loss.item()
-    return loss, metrics
+    return add_kl_and_entropy(loss, pg_loss, metrics, logp, mask, cfg.kl, cfg.entropy_coef, cfg.loss_agg_mode,
+                              ref_logp=ref_logp, entropy=entropy)
