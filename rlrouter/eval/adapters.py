@@ -9,8 +9,14 @@
   category, the cheapest candidate whose training-split quality on that category is within
   ``tolerance`` of the best one.
 
-Router-R1 and GMTRouter adapters register themselves the same way when their packages land (see
-``rlrouter.eval.routers``).
+* ``gmtrouter``: a GMTRouter checkpoint (``rlrouter.gmt``) as a threshold router: how much it prefers
+  the strong candidate is its logit for strong minus its logit for weak. Logged outcomes carry no
+  user ids, so every prompt is scored for a user with no history (the cold-start user, the k = 0 point
+  of GMTRouter's few-shot curve) unless ``user_id`` names a user of the checkpoint's graph. Prompts are
+  encoded as new query nodes by default (``graph_queries: false``), so ratings the training logs hold
+  on a test question never reach its score.
+* ``router_r1``: a Router-R1 policy (``checkpoint``: a training checkpoint, or ``base`` for the
+  untrained base policy): the candidate its first ``<search>`` names.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Router, RouterContext, _import_attr, register_router
+from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, _import_attr, register_router
 
 
 class SelectorRouter(Router):
@@ -158,6 +164,62 @@ def _build_intent(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     return router
 
 
+class GMTRouterAdapter(ThresholdRouter):
+    """A GMTRouter scorer as a two-candidate threshold router (see the module docstring).
+
+    ``scorer.score_batch(prompts, user_id=..., query_x=..., graph_queries=...) -> (N, L)`` logits over
+    ``scorer.llms``; ``llm_of`` maps the eval set's weak and strong candidates to llm node names.
+    ``strong_score`` is logit(strong) - logit(weak), so the default threshold 0 routes each prompt to
+    the candidate GMTRouter ranks first (ties to strong).
+    """
+
+    def __init__(self, name: str, scorer: Any, weak: int, strong: int, llm_of: Mapping[int, str],
+                 embed: Callable[[list[str]], np.ndarray] | None = None, user_id: str | None = None,
+                 graph_queries: bool = False, threshold: float = 0.0):
+        super().__init__(name, weak, strong, threshold)
+        llms = list(scorer.llms)
+        missing = {i: m for i, m in llm_of.items() if m not in llms}
+        if missing:
+            raise ValueError(f"router.llm_map: {sorted(missing.values())} are not llm nodes of the GMTRouter "
+                             f"checkpoint {llms}")
+        self.scorer = scorer
+        self.col_weak, self.col_strong = llms.index(llm_of[weak]), llms.index(llm_of[strong])
+        self.embed = embed
+        self.user_id = user_id
+        self.graph_queries = graph_queries
+
+    def strong_score(self, prompts: list[str]) -> np.ndarray:
+        if not prompts:
+            return np.zeros(0)
+        x = self.embed(prompts) if self.embed is not None else None
+        s = np.asarray(self.scorer.score_batch(prompts, user_id=self.user_id, query_x=x,
+                                               graph_queries=self.graph_queries))  # (N, L)
+        return s[:, self.col_strong] - s[:, self.col_weak]
+
+
+@register_router("gmtrouter")
+def _build_gmtrouter(cfg: dict[str, Any], ctx: RouterContext) -> Router:
+    """``checkpoint``: a GMTRouter checkpoint folder (``<train_gmtrouter output>/checkpoint``);
+    ``user_id``: a user of its graph (null: the cold-start user); ``graph_queries``; ``threshold``;
+    ``llm_map``: eval candidate name -> llm node name where they differ."""
+    from rlrouter.gmt.scorer import GMTRouterScorer
+
+    if not cfg.get("checkpoint"):
+        raise ValueError("router type 'gmtrouter': checkpoint is required (<train_gmtrouter output_dir>/checkpoint)")
+    scorer = GMTRouterScorer.load(cfg.pop("checkpoint"))
+    llm_map = dict(cfg.pop("llm_map", None) or {})
+    llm_of = {i: llm_map.get(ctx.candidates[i], ctx.candidates[i]) for i in (ctx.weak, ctx.strong)}
+    user_id = cfg.pop("user_id", None)
+    # the eval job's embedder is the same MiniLM the checkpoint was built with, and disk-cached
+    embed = ctx.embed if scorer.config.get("embedding_model", "minilm-l6") == "minilm-l6" else None
+    router = GMTRouterAdapter("gmtrouter", scorer, ctx.weak, ctx.strong, llm_of, embed=embed,
+                              user_id=None if user_id is None else str(user_id),
+                              graph_queries=bool(cfg.pop("graph_queries", False)),
+                              threshold=float(cfg.pop("threshold", 0.0)))
+    _no_leftovers(cfg, "gmtrouter")
+    return router
+
+
 class PolicyRouter(Router):
     """A Router-R1 policy as an evaluation router: the candidate its first ``<search>`` names.
 
@@ -196,11 +258,13 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     from rlrouter.serving.router_r1_policy import RouterR1Policy
 
     if not cfg.get("checkpoint"):
-        raise ValueError("router type 'router_r1': checkpoint is required (outputs/<run>/checkpoints/step_N)")
+        raise ValueError("router type 'router_r1': checkpoint is required (outputs/<run>/checkpoints/step_N, "
+                         "or 'base' for the untrained base policy)")
     pool_path = Path(cfg.pop("pool", "conf/pool/routellm_replay.yaml"))
     pool = yaml.safe_load(pool_path.read_text())
     name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool["candidates"]}
-    policy = RouterR1Policy(cfg.pop("checkpoint"), cfg.pop("base_model", "smollm2-135m-instruct"),
+    checkpoint = cfg.pop("checkpoint")
+    policy = RouterR1Policy(None if checkpoint == "base" else checkpoint, cfg.pop("base_model", "smollm2-135m-instruct"),
                             pool["candidates"], env=cfg.pop("env", None))
     router = PolicyRouter("router_r1", policy, ctx.candidates, name_map,
                           default=_index(cfg.pop("default", "weak"), ctx, "default"))

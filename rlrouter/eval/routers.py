@@ -84,10 +84,6 @@ class RouterContext:
 
 RouterFactory = Callable[[dict[str, Any], RouterContext], Router]
 _REGISTRY: dict[str, RouterFactory] = {}
-# router types other issues will deliver; named here so a config that asks for one gets a clear message
-PENDING_TYPES = {
-    "gmtrouter": "a GMTRouter checkpoint",
-}
 
 
 def register_router(type_name: str) -> Callable[[RouterFactory], RouterFactory]:
@@ -124,11 +120,6 @@ def build_router(cfg: Mapping[str, Any], ctx: RouterContext) -> Router:
         factory = _REGISTRY[type_name]
     elif ":" in type_name:
         factory = _import_attr(type_name)
-    elif type_name in PENDING_TYPES:
-        raise NotImplementedError(
-            f"router.type '{type_name}' ({PENDING_TYPES[type_name]}) has no evaluation adapter yet; register one "
-            f"with @rlrouter.eval.routers.register_router('{type_name}') in a module listed in eval.plugins, "
-            f"or set router.type to 'package.module:factory'")
     else:
         raise ValueError(f"router.type: unknown '{type_name}'; registered types: {registered_types()}")
     router = factory(cfg, ctx)

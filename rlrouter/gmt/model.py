@@ -176,19 +176,32 @@ class GMTRouterModel(nn.Module):
         return self.score(self.encode(x_dict, edge_index_dict), users, queries, llms)
 
 
-def isolated_query_embedding(model: GMTRouterModel, query_x: torch.Tensor) -> torch.Tensor:
-    """Embeddings of query nodes that have no edges, computed without the big graph.
+def _isolated_nodes(model: GMTRouterModel, query_x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Embeddings of nodes that have no edges: ``query_x``'s queries and one node of every other type.
 
     An isolated node receives no messages, so its output depends only on its own features; a graph of
-    just these nodes (one dummy node of every other type, no edges) gives the same result as the
-    full graph would, at a fraction of the cost. Used for queries never seen in training.
+    just these nodes (no edges) gives the same result as the full graph would, at a fraction of the cost.
     """
     e = query_x.shape[1]
     x = {"user": torch.zeros(1, 1), "session": torch.zeros(1, 1), "query": query_x,
          "response": torch.zeros(1, 1 + e), "llm": torch.zeros(1, e)}
     empty = torch.empty(2, 0, dtype=torch.long)
-    h = model.encode(x, {et: empty for et in EDGE_TYPES})
-    return h["query"]
+    return model.encode(x, {et: empty for et in EDGE_TYPES})
+
+
+def isolated_query_embedding(model: GMTRouterModel, query_x: torch.Tensor) -> torch.Tensor:
+    """(N, H) embeddings of query nodes that have no edges. Used for queries never seen in training."""
+    return _isolated_nodes(model, query_x)["query"]
+
+
+def cold_user_embedding(model: GMTRouterModel) -> torch.Tensor:
+    """(H,) the embedding of a user with no history: a user node without edges.
+
+    User features are zero, so every such user gets this same vector: it is what the few-shot curve
+    measures at k = 0, and what routing a request without a known user id falls back to.
+    """
+    e = model.cfg.embed_dim
+    return _isolated_nodes(model, torch.zeros(1, e))["user"][0]
 
 
 def pairwise_logistic(s_win: torch.Tensor, s_lose: torch.Tensor) -> torch.Tensor:

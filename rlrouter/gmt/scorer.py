@@ -17,7 +17,7 @@ import torch
 
 from rlrouter.data.formats import GMTRecord, Interaction
 from rlrouter.gmt.graph import EmbedFn, GMTGraph, default_embed, interactions_from_dicts, text_key
-from rlrouter.gmt.model import GMTRouterModel, isolated_query_embedding
+from rlrouter.gmt.model import GMTRouterModel, cold_user_embedding, isolated_query_embedding
 from rlrouter.gmt.train import load_checkpoint
 
 
@@ -86,6 +86,45 @@ class GMTRouterScorer:
             llms = torch.arange(len(self.graph.llms)).unsqueeze(0)  # (1, L)
             s = self.model.score(h, torch.tensor([u]), torch.tensor([0]), llms)[0]
         return {m: float(v) for m, v in zip(self.graph.llms, s.tolist())}
+
+    @torch.no_grad()
+    def score_batch(self, queries: Sequence[str], user_id: str | None = None,
+                    query_x: np.ndarray | None = None, graph_queries: bool = True) -> np.ndarray:
+        """(N, L) logits, columns in ``llms`` order, for many queries of one user.
+
+        ``user_id=None`` scores for a user with no history (``cold_user_embedding``): the same for
+        every unknown user. ``query_x`` (N, E) are the queries' text embeddings when the caller has
+        them already. ``graph_queries=False`` encodes every query as a new, isolated node even when the
+        served graph holds it, so ratings logged on that query never reach its score (evaluation on
+        questions the training logs may contain).
+        """
+        queries = list(queries)
+        if not queries:
+            return np.zeros((0, len(self.graph.llms)), dtype=np.float32)
+        with self._lock:
+            if user_id is None:
+                u = cold_user_embedding(self.model)
+            else:
+                ui = self.graph.user_index(str(user_id))
+                if ui is None:
+                    raise UnknownUserError(f"user_id '{user_id}' is not in the GMTRouter graph "
+                                           f"({len(self.graph.users)} users); add it with add_user()")
+                u = self._h["user"][ui]
+            rows = [self.graph.query_index(q) if graph_queries else None for q in queries]
+            new = [i for i, r in enumerate(rows) if r is None]
+            qh = torch.empty(len(queries), u.shape[0])
+            if new:
+                if query_x is None:
+                    x = np.asarray(self._embed([queries[i] for i in new]), dtype=np.float32)
+                else:
+                    x = np.asarray(query_x, dtype=np.float32)[new]
+                qh[new] = isolated_query_embedding(self.model, torch.from_numpy(x))
+            old = [i for i, r in enumerate(rows) if r is not None]
+            if old:
+                qh[old] = self._h["query"][torch.tensor([rows[i] for i in old])]
+            n, llm_h = len(queries), self._h["llm"]
+            s = self.model.predictor(u.expand(n, -1), qh, llm_h.unsqueeze(0).expand(n, -1, -1))  # (N, L)
+        return s.numpy()
 
     def route(self, user_id: str, query: str, candidates: Sequence[str] | None = None) -> str:
         """The best-scored candidate (among ``candidates`` when given)."""

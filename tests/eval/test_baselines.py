@@ -103,10 +103,10 @@ def test_knn_and_mf_end_to_end_on_real_prompts_and_minilm(shared_data):
 def test_registry_errors_name_the_problem():
     ctx = RouterContext(candidates=["weak", "strong"], weak=0, strong=1,
                         train=make_set(["x"], np.array([[1.0, 0.0]])), embed=lambda t: np.zeros((len(t), 2)))
-    assert {"always", "random", "knn", "mf", "selector", "intent", "router_r1"} <= set(registered_types())
+    assert {"always", "random", "knn", "mf", "selector", "intent", "router_r1", "gmtrouter"} <= set(registered_types())
     with pytest.raises(ValueError, match="unknown 'nope'.*registered types"):
         build_router({"type": "nope"}, ctx)
-    with pytest.raises(NotImplementedError, match="gmtrouter.*register_router"):
+    with pytest.raises(ValueError, match="gmtrouter.*checkpoint is required"):
         build_router({"type": "gmtrouter"}, ctx)
     with pytest.raises(ValueError, match="router_r1.*checkpoint is required"):
         build_router({"type": "router_r1"}, ctx)
