@@ -147,6 +147,10 @@ def run(cfg: Any) -> dict[str, Any]:
     split = ev.get("split") or {}
     train_rows, test_rows = split_by_question(full, float(split.get("test_fraction", 0.2)), int(split.get("seed", seed)))
     train, test = full.subset(train_rows), full.subset(test_rows)
+    # a fixed, seeded subset of the test split (each task keeping its share) for routers too slow for all
+    # of it (Router-R1 on CPU); every router and baseline of the run is scored on the same subset
+    test_subset = int(ev.get("test_subset", 0) or 0)
+    test = subsample(test, test_subset, int(split.get("seed", seed)))
     names = full.names
     weak, strong = full.index(ev["weak"]), full.index(ev["strong"])
     ctx = RouterContext(candidates=names, weak=weak, strong=strong, train=train, embed=_embedder(ev), seed=seed,
@@ -171,14 +175,16 @@ def run(cfg: Any) -> dict[str, Any]:
             bar.set_postfix_str(name)
             t = time.perf_counter()
             spec.setdefault("name", name)
+            # a router may keep its own threshold (operating_strong_share: null) instead of the shared one
+            share = spec.pop("operating_strong_share", operating_share)
             router: Router = build_router(spec, ctx)
             router.fit(train)
             if isinstance(router, ThresholdRouter):
                 strong_scores[name] = router.strong_score(test.prompts)
-                if operating_share is not None and spec.get("type") not in ("random",):
+                if share is not None and spec.get("type") not in ("random",):
                     # label-free: a quantile of the router's scores on the test prompts, as RouteLLM's
                     # calibrate_threshold does on unlabelled traffic; outcomes are never read
-                    router.calibrate(test.prompts, float(operating_share))
+                    router.calibrate(test.prompts, float(share))
                 decisions[name] = np.where(strong_scores[name] >= router.threshold, router.strong, router.weak)
             else:
                 decisions[name] = np.asarray(router.decide(test.prompts), dtype=np.int64)
@@ -218,7 +224,7 @@ def run(cfg: Any) -> dict[str, Any]:
                  "candidates": [{"name": c.name, "price_in_per_1m": c.price_in, "price_out_per_1m": c.price_out}
                                 for c in full.candidates],
                  "weak": names[weak], "strong": names[strong],
-                 "test_fraction": float(split.get("test_fraction", 0.2)),
+                 "test_fraction": float(split.get("test_fraction", 0.2)), "test_subset": test_subset,
                  "tokens": {"prompt_mean": float(test.prompt_tokens.mean()),
                             "completion_mean": dict(zip(names, test.completion_tokens.mean(axis=0).tolist()))}},
         "routers": {name: {"type": spec.get("type"), "seconds": round(timings[name], 2)} for name, spec in specs.items()},

@@ -56,19 +56,23 @@ def merged_policy_dir(checkpoint: str | Path, base_model: str, cache: str | Path
 class RouterR1Policy:
     """Serve a Router-R1 checkpoint: ``route(query) -> {selected_model, thinking, full_response}``."""
 
-    def __init__(self, checkpoint: str, base_model: str, candidates: Sequence[dict[str, Any]],
+    def __init__(self, checkpoint: str | None, base_model: str, candidates: Sequence[dict[str, Any]],
                  env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None):
+        """``checkpoint=None`` serves the untrained ``base_model`` (the policy before any training)."""
+        from rlrouter.models import resolve_model
         from rlrouter.rollout.worker import RolloutWorker
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.candidates = [Candidate(**{k: v for k, v in c.items() if k in Candidate.__dataclass_fields__})
                            for c in candidates]
         self.env_cfg = EnvConfig(**(env or {}))
-        path = merged_policy_dir(checkpoint, base_model)
+        if checkpoint is None:
+            path, self.name, self.step = resolve_model(base_model), f"router-r1:base:{base_model}", 0
+        else:
+            path, self.name = merged_policy_dir(checkpoint, base_model), f"router-r1:{Path(checkpoint).name}"
+            meta = Path(checkpoint) / "state.json"
+            self.step = json.loads(meta.read_text()).get("step") if meta.exists() else None
         self.worker = RolloutWorker(path, {"enable_lora": False, **(engine or {})}, self.env_cfg, pool=None)
-        self.name = f"router-r1:{Path(checkpoint).name}"
-        meta = Path(checkpoint) / "state.json"
-        self.step = json.loads(meta.read_text()).get("step") if meta.exists() else None
 
     def route(self, query: str) -> dict[str, str | None]:
         return self.route_batch([query])[0]

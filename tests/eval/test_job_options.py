@@ -1,0 +1,117 @@
+"""Job options added for routers that are slow or keep their own threshold, the training-split export
+and the Router-R1 base policy: pure logic on small hand-written RouteLLM CSVs (no embeddings, no vLLM)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlrouter.eval.export_split import write_train_split
+from rlrouter.eval.job import load_eval_set, run, split_by_question
+from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router, register_router
+
+WEAK, STRONG = "weak-llm", "strong-llm"
+
+
+def _write_csvs(root: Path) -> None:
+    """gsm8k/gsm8k_responses.csv (40 questions, 2 repeated) and mmlu/mmlu_x.csv (60 questions)."""
+    rng = np.random.default_rng(0)
+    (root / "gsm8k").mkdir(parents=True)
+    (root / "mmlu").mkdir()
+    with (root / "gsm8k" / "gsm8k_responses.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["prompt", WEAK, STRONG, f"{WEAK}_response", f"{STRONG}_response"])
+        for i in [*range(40), 3, 7]:
+            w.writerow([f"math question {i}", bool(rng.random() < 0.5), bool(rng.random() < 0.8), "42", "42"])
+    with (root / "mmlu" / "mmlu_x.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["prompt", WEAK, STRONG])
+        for i in range(60):
+            w.writerow([f"Fact question {i}\nA. a\nB. b\nC. c\nD. d\nAnswer:", rng.random() < 0.6, rng.random() < 0.8])
+
+
+def _cfg(root: Path, out: Path, **ev) -> dict:
+    return {"seed": 0, "output_dir": str(out), "command": "test", "router": None, "routers": {},
+            "eval": {"data": [str(root / "gsm8k" / "gsm8k_responses.csv"), str(root / "mmlu")], "format": "auto",
+                     "weak": WEAK, "strong": STRONG, "prices": {WEAK: {"input": 1.0, "output": 1.0},
+                                                               STRONG: {"input": 10.0, "output": 30.0}},
+                     "split": {"test_fraction": 0.25, "seed": 0}, "num_thresholds": 4,
+                     "operating_strong_share": 0.5, "ope": {"enabled": False},
+                     "baselines": {"always_weak": {"type": "always", "candidate": "weak"},
+                                   "always_strong": {"type": "always", "candidate": "strong"}}, **ev}}
+
+
+class LengthRouter(ThresholdRouter):
+    """Strong score = prompt length - 20: its own threshold 0 sends MMLU prompts (> 40 characters) to
+    strong and GSM8K ones ("math question N", at most 16) to weak."""
+
+    def strong_score(self, prompts):
+        return np.array([len(p) - 20.0 for p in prompts])
+
+
+@register_router("test_length")
+def _length(cfg, ctx: RouterContext):
+    return LengthRouter("len", ctx.weak, ctx.strong, threshold=0.0)
+
+
+def test_train_split_export_drops_every_test_question(tmp_path):
+    root, out = tmp_path / "logs", tmp_path / "train_logs"
+    _write_csvs(root)
+    cfg = _cfg(root, tmp_path / "eval")
+    counts = write_train_split(cfg, out)
+    assert counts["kept"] + counts["dropped"] == 102
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.csv")) == [
+        "gsm8k/gsm8k_responses.csv", "mmlu/mmlu_x.csv"]
+    full = load_eval_set(cfg["eval"])
+    _, test_rows = split_by_question(full, 0.25, seed=0)
+    test_keys = {" ".join(full.prompts[i].split()) for i in test_rows}
+    assert len(test_rows) == counts["dropped"]
+    exported = load_eval_set({**cfg["eval"], "data": [str(out / "gsm8k" / "gsm8k_responses.csv"), str(out / "mmlu")]})
+    assert len(exported) == counts["kept"]
+    assert not {" ".join(p.split()) for p in exported.prompts} & test_keys
+
+
+def test_test_subset_and_a_router_keeping_its_own_threshold(tmp_path):
+    root = tmp_path / "logs"
+    _write_csvs(root)
+    cfg = _cfg(root, tmp_path / "eval", test_subset=10)
+    cfg["routers"] = {"own": {"type": "test_length", "operating_strong_share": None},
+                      "calibrated": {"type": "test_length"}}
+    report = run(cfg)
+    assert report["data"]["test_subset"] == 10 and report["slices"]["all"]["n"] == report["data"]["test"] == 10
+    routers = report["slices"]["all"]["routers"]
+    assert routers["own"]["shares"][STRONG] == pytest.approx(report["slices"]["mmlu"]["n"] / 10)
+    assert routers["calibrated"]["shares"][STRONG] == pytest.approx(0.5, abs=0.1)
+    # the same seed gives the same subset
+    again = run({**cfg, "output_dir": str(tmp_path / "eval2")})
+    assert again["slices"]["all"]["routers"]["own"]["quality"] == routers["own"]["quality"]
+
+
+def test_router_r1_base_policy_needs_no_checkpoint(monkeypatch):
+    import rlrouter.serving.router_r1_policy as mod
+
+    seen = {}
+
+    class FakePolicy:
+        def __init__(self, checkpoint, base_model, candidates, env=None):
+            seen.update(checkpoint=checkpoint, base_model=base_model, names=[c["name"] for c in candidates])
+
+        def route_batch(self, prompts):
+            return [{"selected_model": "mixtral-8x7b-instruct"} for _ in prompts]
+
+    monkeypatch.setattr(mod, "RouterR1Policy", FakePolicy)
+    from rlrouter.eval.reader import EvalSet
+    from rlrouter.pool.base import Candidate
+
+    names = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
+    train = EvalSet(prompts=["x"], candidates=[Candidate(n, 1.0, 1.0) for n in names], scores=np.ones((1, 2)),
+                    costs=np.ones((1, 2)), sources=["t"], prompt_tokens=np.ones(1), completion_tokens=np.ones((1, 2)))
+    ctx = RouterContext(candidates=names, weak=0, strong=1, train=train, embed=lambda t: np.zeros((len(t), 2)))
+    root = Path(__file__).resolve().parents[2]
+    r = build_router({"type": "router_r1", "checkpoint": "base", "pool": str(root / "conf/pool/routellm_replay.yaml"),
+                      "default": "strong"}, ctx)
+    assert seen["checkpoint"] is None and seen["base_model"] == "smollm2-135m-instruct"
+    assert r.decide(["q1", "q2"]).tolist() == [0, 0]
