@@ -39,6 +39,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 RESULTS = ROOT / "benchmarks" / "results"
 # wall-clock and throughput figures differ between any two runs; everything else must match
 NONDETERMINISTIC = re.compile(r"^(time/|rollout/tokens_per_s|sync/share_of_step)")
+PLOT_KEYS = ("reward/total", "learner/loss", "learner/kl", "learner/grad_norm")
 
 
 def my_ray_processes(pattern: str) -> list[Any]:
@@ -108,7 +109,6 @@ def compose(name: str, steps: int, out: Path, shared: Path) -> Any:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return hcompose("train_router_r1", overrides=[
             "debug=cpu", f"paths.root_dir={ROOT}", f"paths.shared_data={shared}", f"run_name={name}",
-            f"paths.output_dir={out}",
             f"out_dir={out}", f"train.total_steps={steps}", "train.checkpoint_every=2", "train.warmup_steps=2",
             "eval.num_questions=2", "learner_failures=2", "ray.num_cpus=6"])
 
@@ -130,6 +130,7 @@ def run_once(name: str, steps: int, shared: Path, rollout_after: int | None, lea
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     return {"name": name, "wall_s": round(wall, 1), "train_s": round(report["train_s"], 1),
             "faults": inj.events, "logged_steps": [x["step"] for x in lines], "lines": lines,
+            "per_step": [{k: x[k] for k in ("step", *PLOT_KEYS) if k in x} for x in lines],
             "final": lines[-1], "policy_trained": report["results"]["policy_trained"]}
 
 
@@ -139,6 +140,30 @@ def compare(a: dict[str, float], b: dict[str, float]) -> dict[str, Any]:
     return {"keys_compared": len(keys), "max_abs_diff": max(diffs.values()) if diffs else 0.0,
             "differing": {k: [a[k], b[k]] for k, d in diffs.items() if d > 1e-6},
             "missing": sorted(set(a) ^ set(b))}
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Per-step curves of both runs; the faulted run's replayed steps show as a second marker on the
+    same step; dotted lines mark the kills."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PLOT_KEYS), figsize=(3.6 * len(PLOT_KEYS), 3.4))
+    for ax, key in zip(axes, PLOT_KEYS):
+        for run, style in zip(result["runs"], ({"marker": "o", "ms": 9, "alpha": 0.45, "ls": "-"},
+                                               {"marker": "x", "ms": 8, "ls": "none", "color": "k"})):
+            pts = [(x["step"], x[key]) for x in run["per_step"] if key in x]
+            ax.plot([a for a, _ in pts], [b for _, b in pts], label=run["name"], **style)
+        for ev in result["runs"][1]["faults"]:
+            ax.axvline(ev["after_step"] + 0.5, ls=":", color="tab:red" if ev["what"] == "learner" else "tab:orange")
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step")
+    axes[0].legend(fontsize=8, title="dotted: kills", title_fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -151,7 +176,8 @@ def main() -> None:
     import ray
 
     os.environ.setdefault("RLROUTER_ROUTELLM", str(Path(args.shared) / "routellm"))
-    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=True,
+    # Ray Train V2 (the default in 2.60) asks the state API, which the dashboard serves
+    ray.init(num_cpus=6, include_dashboard=True, log_to_driver=True,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                        "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT),
                                        "RLROUTER_ROUTELLM": os.environ["RLROUTER_ROUTELLM"]}})
@@ -184,6 +210,7 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "faults.json").write_text(json.dumps(result, indent=2))
+    plot(result, RESULTS / "faults.png")
     print(json.dumps({k: result[k] for k in ("completed", "rollout_kills", "learner_kills",
                                              "final_metrics_vs_clean", "policy_trained_equal")}, indent=2))
 
