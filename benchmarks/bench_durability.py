@@ -1,11 +1,10 @@
-"""Selector durability: kill -9 of the whole Serve stack during concurrent /feedback traffic, then a
-restart, N times; every feedback that got a 200 must be in the posteriors (issue 8).
+"""Selector durability: kill -9 of the Serve process that holds the selector's state during concurrent
+/feedback traffic, then a restart, N times; every feedback that got a 200 must be in the posteriors
+(issue 8).
 
-The server is a child process that starts its own local Ray cluster, Serve and the rlrouter app
-(``python benchmarks/bench_durability.py serve --port P --state S``). Each cycle: clients route and
-give explicit feedback from several threads; after a random moment the child's whole process group
-(driver, GCS, raylet, the selector replica) gets SIGKILL; the child is started again on the same state
-file; then the posteriors are read from ``/stats`` and checked against the client's ledger:
+Each cycle: clients route and give explicit feedback from several threads; after a random moment the
+server side gets SIGKILL, mid-traffic; it comes back on the same state file; then the posteriors are
+read from ``/stats`` and checked against the client's ledger:
 
     acknowledged(m) <= explicit feedback in the posteriors(m) <= acknowledged(m) + unanswered(m)
 
@@ -13,7 +12,20 @@ for every candidate m ("unanswered": the connection died before a reply, so the 
 have landed). A lower bound broken is a lost acknowledged feedback. The Beta parameters are checked
 too: alpha - 1 and beta - 1 must lie within the same bounds of wins and losses.
 
-    .venv/bin/python benchmarks/bench_durability.py --cycles 20     # -> benchmarks/results/durability.json
+What gets killed (``--kill``):
+
+* ``serve`` (default): every Serve process of a private token-auth Ray head (``tests/ops/headnode.py``):
+  the Serve controller, the HTTP proxy and both replicas of the app (the selector replica holds the
+  posteriors and the write-ahead log). Ray restarts the controller, which restarts the proxy and the
+  replicas; the new selector replica loads the snapshot and replays the log. The Ray head (GCS,
+  raylet) survives, so a cycle costs a Serve recovery, not a cluster start.
+* ``replica``: only the app's replica processes; the Serve controller restarts them.
+* ``stack``: the whole server: a child process running its own Ray cluster + Serve + the app, its
+  whole process session (driver, GCS, raylet, every actor) killed and started again. The strongest
+  and slowest (a Ray start and a deploy per cycle, 25-45 s on 2 shared cores).
+
+    .venv/bin/python benchmarks/bench_durability.py --cycles 20 [--kill serve|replica|stack]
+    # -> benchmarks/results/durability.json
 """
 
 from __future__ import annotations
@@ -22,6 +34,8 @@ import argparse
 import json
 import os
 import random
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -34,47 +48,19 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.ops.headnode import LocalHead, free_ports, kill_tree  # noqa: E402 - needs ROOT on the path
+
 RESULTS = ROOT / "benchmarks" / "results"
 USERS = {"k-alice": "alice", "k-bob": "bob"}
 ADMIN = "k-ops"
 
 
-def kill_tree(root_pid: int) -> int:
-    """SIGKILL the session ``root_pid`` leads and every descendant of it (see tests/ops/headnode.py)."""
-    import psutil
-
-    victims: dict[int, psutil.Process] = {}
-    try:
-        victims[root_pid] = psutil.Process(root_pid)
-        victims.update({c.pid: c for c in victims[root_pid].children(recursive=True)})
-    except psutil.NoSuchProcess:
-        pass
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == root_pid:
-                victims[p.pid] = p
-                victims.update({c.pid: c for c in p.children(recursive=True)})
-        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
-            continue
-    for p in victims.values():
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(list(victims.values()), timeout=30)
-    return len(victims)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # --- the server child ---------------------------------------------------------------------------------
-def serve_child(port: int, state: str, temp_dir: str) -> None:
-    """Ray + Serve + the rlrouter app in this process; blocks until killed."""
-    sys.path.insert(0, str(ROOT))
+def serve_child(port: int, state: str, temp_dir: str | None) -> None:
+    """Ray + Serve + the rlrouter app. With ``temp_dir``: a Ray cluster of its own in this process, and
+    it blocks until killed (``--kill stack``). Without: deploy onto the cluster at ``RAY_ADDRESS`` and
+    return (Serve apps outlive the driver that deployed them)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import importlib
 
@@ -82,7 +68,8 @@ def serve_child(port: int, state: str, temp_dir: str) -> None:
     import yaml
     from ray import serve
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir,
+    own = {"num_cpus": 2, "include_dashboard": False, "_temp_dir": temp_dir} if temp_dir else {}
+    ray.init(log_to_driver=False, **own,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                        "PYTHONPATH": str(ROOT)}})
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -93,14 +80,127 @@ def serve_child(port: int, state: str, temp_dir: str) -> None:
             "serving": {"api_keys": keys}}
     serve.run(app_mod.build_app(args), name="rlrouter", route_prefix="/", blocking=False)
     print("SERVING", flush=True)
-    while True:
+    while temp_dir:
         time.sleep(3600)
 
 
-class Server:
+def wait_healthy(base: str, timeout_s: float, alive: Any = None, log: Path | None = None) -> None:
+    """Until ``/health`` says the selector answers; ``alive()`` False (the server died) raises."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            raise RuntimeError(f"the server died:\n{log.read_text()[-4000:] if log else ''}")
+        try:
+            r = httpx.get(f"{base}/health", timeout=5)
+            if r.status_code == 200 and r.json().get("selector") == "ok":
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"server not healthy in {timeout_s:.0f}s:\n{log.read_text()[-4000:] if log else ''}")
+
+
+def wait_port_closed(port: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:  # the next start must not meet the old listener
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                return
+        time.sleep(0.2)
+
+
+# Process titles of the Serve side of a cluster (Ray names an actor's process ``ray::<Class>...``; a
+# Serve replica ``ray::ServeReplica:<app>:<deployment>``)
+SERVE_TITLES = {"replica": r"^ray::ServeReplica:rlrouter:",
+                "serve": r"^ray::(ServeReplica:rlrouter:|ServeController|ProxyActor)"}
+
+
+class ServeOnHead:
+    """The app on a private token-auth Ray head that lives through every cycle; a kill takes only the
+    Serve processes (``pattern``), which Ray and Serve bring back by themselves."""
+
+    def __init__(self, state: Path, kill: str = "serve"):
+        self.state = state
+        self.pattern = re.compile(SERVE_TITLES[kill])
+        self.head = LocalHead(num_cpus=2)
+        self.port = self.head.serve_port
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.temp_dir = str(self.head.dir)
+        self.log = self.head.dir / "deploy.log"
+        self.killed: list[str] = []
+        self._deployed = False
+
+    def start(self, timeout_s: float = 300.0) -> float:
+        """First call: start the head and deploy; later calls: wait for Serve's own recovery."""
+        t0 = time.perf_counter()
+        if not self._deployed:
+            self.head.start()
+            env = {**self.head.env(), "RAY_ADDRESS": f"127.0.0.1:{self.head.gcs_port}"}
+            with self.log.open("a") as out:
+                subprocess.run([sys.executable, str(Path(__file__).resolve()), "serve", "--port", str(self.port),
+                                "--state", str(self.state)], cwd=str(ROOT), env=env, stdout=out,
+                               stderr=subprocess.STDOUT, check=True, timeout=timeout_s)
+            self._deployed = True
+        wait_healthy(self.base, timeout_s, lambda: self.head.proc is not None and self.head.proc.poll() is None,
+                     self.head.log)
+        return time.perf_counter() - t0
+
+    def serve_processes(self) -> list[Any]:
+        """This head's processes whose title matches the pattern (never another cluster's: only the
+        head's own session is searched)."""
+        import psutil
+
+        assert self.head.proc is not None
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) == self.head.proc.pid and self.pattern.search(" ".join(p.cmdline())):
+                    out.append(p)
+            except (ProcessLookupError, PermissionError, psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return out
+
+    def kill9(self) -> None:
+        import psutil
+
+        victims = self.serve_processes()
+        if not any("SelectorDeployment" in " ".join(p.cmdline()) for p in victims):
+            raise RuntimeError(f"no selector replica among {[' '.join(p.cmdline()) for p in victims]}")
+        self.killed = [" ".join(p.cmdline())[:60] for p in victims]
+        for p in victims:
+            os.kill(p.pid, signal.SIGKILL)
+        psutil.wait_procs(victims, timeout=30)
+        if any("ProxyActor" in t for t in self.killed):
+            wait_port_closed(self.port)
+
+    def selector_counters(self) -> dict[str, dict[str, float]]:
+        """The selector's counters on the head's metrics endpoint (docs/metrics.md): name -> series
+        (its labels but ``model``/``kind``/``mode``, i.e. one series per reporting process) -> sum."""
+        out: dict[str, dict[str, float]] = {}
+        for line in self.head.scrape().splitlines():
+            m = re.match(r"^(ray_rlrouter_selector_\w+_total)\{(.*)\} ([0-9.eE+-]+)$", line)
+            if not m:
+                continue
+            labels = ",".join(sorted(kv for kv in re.findall(r'\w+="[^"]*"', m.group(2))
+                                     if kv.split("=")[0] not in ("model", "kind", "mode")))
+            series = out.setdefault(m.group(1), {})
+            series[labels] = series.get(labels, 0.0) + float(m.group(3))
+        return out
+
+    def stop(self) -> None:
+        self.head.stop()
+        self.head.cleanup()
+
+
+class StackServer:
+    """``--kill stack``: a child process with its own Ray cluster, Serve and the app; a kill takes its
+    whole process session and a start runs it again."""
+
     def __init__(self, state: Path, port: int | None = None):
         self.state = state
-        self.port = port or free_port()
+        self.port = port or free_ports(1)[0]
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
         self.temp_dir = tempfile.mkdtemp(prefix="rlr-dur-", dir="/tmp")
@@ -114,24 +214,8 @@ class Server:
             [sys.executable, str(Path(__file__).resolve()), "serve", "--port", str(self.port),
              "--state", str(self.state), "--temp-dir", self.temp_dir],
             cwd=str(ROOT), env=env, stdout=self.log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
-        self.wait_healthy(timeout_s)
+        wait_healthy(self.base, timeout_s, lambda: self.proc is not None and self.proc.poll() is None, self.log)
         return time.perf_counter() - t0
-
-    def wait_healthy(self, timeout_s: float) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"server exited {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
-            try:
-                r = httpx.get(f"{self.base}/health", timeout=5)
-                if r.status_code == 200 and r.json().get("selector") == "ok":
-                    return
-            except (httpx.HTTPError, ValueError):
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"server not healthy in {timeout_s:.0f}s:\n{self.log.read_text()[-4000:]}")
 
     def kill9(self) -> None:
         """SIGKILL the server's whole session: driver, GCS, raylet, Serve, the selector replica (Ray puts
@@ -141,15 +225,13 @@ class Server:
         kill_tree(self.proc.pid)
         self.proc.wait(timeout=60)
         self.proc = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the next start must not meet the old listener
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) != 0:
-                    break
-            time.sleep(0.2)
+        wait_port_closed(self.port)
 
     def stop(self) -> None:
         self.kill9()
+        import shutil
+
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 # --- the client ledger --------------------------------------------------------------------------------
@@ -229,13 +311,40 @@ def admin_stats(base: str) -> dict[str, Any]:
     return r.json()
 
 
+def metrics_phase(server: ServeOnHead, clients: int, seconds: float, seed: int,
+                  timeout_s: float = 90.0) -> dict[str, Any]:
+    """Traffic without a kill, then the selector's counters on the metrics endpoint: the replica that
+    came back after the last kill must have counted exactly the feedback acknowledged since."""
+    ledger, stop = Ledger(), threading.Event()
+    threads = [threading.Thread(target=traffic, args=(server.base, ledger, stop, seed + j), daemon=True)
+               for j in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    acked = sum(ledger.acked.values())
+    deadline, counters = time.monotonic() + timeout_s, {}
+    while time.monotonic() < deadline:  # Ray exports metrics every few seconds
+        counters = server.selector_counters()
+        if acked in counters.get("ray_rlrouter_selector_feedback_total", {}).values():
+            break
+        time.sleep(2.0)
+    feedback = counters.get("ray_rlrouter_selector_feedback_total", {})
+    return {"routes": ledger.routes, "acked": acked, "counters": counters,
+            "feedback_counter_matches_acked": acked in feedback.values()}
+
+
 def run(cycles: int, clients: int = 6, min_traffic_s: float = 1.0, max_traffic_s: float = 4.0,
-        state_dir: Path | None = None, seed: int = 0) -> dict[str, Any]:
+        state_dir: Path | None = None, seed: int = 0, kill: str = "serve") -> dict[str, Any]:
+    if kill not in ("stack", *SERVE_TITLES):
+        raise ValueError(f"kill: one of stack, {', '.join(SERVE_TITLES)}; got {kill!r}")
     rng = random.Random(seed)
     own_dir = state_dir is None
     state_dir = state_dir or Path(tempfile.mkdtemp(prefix="rlr-dur-state-"))
     state = state_dir / "state.json"
-    server = Server(state)
+    server: StackServer | ServeOnHead = StackServer(state) if kill == "stack" else ServeOnHead(state, kill)
     ledger = Ledger()
     per_cycle: list[dict[str, Any]] = []
     try:
@@ -262,22 +371,24 @@ def run(cycles: int, clients: int = 6, min_traffic_s: float = 1.0, max_traffic_s
                               "acked_total": sum(ledger.acked.values()),
                               "unanswered_total": sum(ledger.unknown.values()),
                               "lost": c["lost"], "over": c["over"], "restart_s": round(restart_s, 1),
-                              "kill_to_healthy_s": round(time.perf_counter() - t_kill, 1)})
+                              "kill_to_healthy_s": round(time.perf_counter() - t_kill, 1),
+                              "killed": getattr(server, "killed", ["the whole server session"])})
             print(f"cycle {i + 1}/{cycles}: acked {per_cycle[-1]['acked_total']} "
                   f"(+{per_cycle[-1]['acked_this_cycle']}), unanswered {per_cycle[-1]['unanswered_total']}, "
                   f"lost {c['lost']}, restart {restart_s:.1f}s", flush=True)
         final = check(admin_stats(server.base), ledger, prior)
+        metrics = metrics_phase(server, clients, 3.0, seed + 777) if isinstance(server, ServeOnHead) else None
     finally:
         server.stop()
         import shutil
 
-        shutil.rmtree(server.temp_dir, ignore_errors=True)
         if own_dir:
             shutil.rmtree(state_dir, ignore_errors=True)
-    return {"cycles": cycles, "clients": clients, "acknowledged": sum(ledger.acked.values()),
+    return {"cycles": cycles, "kill": kill, "clients": clients, "acknowledged": sum(ledger.acked.values()),
             "unanswered": sum(ledger.unknown.values()), "routes": ledger.routes,
             "refused": dict(ledger.refused), "lost": final["lost"], "over_counted": final["over"],
-            "first_start_s": round(first_start, 1), "per_cycle": per_cycle, "final_check": final}
+            "first_start_s": round(first_start, 1), "per_cycle": per_cycle, "final_check": final,
+            "metrics_endpoint": metrics}
 
 
 def main() -> None:
@@ -286,20 +397,22 @@ def main() -> None:
     s = sub.add_parser("serve")
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--state", required=True)
-    s.add_argument("--temp-dir", required=True)
+    s.add_argument("--temp-dir", help="run a Ray cluster of its own there (--kill stack)")
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--clients", type=int, default=6)
+    ap.add_argument("--kill", default="serve", choices=["serve", "replica", "stack"],
+                    help="what dies each cycle (module docstring)")
     ap.add_argument("--out", default=str(RESULTS / "durability.json"))
     args = ap.parse_args()
     if args.cmd == "serve":
         serve_child(args.port, args.state, args.temp_dir)
         return
     t0 = time.perf_counter()
-    res = run(args.cycles, args.clients)
+    res = run(args.cycles, args.clients, kill=args.kill)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     RESULTS.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2))
-    print(json.dumps({k: res[k] for k in ("cycles", "acknowledged", "unanswered", "lost", "over_counted",
+    print(json.dumps({k: res[k] for k in ("cycles", "kill", "acknowledged", "unanswered", "lost", "over_counted",
                                           "wall_s")}, indent=2))
 
 
