@@ -12,8 +12,9 @@ Parts (``--parts regret,decisions,latency``, all by default):
   embedding of each query's first 48 tokens (the CPU budget of a 2-core machine: 13k full prompts take
   ~25 CPU-minutes); embeddings are cached under outputs/cache/.
 - ``decisions``: decisions/s of ``Selector.select`` in-process and inside the selector's Ray actor.
-- ``latency``: ``POST /route`` p50 / p99 under an open-loop 200 req/s load (bounded concurrency) from a
-  loopback httpx client against the Serve app on a local Ray cluster.
+- ``latency``: ``POST /route`` p50 / p99 under open-loop loads (``--rates``, 20 and 200 req/s) from
+  benchmarks/loadgen.py, a separate load-generator process on loopback, against the Serve app on a
+  local Ray cluster.
 
     .venv/bin/python benchmarks/bench_selector.py [--parts regret] [--seeds 3] [--alphas 0,0.1,0.3]
 """
@@ -136,38 +137,14 @@ def bench_decisions(args: argparse.Namespace) -> dict:
     return out
 
 
-async def _load(url: str, headers: dict, rate: float, duration: float, concurrency: int) -> tuple[list[float], int, float]:
-    import httpx
+def _load(url: str, key: str, rate: float, duration: float, concurrency: int) -> dict:
+    """Run benchmarks/loadgen.py in its own process (raw asyncio HTTP/1.1, open loop); its JSON result."""
+    import subprocess
 
-    lat: list[float] = []
-    errors = 0
-    sem = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=10) as client:
-        async def one(i: int) -> None:
-            nonlocal errors
-            async with sem:
-                t0 = time.perf_counter()
-                try:
-                    r = await client.post(url, json={"query": f"load test query {i}", "user_id": "bench"}, headers=headers)
-                    if r.status_code != 200:
-                        errors += 1
-                except Exception:  # noqa: BLE001
-                    errors += 1
-                lat.append(time.perf_counter() - t0)
-
-        tasks = []
-        start = time.perf_counter()
-        n = int(rate * duration)
-        for i in range(n):
-            # open loop: requests leave on schedule whether or not earlier ones returned
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(i)))
-        await asyncio.gather(*tasks)
-        achieved = n / (time.perf_counter() - start)
-    return lat, errors, achieved
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "loadgen.py"), "--url", url, "--key", key, "--rate", str(rate),
+           "--duration", str(duration), "--concurrency", str(concurrency), "--warmup", "3"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def bench_latency(args: argparse.Namespace) -> dict:
@@ -193,17 +170,21 @@ def bench_latency(args: argparse.Namespace) -> dict:
                                  "serving": {"api_keys": [{"key": "k-bench", "user_id": "bench"}]}}),
               name="bench", route_prefix="/")
     url = f"http://127.0.0.1:{port}/route"
-    headers = {"Authorization": "Bearer k-bench"}
-    asyncio.run(_load(url, headers, 50, 2, 16))  # warm-up
-    lat, errors, achieved = asyncio.run(_load(url, headers, args.rate, args.duration, args.concurrency))
+    out = {"load_generator": "benchmarks/loadgen.py (separate process, raw asyncio HTTP/1.1 keep-alive, open loop; "
+                             "latency from each request's scheduled send time)",
+           "max_concurrency": args.concurrency, "duration_s": args.duration, "targets_ms": {"p50": 5, "p99": 20},
+           "load_average_before": os.getloadavg(), "rates": {}}
+    for rate in args.rates:
+        r = _load(url, "k-bench", rate, args.duration, args.concurrency)
+        ms = np.array(r["latencies_ms"])
+        out["rates"][str(rate)] = {"target_rate_per_s": rate, "achieved_rate_per_s": r["achieved_rate_per_s"],
+                                   "requests": len(ms), "errors": r["errors"], "first_error": r["first_error"],
+                                   "p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
+                                   "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max())}
+        print(f"rate {rate}: " + json.dumps({k: v for k, v in out["rates"][str(rate)].items()}), flush=True)
+    out["load_average_after"] = os.getloadavg()
     serve.delete("bench")
     serve.shutdown()
-    ms = np.array(lat) * 1000
-    out = {"target_rate_per_s": args.rate, "achieved_rate_per_s": achieved, "duration_s": args.duration,
-           "max_concurrency": args.concurrency, "requests": len(lat), "errors": errors,
-           "p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
-           "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
-           "targets_ms": {"p50": 5, "p99": 20}}
     print(json.dumps(out, indent=1), flush=True)
     return out
 
@@ -215,7 +196,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--alphas", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 0.1, 0.3])
     ap.add_argument("--decisions", type=int, default=100_000)
-    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[20.0, 200.0],
+                    help="target request rates of the latency part (requests/s)")
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--concurrency", type=int, default=64)
     args = ap.parse_args()
