@@ -109,3 +109,77 @@ def test_cold_start_sft_lowers_the_nll_of_policy_tokens_only(learner):
     assert last < first
     # the information block is not trained on: the token count is the policy tokens only
     assert learner.sft_step(trajs, lr=0.0)["sft/tokens"] == sum(t.num_policy_tokens for t in trajs)
+
+
+def _group(tok, prompt: str, completions: list[str]) -> list[TrajectoryTokens]:
+    """One GRPO group: the same prompt, different sampled completions (unequal lengths)."""
+    out = []
+    for text in completions:
+        t = TrajectoryTokens(tok.encode(prompt, add_special_tokens=False))
+        ids = tok.encode(text, add_special_tokens=False)
+        t.add_policy(ids, [0.0] * len(ids))
+        out.append(t)
+    return out
+
+
+def test_shared_prefix_window_gives_the_full_forward_log_probs_values_and_grads():
+    """The learner's windowed / shared-prefix forward equals a plain full forward of every row."""
+    from rlrouter.algos.common import token_logprobs
+    from rlrouter.learner.learner import _shared_prefix, first_policy_position
+    from rlrouter.rollout.parsing import collate
+
+    cfg = LearnerConfig(algo="ppo", lr=1e-3, micro_batch_size=3, ppo={"kl": {"coef": 0.0}})
+    lr = Learner(cfg)
+    with torch.no_grad():  # a non-zero adapter, so the LoRA path is exercised
+        for n, p in lr.policy.named_parameters():
+            if "lora_B" in n:
+                p.normal_(std=0.02)
+    group = _group(lr.tokenizer, "Question: name a prime number between 10 and 20. Think first.",
+                   ["<think>13 is prime</think><answer>13</answer>", "<answer>17</answer>",
+                    "<think>eleven</think><search>gpt-4: primes?</search>"])
+    mb = collate(group, lr.tokenizer.pad_token_id)
+    mb["loss_mask"] = mb["loss_mask"].float()
+    start = first_policy_position(mb["loss_mask"])
+    assert _shared_prefix(mb["input_ids"], mb["attention_mask"], start - 1)
+
+    logp, _, values = lr._forward(lr.module, mb, with_values=True, with_entropy=False)
+    (logp * mb["loss_mask"]).sum().backward(retain_graph=True)
+    grads = {n: p.grad.clone() for n, p in lr.policy.named_parameters() if p.grad is not None}
+    lr.optimizer.zero_grad(set_to_none=True)
+
+    full = lr.policy(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], output_hidden_states=True)
+    ref_logp = token_logprobs(full.logits, mb["input_ids"])
+    ref_values = lr.value_head(full.hidden_states[-1])
+    m = mb["loss_mask"].bool()
+    assert torch.allclose(logp[m], ref_logp[m], atol=1e-4)
+    assert torch.allclose(values[m], ref_values[m], atol=1e-5)
+    (ref_logp * mb["loss_mask"]).sum().backward()
+    assert grads and len(grads) == sum(1 for p in lr.policy.parameters() if p.grad is not None)
+    for n, p in lr.policy.named_parameters():
+        if p.grad is not None:
+            assert torch.allclose(grads[n], p.grad, atol=1e-4, rtol=1e-3), n
+    # rows with different prompts take the windowed path (no shared prefix) and agree too
+    mixed = collate(_trajs(lr.tokenizer, 2), lr.tokenizer.pad_token_id)
+    mixed["loss_mask"] = mixed["loss_mask"].float()
+    assert not _shared_prefix(mixed["input_ids"], mixed["attention_mask"], first_policy_position(mixed["loss_mask"]) - 1)
+    with torch.no_grad():
+        lp, _, _ = lr._forward(lr.module, mixed, with_values=False, with_entropy=False)
+        ref = token_logprobs(lr.policy(input_ids=mixed["input_ids"], attention_mask=mixed["attention_mask"]).logits,
+                             mixed["input_ids"])
+    mm = mixed["loss_mask"].bool()
+    assert torch.allclose(lp[mm], ref[mm], atol=1e-4)
+
+
+@pytest.mark.parametrize("n,group,mbs,expected", [
+    (8, 4, 8, [(0, 4), (4, 8)]),          # a chunk never spans two GRPO groups
+    (8, 4, 3, [(0, 3), (3, 4), (4, 7), (7, 8)]),
+    (8, 4, 2, [(0, 2), (2, 4), (4, 6), (6, 8)]),
+    (6, 1, 4, [(0, 4), (4, 6)]),          # PPO (no groups): plain chunks
+])
+def test_micro_batches_follow_group_boundaries(n, group, mbs, expected):
+    from types import SimpleNamespace
+
+    fake = SimpleNamespace(cfg=SimpleNamespace(micro_batch_size=mbs), algo=SimpleNamespace(group_size=group))
+    rows = torch.arange(n).unsqueeze(1)
+    chunks = Learner._micro_batches(fake, {"input_ids": rows})
+    assert [(int(c["input_ids"][0, 0]), int(c["input_ids"][-1, 0]) + 1) for c in chunks] == expected
