@@ -356,12 +356,21 @@ def first_policy_position(loss_mask: torch.Tensor) -> int:
     return max(1, int(has.float().argmax()))
 
 
-def _shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int) -> bool:
-    """True when every row holds the same first ``n`` real tokens (a GRPO group: one prompt, G samples)."""
-    if input_ids.shape[0] < 2 or n < 1:
-        return False
-    head, mask = input_ids[:, :n], attention_mask[:, :n]
-    return bool(mask.all()) and bool((head == head[:1]).all())
+MIN_SHARED_PREFIX = 8
+"""Shorter common prefixes are not worth a separate forward with a KV cache."""
+
+
+def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, limit: int) -> int:
+    """How many leading real tokens (at most ``limit``) every row of the micro-batch holds alike.
+
+    A GRPO group shares its whole prompt; different questions still share the Router-R1 template
+    (rules and candidate list, ~350 tokens) that comes before the question.
+    """
+    if input_ids.shape[0] < 2 or limit < 1:
+        return 0
+    head = input_ids[:, :limit]  # (B, limit)
+    same = (head == head[:1]).all(dim=0) & attention_mask[:, :limit].bool().all(dim=0)  # (limit,)
+    return limit if bool(same.all()) else int((~same).float().argmax())
 
 
 class _PolicyWithValue(torch.nn.Module):
@@ -369,9 +378,10 @@ class _PolicyWithValue(torch.nn.Module):
 
     ``forward(..., start)`` returns logits (and values) for positions ``start - 1 .. T - 1`` only, the
     ones that predict tokens ``start .. T - 1``: the prompt before ``start`` carries no loss, so its
-    (T, V) logits are never formed (``logits_to_keep``). When every row shares the tokens before
-    ``start - 1`` (the G samples of one GRPO prompt), that prefix runs once with its KV cache, which
-    is repeated to the G rows and back-propagated through once; each row then runs only its own tokens.
+    (T, V) logits are never formed (``logits_to_keep``). The tokens every row shares before ``start``
+    (a GRPO group's whole prompt, or the template before different questions) run once with their KV
+    cache, which is repeated to the B rows and back-propagated through once; each row then runs only
+    its own tokens.
     With a ~480-token prompt and ~60 generated tokens per sample this cuts the learner's tokens ~3x
     for G=4 and gives the same log-probs and gradients (tests/learner/test_learner.py).
     """
@@ -385,17 +395,18 @@ class _PolicyWithValue(torch.nn.Module):
                 start: int = 1) -> dict:
         # input_ids, attention_mask: (B, T); W = T - start + 1 positions come back
         hidden = with_values and self.value_head is not None
-        prefix = start - 1
-        if _shared_prefix(input_ids, attention_mask, prefix):
+        window = input_ids.shape[1] - start + 1  # W
+        prefix = common_prefix_length(input_ids, attention_mask, start - 1)
+        if prefix >= MIN_SHARED_PREFIX:
             head = self.policy(input_ids=input_ids[:1, :prefix], use_cache=True, logits_to_keep=1)
             cache = head.past_key_values
             cache.batch_repeat_interleave(input_ids.shape[0])  # (1, ...) -> (B, ...), grads flow to row 0
-            out = self.policy(input_ids=input_ids[:, prefix:], attention_mask=attention_mask,
-                              past_key_values=cache, use_cache=True, output_hidden_states=hidden)
+            out = self.policy(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, past_key_values=cache,
+                              use_cache=True, logits_to_keep=window, output_hidden_states=hidden)
         else:
-            out = self.policy(input_ids=input_ids, attention_mask=attention_mask,
-                              logits_to_keep=input_ids.shape[1] - prefix, output_hidden_states=hidden)
+            out = self.policy(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=window,
+                              output_hidden_states=hidden)
         res = {"logits": out.logits}  # (B, W, V)
         if hidden:
-            res["values"] = self.value_head(out.hidden_states[-1][:, -(input_ids.shape[1] - prefix):])  # (B, W)
+            res["values"] = self.value_head(out.hidden_states[-1][:, -window:])  # (B, W)
         return res

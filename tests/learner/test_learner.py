@@ -111,39 +111,45 @@ def test_cold_start_sft_lowers_the_nll_of_policy_tokens_only(learner):
     assert learner.sft_step(trajs, lr=0.0)["sft/tokens"] == sum(t.num_policy_tokens for t in trajs)
 
 
-def _group(tok, prompt: str, completions: list[str]) -> list[TrajectoryTokens]:
-    """One GRPO group: the same prompt, different sampled completions (unequal lengths)."""
-    out = []
-    for text in completions:
-        t = TrajectoryTokens(tok.encode(prompt, add_special_tokens=False))
-        ids = tok.encode(text, add_special_tokens=False)
-        t.add_policy(ids, [0.0] * len(ids))
-        out.append(t)
-    return out
+TEMPLATE = ("You route questions to candidate LLMs. Think first, then call one candidate with "
+            "<search>MODEL: query</search> or answer with <answer>...</answer>. Candidates: gpt-4, mixtral.\n")
+COMPLETIONS = ["<think>13 is prime</think><answer>13</answer>", "<answer>17</answer>",
+               "<think>eleven</think><search>gpt-4: primes?</search>"]
 
 
-def test_shared_prefix_window_gives_the_full_forward_log_probs_values_and_grads():
-    """The learner's windowed / shared-prefix forward equals a plain full forward of every row."""
-    from rlrouter.algos.common import token_logprobs
-    from rlrouter.learner.learner import _shared_prefix, first_policy_position
-    from rlrouter.rollout.parsing import collate
-
-    cfg = LearnerConfig(algo="ppo", lr=1e-3, micro_batch_size=3, ppo={"kl": {"coef": 0.0}})
-    lr = Learner(cfg)
+@pytest.fixture(scope="module")
+def ppo_learner():
+    lr = Learner(LearnerConfig(algo="ppo", lr=1e-3, micro_batch_size=3, ppo={"kl": {"coef": 0.0}}))
     with torch.no_grad():  # a non-zero adapter, so the LoRA path is exercised
         for n, p in lr.policy.named_parameters():
             if "lora_B" in n:
                 p.normal_(std=0.02)
-    group = _group(lr.tokenizer, "Question: name a prime number between 10 and 20. Think first.",
-                   ["<think>13 is prime</think><answer>13</answer>", "<answer>17</answer>",
-                    "<think>eleven</think><search>gpt-4: primes?</search>"])
-    mb = collate(group, lr.tokenizer.pad_token_id)
+    return lr
+
+
+@pytest.mark.parametrize("case", ["one prompt", "shared template", "nothing shared"])
+def test_windowed_shared_prefix_forward_equals_the_full_forward(ppo_learner, case):
+    """The learner's forward (logits from the first policy token on; the rows' common prefix run once
+    through a repeated KV cache) gives a plain full forward's log-probs, values and gradients."""
+    from rlrouter.algos.common import token_logprobs
+    from rlrouter.learner.learner import MIN_SHARED_PREFIX, common_prefix_length, first_policy_position
+    from rlrouter.rollout.parsing import collate
+
+    lr = ppo_learner
+    questions = {"one prompt": ["Name a prime between 10 and 20."] * 3,
+                 "shared template": ["Name a prime between 10 and 20.", "What is 2+2?", "Capital of France, please?"],
+                 "nothing shared": ["Name a prime.", "What is 2+2?", "Capital of France?"]}[case]
+    prefix_text = "" if case == "nothing shared" else TEMPLATE
+    mb = collate(_group_rows(lr.tokenizer, [prefix_text + q for q in questions], COMPLETIONS), lr.tokenizer.pad_token_id)
     mb["loss_mask"] = mb["loss_mask"].float()
     start = first_policy_position(mb["loss_mask"])
-    assert _shared_prefix(mb["input_ids"], mb["attention_mask"], start - 1)
+    shared = common_prefix_length(mb["input_ids"], mb["attention_mask"], start - 1)
+    assert (shared >= MIN_SHARED_PREFIX) == (case != "nothing shared")
+    if case == "one prompt":
+        assert shared == start - 1
 
     logp, _, values = lr._forward(lr.module, mb, with_values=True, with_entropy=False)
-    (logp * mb["loss_mask"]).sum().backward(retain_graph=True)
+    (logp * mb["loss_mask"]).sum().backward()
     grads = {n: p.grad.clone() for n, p in lr.policy.named_parameters() if p.grad is not None}
     lr.optimizer.zero_grad(set_to_none=True)
 
@@ -158,16 +164,17 @@ def test_shared_prefix_window_gives_the_full_forward_log_probs_values_and_grads(
     for n, p in lr.policy.named_parameters():
         if p.grad is not None:
             assert torch.allclose(grads[n], p.grad, atol=1e-4, rtol=1e-3), n
-    # rows with different prompts take the windowed path (no shared prefix) and agree too
-    mixed = collate(_trajs(lr.tokenizer, 2), lr.tokenizer.pad_token_id)
-    mixed["loss_mask"] = mixed["loss_mask"].float()
-    assert not _shared_prefix(mixed["input_ids"], mixed["attention_mask"], first_policy_position(mixed["loss_mask"]) - 1)
-    with torch.no_grad():
-        lp, _, _ = lr._forward(lr.module, mixed, with_values=False, with_entropy=False)
-        ref = token_logprobs(lr.policy(input_ids=mixed["input_ids"], attention_mask=mixed["attention_mask"]).logits,
-                             mixed["input_ids"])
-    mm = mixed["loss_mask"].bool()
-    assert torch.allclose(lp[mm], ref[mm], atol=1e-4)
+    lr.optimizer.zero_grad(set_to_none=True)
+
+
+def _group_rows(tok, prompts: list[str], completions: list[str]) -> list[TrajectoryTokens]:
+    out = []
+    for prompt, text in zip(prompts, completions):
+        t = TrajectoryTokens(tok.encode(prompt, add_special_tokens=False))
+        ids = tok.encode(text, add_special_tokens=False)
+        t.add_policy(ids, [0.0] * len(ids))
+        out.append(t)
+    return out
 
 
 @pytest.mark.parametrize("n,group,mbs,expected", [
