@@ -50,6 +50,8 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
 
 bench: $(STAMP)
+	@# TRL is the baseline of the GRPO step-time comparison only (benchmarks/bench_router_r1.py); its deps are ours
+	$(PIP) install $(FIND_LINKS) -q --no-deps trl==1.16.0
 	$(BIN)/python -m benchmarks.run_all $(ARGS)
 
 clean-venv:
