@@ -19,16 +19,9 @@ from rlrouter.gmt.model import GMTModelConfig
 from rlrouter.gmt.scorer import GMTRouterScorer, UnknownUserError
 from rlrouter.gmt.train import build_model, save_checkpoint
 from rlrouter.pool.base import Candidate
+from tests.helpers import hash_embed
 
 WEAK, STRONG = "mixtral", "gpt-4"
-
-
-def hash_embed(texts: list[str]) -> np.ndarray:
-    out = []
-    for t in texts:
-        seed = int.from_bytes(t.encode()[:8].ljust(8, b"\0"), "little") ^ len(t)
-        out.append(np.random.default_rng(seed).normal(size=8))
-    return np.asarray(out, dtype=np.float32)
 
 
 def _log() -> list[GMTRecord]:

@@ -11,15 +11,7 @@ import torch
 from rlrouter.data.formats import GMTRecord
 from rlrouter.data.io import DataFileError, read_records
 from rlrouter.gmt.graph import EDGE_TYPES, GraphError, build_graph, normalize_feedback
-
-
-def hash_embed(texts: list[str]) -> np.ndarray:
-    """Deterministic stand-in for MiniLM: graph construction is pure bookkeeping."""
-    out = []
-    for t in texts:
-        seed = int.from_bytes(t.encode()[:8].ljust(8, b"\0"), "little") ^ len(t)
-        out.append(np.random.default_rng(seed).normal(size=8))
-    return np.asarray(out, dtype=np.float32)
+from tests.helpers import hash_embed
 
 
 def log() -> list[GMTRecord]:
