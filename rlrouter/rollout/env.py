@@ -26,7 +26,8 @@ class EnvConfig:
     """How one trajectory unrolls."""
 
     max_turns: int = 4
-    """Turns that may call a candidate; one final turn after them may only answer (Router-R1: 4)."""
+    """Turns that may call a candidate; one final turn after them may only answer (Router-R1: 4).
+    0: single-turn, one answer-only generation (the prompt then states no call limit)."""
     max_new_tokens: int = 96
     """Tokens the policy may generate per turn."""
     max_total_tokens: int = 1024
@@ -45,9 +46,8 @@ class EnvConfig:
     rarely opens with <think> by itself; the reward still sees the prefill as the start of the text."""
 
     def __post_init__(self) -> None:
-        if self.max_turns < 1:
-            raise ValueError(f"rollout.env.max_turns: must be >= 1 (the prompt states the call limit), "
-                             f"got {self.max_turns}")
+        if self.max_turns < 0:
+            raise ValueError(f"rollout.env.max_turns: must be >= 0 (0: one answer-only turn), got {self.max_turns}")
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.env.max_new_tokens: must be >= 1, got {self.max_new_tokens}")
         if self.replay_query not in ("original", "subquery"):
@@ -129,7 +129,7 @@ def sample_seed(base: int, *parts: Any) -> int:
 def prompt_ids(tokenizer: Any, question: str, candidates: Sequence[Candidate], cfg: EnvConfig,
                system_prompt: str | None = None) -> list[int]:
     """The policy's prompt tokens: chat-rendered Router-R1 prompt plus the assistant prefill."""
-    text = render_chat(tokenizer, build_prompt(question, candidates, cfg.max_turns), system=system_prompt)
+    text = render_chat(tokenizer, build_prompt(question, candidates, cfg.max_turns or None), system=system_prompt)
     return tokenizer.encode(text + cfg.prefill, add_special_tokens=False)
 
 

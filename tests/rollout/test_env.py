@@ -145,3 +145,13 @@ def test_config_errors_name_the_field():
         EnvConfig(replay_query="nope")
     with pytest.raises(ValueError, match="rollout.env.max_new_tokens"):
         EnvConfig(max_new_tokens=0)
+
+
+def test_max_turns_zero_is_one_answer_only_turn_and_negative_is_refused():
+    import pytest
+
+    from rlrouter.rollout.env import EnvConfig
+
+    assert EnvConfig(max_turns=0).max_turns == 0
+    with pytest.raises(ValueError, match="rollout.env.max_turns"):
+        EnvConfig(max_turns=-1)
