@@ -298,24 +298,6 @@ def _train_config(ctx: Context, sizes: Sizes, out_dir: Path, transport: str, ste
     return TrainConfig(**train)
 
 
-def _single_turn_prompt(worker) -> None:
-    """Runs inside each rollout actor: prompts without a turn limit, for env max_turns=0.
-
-    EnvConfig accepts max_turns=0 (one final, answer-only turn) but ``build_prompt`` rejects 0, so
-    the env cannot build a prompt for it; ``None`` (no limit stated) is the closest valid prompt.
-    The TRL arm gets the same text (``Context.prompt_text(q, None, prefill)``).
-    """
-    from rlrouter.rollout.prompt import build_prompt, render_chat
-
-    env = worker.env
-
-    def prompt_ids(question: str) -> list[int]:
-        text = render_chat(env.tokenizer, build_prompt(question, env.candidates, None), system=env.system_prompt)
-        return env.tokenizer.encode(text + env.cfg.prefill, add_special_tokens=False)
-
-    env.prompt_ids = prompt_ids
-
-
 def run_ours(ctx: Context, sizes: Sizes, transport: str, out_dir: Path) -> dict[str, Any]:
     """Our trainer exactly as the job runs it (RolloutGroup + LearnerGroup on Ray Train), single turn."""
     from rlrouter.learner.group import LearnerGroup
@@ -332,9 +314,7 @@ def run_ours(ctx: Context, sizes: Sizes, transport: str, out_dir: Path) -> dict[
                          ctx.resources())
     ready_s = time.perf_counter() - t0
     try:
-        import ray
-
-        ray.get([w.__ray_call__.remote(_single_turn_prompt) for w in group.workers])
+        # env max_turns=0: the prompt states no call limit, the same text as the TRL arm's
         threads = actor_threads(group)
         t0 = time.perf_counter()
         result = LearnerGroup(train, ctx.resources(), max_failures=0, run_name=f"bench_{transport}").fit(
