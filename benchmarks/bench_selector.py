@@ -14,7 +14,8 @@ Parts (``--parts regret,decisions,latency``, all by default):
 - ``decisions``: decisions/s of ``Selector.select`` in-process and inside the selector's Ray actor.
 - ``latency``: ``POST /route`` p50 / p99 under open-loop loads (``--rates``, 20 and 200 req/s) from
   benchmarks/loadgen.py, a separate load-generator process on loopback, against the Serve app on a
-  local Ray cluster.
+  local Ray cluster, for each of ``--setups`` (``LATENCY_SETUPS``: topology and Ray Serve flags), each
+  on a fresh cluster, one after another; by default the old two-hop setup and the final one.
 
     .venv/bin/python benchmarks/bench_selector.py [--parts regret] [--seeds 3] [--alphas 0,0.1,0.3]
 """
@@ -30,6 +31,7 @@ import platform
 import socket
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -147,15 +149,70 @@ def _load(url: str, key: str, rate: float, duration: float, concurrency: int) ->
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def bench_latency(args: argparse.Namespace) -> dict:
+@dataclass(frozen=True)
+class LatencySetup:
+    """One way of serving ``/route``; each is measured on a Ray cluster of its own, since Ray Serve reads
+    its flags from the environment when its processes start."""
+
+    selector_in_ingress: bool
+    """serving.selector_in_ingress: the selector replica answers HTTP (no actor hop) or a separate ingress does."""
+    env: dict[str, str]
+    """Ray Serve environment flags (ray/serve/_private/constants.py of Ray 2.60)."""
+    direct: bool = False
+    """Send to the ingress replica's own HTTP port (direct ingress) instead of the Serve proxy's."""
+    access_log: bool = True
+    """Serve's per-request access log line in the replica (and proxy)."""
+
+
+DIRECT = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}  # cluster-wide: controller, proxy and replicas read it
+MAIN_LOOP = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}  # per replica (serve/config.yaml sets it)
+LATENCY_SETUPS = {
+    # before: proxy -> Ingress replica -> selector replica (two actor hops behind the HTTP proxy)
+    "two_hop": LatencySetup(False, {}),
+    # serving.selector_in_ingress: proxy -> the selector replica, which answers HTTP itself
+    "one_hop": LatencySetup(True, {}),
+    "one_hop_no_access_log": LatencySetup(True, {}, access_log=False),
+    # direct ingress: the ingress replica's own uvicorn server, no proxy
+    "direct_two_hop": LatencySetup(False, DIRECT, direct=True, access_log=False),
+    "direct": LatencySetup(True, DIRECT, direct=True, access_log=False),
+    # ... and the user code on the replica's main event loop (no hand-over to a second loop's thread)
+    "direct_main_loop_access_log": LatencySetup(True, {**DIRECT, **MAIN_LOOP}, direct=True),
+    "throughput_optimized": LatencySetup(True, {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}, direct=True, access_log=False),
+    "direct_main_loop": LatencySetup(True, {**DIRECT, **MAIN_LOOP}, direct=True, access_log=False),
+}
+
+
+def _direct_port(app: str, proxy_port: int, timeout_s: float = 60.0) -> int:
+    """The HTTP port of the app's ingress replica (direct ingress: Serve allocates it from
+    RAY_SERVE_DIRECT_INGRESS_MIN/MAX_HTTP_PORT, 30000-31000 by default, and lists it as a target)."""
+    import ray
+    from ray.serve.context import _get_global_client
+
+    controller = _get_global_client()._controller
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        details = ray.get(controller.get_serve_instance_details.remote())
+        for tg in details.get("target_groups", []):
+            if tg.get("app_name") == app and str(tg.get("protocol")).upper().endswith("HTTP"):
+                ports = [t["port"] for t in tg["targets"] if t["port"] != proxy_port]
+                if ports:
+                    return ports[0]
+        time.sleep(0.5)
+    raise TimeoutError(f"no direct-ingress HTTP target for app {app!r}: {details.get('target_groups')}")
+
+
+def latency_child(name: str, args: argparse.Namespace) -> dict:
+    """One setup's latencies at each rate (runs in a process of its own; see bench_latency)."""
     import importlib
 
     import ray
     import yaml
     from ray import serve
 
+    setup = LATENCY_SETUPS[name]
+    os.environ.update(setup.env)  # before ray.init: the controller, proxy and replicas inherit them
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}})
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **setup.env}})
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -167,25 +224,51 @@ def bench_latency(args: argparse.Namespace) -> dict:
         p.unlink(missing_ok=True)
     pool = yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text())
     serve.run(app_mod.build_app({"pool": pool, "selector": {"storage_path": str(state)},
-                                 "serving": {"api_keys": [{"key": "k-bench", "user_id": "bench"}]}}),
-              name="bench", route_prefix="/")
+                                 "serving": {"api_keys": [{"key": "k-bench", "user_id": "bench"}],
+                                             "selector_in_ingress": setup.selector_in_ingress}}),
+              name="bench", route_prefix="/", logging_config={"enable_access_log": setup.access_log})
+    if setup.direct:
+        port = _direct_port("bench", port)
     url = f"http://127.0.0.1:{port}/route"
-    out = {"load_generator": "benchmarks/loadgen.py (separate process, raw asyncio HTTP/1.1 keep-alive, open loop; "
-                             "latency from each request's scheduled send time)",
-           "max_concurrency": args.concurrency, "duration_s": args.duration, "targets_ms": {"p50": 5, "p99": 20},
-           "load_average_before": os.getloadavg(), "rates": {}}
+    out = {"setup": {"name": name, **asdict(setup)}, "url": url, "load_average_before": os.getloadavg(), "rates": {}}
     for rate in args.rates:
         r = _load(url, "k-bench", rate, args.duration, args.concurrency)
         ms = np.array(r["latencies_ms"])
         out["rates"][str(rate)] = {"target_rate_per_s": rate, "achieved_rate_per_s": r["achieved_rate_per_s"],
                                    "requests": len(ms), "errors": r["errors"], "first_error": r["first_error"],
                                    "p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
-                                   "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max())}
-        print(f"rate {rate}: " + json.dumps({k: v for k, v in out["rates"][str(rate)].items()}), flush=True)
+                                   "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
+                                   "loadgen_cpu_share": r["loadgen_cpu_share"]}
+        print(f"{name} rate {rate}: " + json.dumps(out["rates"][str(rate)]), file=sys.stderr, flush=True)
     out["load_average_after"] = os.getloadavg()
     serve.delete("bench")
     serve.shutdown()
-    print(json.dumps(out, indent=1), flush=True)
+    ray.shutdown()
+    return out
+
+
+def bench_latency(args: argparse.Namespace) -> dict:
+    """``POST /route`` latency of each of ``--setups``, one after another, each on its own Ray cluster."""
+    import subprocess
+
+    out = {"load_generator": "benchmarks/loadgen.py (separate process, raw asyncio HTTP/1.1 keep-alive, open loop; "
+                             "latency from each request's scheduled send time)",
+           "max_concurrency": args.concurrency, "duration_s": args.duration, "targets_ms": {"p50": 5, "p99": 20},
+           "setups": {}}
+    for name in args.setups:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--latency-child", name, "--duration", str(args.duration),
+               "--concurrency", str(args.concurrency), "--rates", ",".join(str(r) for r in args.rates)]
+        env = {**os.environ, **LATENCY_SETUPS[name].env}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"latency setup {name} failed:\n{proc.stderr[-4000:]}")
+        out["setups"][name] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print("\n".join(line for line in proc.stderr.splitlines() if " rate " in line), flush=True)
+    # the last setup named is the one the figures in docs/serve.md describe
+    out["rates"] = out["setups"][args.setups[-1]]["rates"]
+    out["final_setup"] = args.setups[-1]
+    print(json.dumps({n: {r: {k: v[k] for k in ("achieved_rate_per_s", "p50_ms", "p99_ms", "errors")}
+                          for r, v in s["rates"].items()} for n, s in out["setups"].items()}, indent=1), flush=True)
     return out
 
 
@@ -200,7 +283,14 @@ def main() -> None:
                     help="target request rates of the latency part (requests/s)")
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--setups", type=lambda s: s.split(","), default=["two_hop", "direct_main_loop"],
+                    help=f"latency part: ways of serving /route, measured in turn; the last is reported as the "
+                         f"result ({', '.join(LATENCY_SETUPS)})")
+    ap.add_argument("--latency-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.latency_child:
+        print(json.dumps(latency_child(args.latency_child, args)))
+        return
     RESULTS.mkdir(parents=True, exist_ok=True)
     out_path = RESULTS / "selector.json"
     results = json.loads(out_path.read_text()) if out_path.exists() else {}

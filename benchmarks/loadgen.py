@@ -9,7 +9,8 @@ That costs tens of microseconds per request, where httpx costs about a milliseco
 Open loop: request i leaves at ``start + i / rate`` whether or not earlier ones have returned (on
 a free connection of at most ``--concurrency``; the wait for one counts in the latency, so a slow
 server cannot hide behind a fixed pool). Prints one JSON object: latencies (ms), errors, achieved
-rate, and the first error seen.
+rate, the first error seen, and the generator's own CPU share (CPU seconds per wall second) while
+measuring.
 
     python benchmarks/loadgen.py --url http://127.0.0.1:8000/route --key k --rate 200 --duration 20
 """
@@ -124,11 +125,14 @@ async def run(url: str, key: str, rate: float, duration: float, concurrency: int
 
     if warmup > 0:
         await phase(warmup, record=False)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     achieved = await phase(duration, record=True)
+    # the generator's own CPU share while measuring: near 1.0 would mean it, not the server, is the limit
+    cpu_share = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
     for _, writer in idle:
         writer.close()
     return {"latencies_ms": lat, "errors": errors, "achieved_rate_per_s": achieved, "first_error": first_error,
-            "connections": opened}
+            "connections": opened, "loadgen_cpu_share": cpu_share}
 
 
 def main() -> None:

@@ -1,15 +1,18 @@
-"""Ray Serve application: the selector deployment (one actor holding the state) and the HTTP ingress.
+"""Ray Serve application: the selector deployment (one actor holding the state), its HTTP ingress.
 
 Thin wiring only; the logic is in ``rlrouter.selector`` (the bandit) and ``rlrouter.serving`` (the
 API). Import path ``serve.app:app`` (defaults) or ``serve.app:build_app`` with args (serve/config.yaml).
 
-- ``SelectorDeployment``: exactly one replica; its single :class:`~rlrouter.selector.Selector` holds
-  every posterior, so decisions and updates never race. It loads the snapshot + write-ahead log at
-  start (a corrupt or foreign file fails the start with a clear error, after being moved aside), saves
-  every ``auto_save_interval`` from a background thread, and saves once more on shutdown.
-- ``Ingress``: FastAPI (``rlrouter.serving.api.create_app``) around a ``RouterService`` that calls the
-  selector through its handle and proxies chat completions through the candidate pool. Replicas may
-  scale out; they hold no learned state.
+- ``SelectorDeployment``: exactly one replica (:class:`SelectorReplica`); its single
+  :class:`~rlrouter.selector.Selector`, held by a :class:`~rlrouter.serving.selector_host.SelectorHost`,
+  holds every posterior, so decisions and updates never race. It loads the snapshot + write-ahead log
+  at start (a corrupt or foreign file fails the start with a clear error, after being moved aside),
+  saves every ``auto_save_interval`` from a background thread, and saves once more on shutdown.
+- ``serving.selector_in_ingress: true`` (default): that replica is also the HTTP ingress (FastAPI,
+  ``rlrouter.serving.api.create_app``), so ``/route`` costs no actor hop (issue 4 latency). ``false``:
+  a separate ``Ingress`` deployment calls it through its handle; its replicas may scale out and hold
+  no learned state. Either way the ingress proxies chat completions through the candidate pool, and
+  the trained routers (below) are their own deployments, reached by handles only when configured.
 - Router-R1 policy: optional. ``router_r1.import_path`` names a deployment class with an async
   ``route(query) -> {selected_model, thinking, full_response}``; it is bound and passed to the ingress,
   which then answers ``/router_r1/route`` with it. Without one the selector answers, and says so.
@@ -17,10 +20,8 @@ API). Import path ``serve.app:app`` (defaults) or ``serve.app:build_app`` with a
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ from rlrouter.serving.api import create_app, install
 from rlrouter.serving.auth import ApiKeyAuth
 from rlrouter.serving.config import ServingConfig
 from rlrouter.serving.router_r1_client import RouterR1Answer
-from rlrouter.serving.service import RouterService, run_selector_call, unwrap
+from rlrouter.serving.selector_host import SelectorHost
+from rlrouter.serving.service import RouterService, unwrap
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "conf" / "selector" / "rl_driven.yaml"
@@ -46,81 +48,28 @@ def _candidate_costs(pool_cfg: dict[str, Any]) -> dict[str, float]:
             for c in pool_cfg.get("candidates", [])}
 
 
-@serve.deployment(num_replicas=1, max_ongoing_requests=2048, ray_actor_options={"num_cpus": 0})
-class SelectorDeployment:
-    def __init__(self, selector_cfg: dict[str, Any], candidates: list[str]):
-        from ray.util.metrics import Counter
+def _metrics() -> Any:
+    """``on_result`` of the selector host: decision and feedback counters on the Ray dashboard / metrics
+    endpoint (docs/metrics.md)."""
+    from ray.util.metrics import Counter
 
-        self.selector = Selector(SelectorConfig.from_dict(selector_cfg), candidates)
-        self.selector.load()
-        # shown on the Ray dashboard / metrics endpoint (docs/metrics.md)
-        self._decisions = Counter("rlrouter_selector_decisions", description="selector decisions",
-                                  tag_keys=("model", "mode"))
-        self._feedback = Counter("rlrouter_selector_feedback", description="acknowledged feedback updates",
-                                 tag_keys=("model", "kind"))
-        self._stop = threading.Event()
-        self._saver = threading.Thread(target=self._autosave, name="selector-autosave", daemon=True)
-        self._saver.start()
+    decisions = Counter("rlrouter_selector_decisions", description="selector decisions", tag_keys=("model", "mode"))
+    feedback = Counter("rlrouter_selector_feedback", description="acknowledged feedback updates",
+                       tag_keys=("model", "kind"))
 
-    def _autosave(self) -> None:
-        period = max(0.05, min(1.0, self.selector.config.auto_save_interval / 4 or 1.0))
-        while not self._stop.wait(period):
-            try:
-                self.selector.maybe_save()
-            except OSError:
-                pass  # retried next period; feedback stays durable through the write-ahead log
-
-    async def call(self, method: str, kwargs: dict[str, Any]) -> tuple:
-        if method == "feedback":
-            # the write-ahead-log fsync runs off the event loop; the selector's lock orders updates
-            r = await asyncio.to_thread(run_selector_call, self.selector, method, kwargs)
-        else:
-            r = run_selector_call(self.selector, method, kwargs)
-        self._count(method, r)
-        return r
-
-    def _count(self, method: str, r: tuple) -> None:
+    def count(method: str, r: tuple) -> None:
         try:
             if r[0] != "ok":
                 return
             if method in ("select", "select_top_k", "select_all", "register"):
-                self._decisions.inc(1, tags={"model": str(r[1]["model"]), "mode": str(r[1]["mode"])})
+                decisions.inc(1, tags={"model": str(r[1]["model"]), "mode": str(r[1]["mode"])})
             elif method == "feedback":
                 for d in r[1]["deltas"]:
-                    self._feedback.inc(1, tags={"model": str(d["model"]), "kind": str(r[1]["kind"])})
+                    feedback.inc(1, tags={"model": str(d["model"]), "kind": str(r[1]["kind"])})
         except Exception:  # noqa: BLE001 - metrics never fail a decision
             pass
 
-    def bench(self, n: int, candidates: list[str]) -> float:
-        """Decisions per second of ``n`` decisions made inside this actor (benchmarks/bench_selector.py)."""
-        import time
-
-        from rlrouter.selector import SelectionRequest
-
-        req = SelectionRequest(candidates=candidates)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            self.selector.select(req)
-        return n / (time.perf_counter() - t0)
-
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
-        """Runtime knobs (exploration, blends, weights); the storage path cannot change at run time."""
-        cfg = self.selector.config.to_dict()
-        for k in ("storage_path",):
-            if k in user_config and user_config[k] != cfg[k]:
-                raise ValueError(f"user_config.{k}: cannot change while running")
-        cfg.update(user_config or {})
-        self.selector.config = SelectorConfig.from_dict(cfg)
-
-    def __del__(self) -> None:
-        stop = getattr(self, "_stop", None)
-        if stop is None:  # never initialised (e.g. the class object itself)
-            return
-        stop.set()
-        try:
-            self.selector.close()
-        except Exception:  # noqa: BLE001 - best effort at shutdown; the log already holds every ack
-            pass
+    return count
 
 
 class HandleSelectorClient:
@@ -145,31 +94,82 @@ class HandleRouterR1Policy:
         return RouterR1Answer(d["selected_model"], d.get("thinking", ""), d.get("full_response", ""))
 
 
+def _install_service(selector: Any, config: dict[str, Any], router_r1: DeploymentHandle | None,
+                     gmt: DeploymentHandle | None, intent: DeploymentHandle | None) -> None:
+    """Build this process's RouterService around ``selector`` (a SelectorClient) and serve it over HTTP."""
+    from serve.routers import HandleGMT, HandleIntent
+
+    from rlrouter.pool.pool import CandidatePool
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    pool_cfg = config["pool"]
+    pool = CandidatePool.from_config(pool_cfg)
+    selector_cfg = SelectorConfig.from_dict(config.get("selector"))
+    serving = ServingConfig.from_dict(config.get("serving"))
+    policy = None
+    if router_r1 is not None:
+        policy = HandleRouterR1Policy(router_r1, str(config.get("router_r1", {}).get("name", "router-r1")))
+    # GMTRouter scores the logged model names; the pool's replay candidates say which is which
+    name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool_cfg["candidates"]}
+    service = RouterService(selector, selector_cfg, serving, pool.names, pool=pool, router_r1_policy=policy,
+                            gmt=HandleGMT(gmt) if gmt is not None else None,
+                            intent=HandleIntent(intent) if intent is not None else None, name_map=name_map)
+    install(service, ApiKeyAuth(serving.keys()))
+
+
+class SelectorReplica:
+    """The one replica holding the selector. With ``app_config`` it also answers HTTP (the app's ingress,
+    ``serving.selector_in_ingress``); without, a separate ``Ingress`` calls ``call`` through its handle."""
+
+    def __init__(self, selector_cfg: dict[str, Any], candidates: list[str], app_config: dict[str, Any] | None = None,
+                 router_r1: DeploymentHandle | None = None, gmt: DeploymentHandle | None = None,
+                 intent: DeploymentHandle | None = None):
+        self.host = SelectorHost(Selector(SelectorConfig.from_dict(selector_cfg), candidates), on_result=_metrics())
+        if app_config is not None:
+            _install_service(self.host, app_config, router_r1, gmt, intent)
+
+    async def call(self, method: str, kwargs: dict[str, Any]) -> tuple:
+        return await self.host.run(method, kwargs)
+
+    def bench(self, n: int, candidates: list[str]) -> float:
+        """Decisions per second of ``n`` decisions made inside this actor (benchmarks/bench_selector.py)."""
+        import time
+
+        from rlrouter.selector import SelectionRequest
+
+        req = SelectionRequest(candidates=candidates)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            self.host.selector.select(req)
+        return n / (time.perf_counter() - t0)
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Runtime knobs (exploration, blends, weights); the storage path cannot change at run time."""
+        self.host.reconfigure(user_config)
+
+    def __del__(self) -> None:
+        host = getattr(self, "host", None)
+        if host is not None:  # None: never initialised (e.g. the class object itself)
+            host.close()
+
+
+# Both carry the deployment name SelectorDeployment: whichever is deployed is the one actor with the state.
+# exactly one replica: its single Selector holds every posterior, so decisions and updates never race
+_SELECTOR_OPTIONS = {"name": "SelectorDeployment", "num_replicas": 1, "max_ongoing_requests": 2048,
+                     "ray_actor_options": {"num_cpus": 0}}
+SelectorDeployment = serve.deployment(**_SELECTOR_OPTIONS)(SelectorReplica)
+SelectorIngress = serve.deployment(**_SELECTOR_OPTIONS)(serve.ingress(create_app)(SelectorReplica))
+
+
 @serve.deployment(num_replicas=1, max_ongoing_requests=512)
 @serve.ingress(create_app)
 class Ingress:
+    """Stateless HTTP ingress (``serving.selector_in_ingress: false``): may scale out."""
+
     def __init__(self, selector: DeploymentHandle, config: dict[str, Any],
                  router_r1: DeploymentHandle | None = None, gmt: DeploymentHandle | None = None,
                  intent: DeploymentHandle | None = None):
-        from serve.routers import HandleGMT, HandleIntent
-
-        from rlrouter.pool.pool import CandidatePool
-
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        pool_cfg = config["pool"]
-        pool = CandidatePool.from_config(pool_cfg)
-        selector_cfg = SelectorConfig.from_dict(config.get("selector"))
-        serving = ServingConfig.from_dict(config.get("serving"))
-        policy = None
-        if router_r1 is not None:
-            policy = HandleRouterR1Policy(router_r1, str(config.get("router_r1", {}).get("name", "router-r1")))
-        # GMTRouter scores the logged model names; the pool's replay candidates say which is which
-        name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool_cfg["candidates"]}
-        self.service = RouterService(HandleSelectorClient(selector), selector_cfg, serving, pool.names, pool=pool,
-                                     router_r1_policy=policy, gmt=HandleGMT(gmt) if gmt is not None else None,
-                                     intent=HandleIntent(intent) if intent is not None else None,
-                                     name_map=name_map)
-        install(self.service, ApiKeyAuth(serving.keys()))
+        _install_service(HandleSelectorClient(selector), config, router_r1, gmt, intent)
 
 
 def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -206,9 +206,7 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
     """Serve application builder (``serve run serve.app:build_app config=...``)."""
     cfg = load_config(args)
     SelectorConfig.from_dict(cfg["selector"])  # fail here, naming the field, not inside a replica
-    ServingConfig.from_dict(cfg.get("serving"))
     names = [c["name"] for c in cfg["pool"]["candidates"]]
-    selector = SelectorDeployment.bind(cfg["selector"], names)
     r1 = cfg.get("router_r1") or {}
     policy = None
     if r1.get("import_path"):
@@ -220,7 +218,9 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
     intent_ck = (cfg.get("intent") or {}).get("checkpoint")
     gmt = GMTRouterDeployment.bind(gmt_ck) if gmt_ck else None
     intent = IntentDeployment.bind(intent_ck) if intent_ck else None
-    return Ingress.bind(selector, cfg, policy, gmt, intent)
+    if ServingConfig.from_dict(cfg.get("serving")).selector_in_ingress:
+        return SelectorIngress.bind(cfg["selector"], names, cfg, policy, gmt, intent)
+    return Ingress.bind(SelectorDeployment.bind(cfg["selector"], names), cfg, policy, gmt, intent)
 
 
 app = build_app()

@@ -66,6 +66,9 @@ class ServingConfig:
     """Softmax temperature of the implicit-feedback classifier's confidence."""
     proxy_timeout_s: float = 120.0
     """Deadline of one proxied chat completion."""
+    selector_in_ingress: bool = True
+    """The selector's one replica answers HTTP itself: no actor hop on /route (issue 4 latency). False: a
+    separate, scalable ingress deployment calls the selector replica through its handle."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.api_keys, list):
@@ -87,8 +90,9 @@ class ServingConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ServingConfigError(f, f"expected a number > 0, got {v!r}")
-        if not isinstance(self.protect_router_r1, bool):
-            raise ServingConfigError("protect_router_r1", "expected true/false")
+        for f in ("protect_router_r1", "selector_in_ingress"):
+            if not isinstance(getattr(self, f), bool):
+                raise ServingConfigError(f, "expected true/false")
 
     def keys(self, environ: dict[str, str] | None = None) -> list[ApiKey]:
         """Config keys plus the environment's; a key listed twice must name the same user."""

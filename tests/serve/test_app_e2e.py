@@ -148,3 +148,29 @@ def test_http_api_openai_client_and_restart(serve_app, shared_data):
     assert state.exists()
     deploy()
     assert _posteriors(base) == before
+
+
+def test_two_hop_topology_separate_ingress(ray_cluster, shared_data, tmp_path):
+    """``serving.selector_in_ingress: false``: a stateless Ingress deployment calls the selector replica
+    through its handle; same API, same durable acknowledgement."""
+    from ray import serve
+    from ray.serve.context import _get_global_client
+
+    app_mod = importlib.import_module("serve.app")
+    serve.start(http_options={"host": "127.0.0.1", "port": _free_port()})
+    base = f"http://127.0.0.1:{_get_global_client().http_config.port}/twohop"
+    args = {"pool": yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text()),
+            "selector": {"storage_path": str(tmp_path / "state.json"), "seed": 0},
+            "serving": {"api_keys": KEYS, "selector_in_ingress": False}}
+    serve.run(app_mod.build_app(args), name="rlrouter-twohop", route_prefix="/twohop", blocking=False)
+    try:
+        _wait_healthy(base)
+        deployments = serve.status().applications["rlrouter-twohop"].deployments
+        assert set(deployments) == {"Ingress", "SelectorDeployment"}
+        r = httpx.post(f"{base}/route", json={"query": "What is 2+2?"}, headers=ALICE, timeout=30)
+        assert r.status_code == 200, r.text
+        r = httpx.post(f"{base}/feedback", json={"request_id": r.json()["request_id"], "outcome": "win"},
+                       headers=ALICE, timeout=30)
+        assert r.status_code == 200 and r.json()["durable"] is True
+    finally:
+        serve.delete("rlrouter-twohop")
