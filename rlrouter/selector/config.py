@@ -105,10 +105,12 @@ class SelectorConfig:
     # --- contextual (beyond VSR) ---
     use_contextual: bool = False
     """Linear Thompson sampling on the query's MiniLM embedding, one Bayesian linear model per candidate."""
-    contextual_prior: float = 1.0
-    """lambda of the ridge prior A = lambda I."""
-    contextual_noise: float = 0.25
-    """v: the posterior draw is x.mu + v sqrt(x' A^-1 x) z (Agrawal & Goyal 2013, scaled down)."""
+    contextual_prior: float = 100.0
+    """lambda of the ridge prior on the embedding weights (the intercept's is 0.01): strong, so only a
+    topic the data keeps pointing at moves the choice away from the candidate's mean (issue 4 replay)."""
+    contextual_noise: float = 0.7
+    """v: the draw is x.mu + v sqrt(rbar (1 - rbar)) sqrt(x' A^-1 x) z, i.e. v times the reward's own
+    scale (Agrawal & Goyal 2013, scaled down); tuned on replay shuffles 100-102, see docs/serve.md."""
 
     # --- bookkeeping (beyond VSR) ---
     max_pending_decisions: int = 10_000

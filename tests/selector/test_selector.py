@@ -172,8 +172,8 @@ def test_pending_decisions_are_bounded():
 
 def test_sherman_morrison_matches_direct_inverse():
     rng = np.random.default_rng(0)
-    arm = LinearThompsonArm(5, prior=2.0)
-    a = 2.0 * np.eye(5)
+    arm = LinearThompsonArm(5, prior=2.0, intercept_prior=0.5)
+    a = np.diag([2.0, 2.0, 2.0, 2.0, 0.5])  # the last feature is the intercept
     b = np.zeros(5)
     for _ in range(30):
         x, r, w = rng.normal(size=5), rng.random(), rng.uniform(0.2, 1.0)
