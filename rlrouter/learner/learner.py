@@ -214,8 +214,7 @@ class Learner:
         metrics_acc: dict[str, float] = {}
         n_updates = 0
         total_tokens = mask.sum().clamp(min=1.0)
-        gap = torch.zeros((), device=self.device)
-        for epoch in range(self.cfg.update_epochs):
+        for _ in range(self.cfg.update_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             mbs = self._micro_batches(batch)
             for i, mb in enumerate(mbs):
@@ -226,8 +225,6 @@ class Learner:
                     else contextlib.nullcontext()
                 with ctx:
                     logp, entropy, values = self._forward(self.module, mb, self.value_head is not None)
-                    if epoch == 0:  # before any update: the learner's view of the sampled tokens
-                        gap += ((logp.detach() - mb["old_logprobs"]).abs() * mb["loss_mask"]).sum()
                     if isinstance(self.algo, GRPOConfig):
                         old_mb = mb["old_logp"] if "old_logp" in mb else logp.detach()
                         loss, m = grpo_loss(logp, old_mb, mb["advantages"], mb["loss_mask"], self.algo,
@@ -247,9 +244,6 @@ class Learner:
         self.version += 1
         metrics = {k: v / n_updates for k, v in metrics_acc.items()}
         metrics["learner/policy_tokens"] = float(total_tokens)
-        # mean |learner log-prob - rollout engine log-prob| of the sampled tokens: ~0 when the engine
-        # samples from the weights the learner holds (a stale or broken weight sync shows up here)
-        metrics["learner/rollout_logprob_gap"] = float(gap / total_tokens)
         metrics["time/learn_s"] = time.perf_counter() - t0
         return {k: v for k, v in metrics.items() if math.isfinite(v)}
 

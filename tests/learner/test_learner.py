@@ -190,19 +190,3 @@ def test_micro_batches_follow_group_boundaries(n, group, mbs, expected):
     rows = torch.arange(n).unsqueeze(1)
     chunks = Learner._micro_batches(fake, {"input_ids": rows})
     assert [(int(c["input_ids"][0, 0]), int(c["input_ids"][-1, 0]) + 1) for c in chunks] == expected
-
-
-def test_rollout_logprob_gap_is_the_mean_distance_to_the_engine_logprobs(learner):
-    # the trajectories claim log-prob 0 for every sampled token, so the gap is the learner's own
-    # token-mean NLL of those tokens before the update
-    from rlrouter.rollout.parsing import collate
-
-    trajs = _trajs(learner.tokenizer)
-    batch = collate(trajs, learner.tokenizer.pad_token_id)
-    batch["loss_mask"] = batch["loss_mask"].float()
-    with torch.no_grad():
-        logp, _, _ = learner._forward(learner.module, batch, False, with_entropy=False)
-    expected = float(-(logp * batch["loss_mask"]).sum() / batch["loss_mask"].sum())
-    m = learner.train_step(trajs, [1.0, -1.0, 0.5, 0.0])
-    assert expected > 0.1
-    assert m["learner/rollout_logprob_gap"] == pytest.approx(expected, rel=1e-4)
