@@ -7,8 +7,9 @@ and rewards r in [0, 1] it was given. Its posterior is N(mu = A^-1 b, v^2 A^-1) 
 exactly N(x' mu, v^2 x' A^-1 x), so a decision costs O(d^2) per candidate instead of the O(d^3)
 of drawing the whole theta. ``A^-1`` is kept directly and updated with Sherman-Morrison.
 
-Two choices make it a context-free Thompson sampler plus a residual on the embedding, which is
-what lets it beat context-free Thompson on the RouteLLM replay at every reward alpha (issue 4):
+Two choices make it a context-free Thompson sampler plus a residual on the embedding. On the
+RouteLLM replay this beats context-free Thompson at reward alpha 0 and 0.1 and ties it at 0.3,
+where no topic favours another candidate (docs/serve.md, "Measures"):
 
 - **The prior is strong on the embedding weights and nearly flat on the intercept**:
   ``Lambda = diag(prior, ..., prior, INTERCEPT_PRIOR)``. The intercept then tracks the candidate's
