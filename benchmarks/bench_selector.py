@@ -207,25 +207,6 @@ LATENCY_SETUPS = {
 }
 
 
-def _direct_port(app: str, proxy_port: int, timeout_s: float = 60.0) -> int:
-    """The HTTP port of the app's ingress replica (direct ingress: Serve allocates it from
-    RAY_SERVE_DIRECT_INGRESS_MIN/MAX_HTTP_PORT, 30000-31000 by default, and lists it as a target)."""
-    import ray
-    from ray.serve.context import _get_global_client
-
-    controller = _get_global_client()._controller
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        details = ray.get(controller.get_serve_instance_details.remote())
-        for tg in details.get("target_groups", []):
-            if tg.get("app_name") == app and str(tg.get("protocol")).upper().endswith("HTTP"):
-                ports = [t["port"] for t in tg["targets"] if t["port"] != proxy_port]
-                if ports:
-                    return ports[0]
-        time.sleep(0.5)
-    raise TimeoutError(f"no direct-ingress HTTP target for app {app!r}: {details.get('target_groups')}")
-
-
 def latency_child(name: str, args: argparse.Namespace) -> dict:
     """One setup's latencies at each rate (runs in a process of its own; see bench_latency)."""
     import importlib
@@ -233,6 +214,8 @@ def latency_child(name: str, args: argparse.Namespace) -> dict:
     import ray
     import yaml
     from ray import serve
+
+    from rlrouter.distributed.cluster import direct_ingress_port
 
     setup = LATENCY_SETUPS[name]
     os.environ.update(setup.env)  # before ray.init: the controller, proxy and replicas inherit them
@@ -253,7 +236,7 @@ def latency_child(name: str, args: argparse.Namespace) -> dict:
                                              "selector_in_ingress": setup.selector_in_ingress}}),
               name="bench", route_prefix="/", logging_config={"enable_access_log": setup.access_log})
     if setup.direct:
-        port = _direct_port("bench", port)
+        port = direct_ingress_port("bench", port)
     url = f"http://127.0.0.1:{port}/route"
     out = {"setup": {"name": name, **asdict(setup)}, "url": url, "load_average_before": os.getloadavg(), "rates": {}}
     for rate in args.rates:

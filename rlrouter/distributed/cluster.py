@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 
@@ -25,3 +26,22 @@ def connect(num_cpus: int | None = None, num_gpus: int | None = None, env_vars: 
     ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard,
              runtime_env={"env_vars": env})
     return {"mode": "embedded", "address": ray.get_runtime_context().gcs_address}
+
+
+def direct_ingress_port(app: str, proxy_port: int, timeout_s: float = 60.0) -> int:
+    """The HTTP port of a Serve app's ingress replica (direct ingress: Serve allocates it from
+    RAY_SERVE_DIRECT_INGRESS_MIN/MAX_HTTP_PORT, 30000-31000 by default, and lists it as a target)."""
+    import ray
+    from ray.serve.context import _get_global_client
+
+    controller = _get_global_client()._controller
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        details = ray.get(controller.get_serve_instance_details.remote())
+        for tg in details.get("target_groups", []):
+            if tg.get("app_name") == app and str(tg.get("protocol")).upper().endswith("HTTP"):
+                ports = [t["port"] for t in tg["targets"] if t["port"] != proxy_port]
+                if ports:
+                    return ports[0]
+        time.sleep(0.5)
+    raise TimeoutError(f"no direct-ingress HTTP target for app {app!r}: {details.get('target_groups')}")

@@ -27,7 +27,7 @@ def child(state: str) -> dict:
     from ray import serve
 
     sys.path.insert(0, str(ROOT))
-    from benchmarks.bench_selector import _direct_port
+    from rlrouter.distributed.cluster import direct_ingress_port
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **ENV}})
@@ -41,7 +41,7 @@ def child(state: str) -> dict:
             "selector": {"storage_path": state, "seed": 0},
             "serving": {"api_keys": [{"key": "k-alice", "user_id": "alice"}]}}
     serve.run(app_mod.build_app(args), name="rlrouter-direct", route_prefix="/")
-    port = _direct_port("rlrouter-direct", proxy_port)
+    port = direct_ingress_port("rlrouter-direct", proxy_port)
     base, h = f"http://127.0.0.1:{port}", {"Authorization": "Bearer k-alice"}
     out = {"port": port, "proxy_port": proxy_port,
            "deployments": sorted(serve.status().applications["rlrouter-direct"].deployments)}
