@@ -55,6 +55,10 @@ class LearnerConfig:
     strategy: str = "ddp"
     """"ddp" or "fsdp" (FSDP needs CUDA)."""
     dtype: str = "float32"
+    tis_cap: float | None = None
+    """Rollout correction (truncated importance sampling, as verl's and OpenRLHF's): weight each policy
+    token's loss by min(pi_learner / pi_engine, tis_cap), the engine being the vLLM that sampled it.
+    None: off. The mismatch it corrects is logged every step as ``rollout/logprob_gap``."""
     grpo: dict[str, Any] = field(default_factory=dict)
     ppo: dict[str, Any] = field(default_factory=dict)
 
@@ -68,6 +72,8 @@ class LearnerConfig:
                 raise ValueError(f"learner.{f}: must be > 0, got {getattr(self, f)!r}")
         if self.micro_batch_size < 1 or self.update_epochs < 1:
             raise ValueError("learner.micro_batch_size and learner.update_epochs: must be >= 1")
+        if self.tis_cap is not None and not self.tis_cap >= 1.0:
+            raise ValueError(f"learner.tis_cap: must be >= 1 (or null: off), got {self.tis_cap!r}")
 
     @property
     def algo_cfg(self) -> GRPOConfig | PPOConfig:
@@ -214,7 +220,10 @@ class Learner:
         metrics_acc: dict[str, float] = {}
         n_updates = 0
         total_tokens = mask.sum().clamp(min=1.0)
-        for _ in range(self.cfg.update_epochs):
+        engine = batch.pop("old_logprobs")  # (B, T): the rollout engine's log-probs, NaN where unknown
+        batch["engine_logp"] = engine
+        gap = _GapMeter()
+        for epoch in range(self.cfg.update_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             mbs = self._micro_batches(batch)
             for i, mb in enumerate(mbs):
@@ -225,12 +234,18 @@ class Learner:
                     else contextlib.nullcontext()
                 with ctx:
                     logp, entropy, values = self._forward(self.module, mb, self.value_head is not None)
+                    old_mb = mb["old_logp"] if "old_logp" in mb else logp.detach()
+                    if epoch == 0:
+                        # the learner's policy before this update, token for token against the engine's
+                        gap.add(old_mb, mb["engine_logp"], mb["loss_mask"])
+                    adv = mb["advantages"]
+                    if self.cfg.tis_cap is not None:
+                        adv = adv * tis_weights(old_mb, mb["engine_logp"], self.cfg.tis_cap)
                     if isinstance(self.algo, GRPOConfig):
-                        old_mb = mb["old_logp"] if "old_logp" in mb else logp.detach()
-                        loss, m = grpo_loss(logp, old_mb, mb["advantages"], mb["loss_mask"], self.algo,
+                        loss, m = grpo_loss(logp, old_mb, adv, mb["loss_mask"], self.algo,
                                             ref_logp=mb.get("ref_logp"), entropy=entropy)
                     else:
-                        loss, m = ppo_loss(logp, mb["old_logp"], mb["advantages"], values, mb["old_values"],
+                        loss, m = ppo_loss(logp, mb["old_logp"], adv, values, mb["old_values"],
                                            mb["returns"], mb["loss_mask"], self.algo, ref_logp=mb.get("ref_logp"),
                                            entropy=entropy)
                     (loss * weight).backward()
@@ -243,6 +258,7 @@ class Learner:
             n_updates += 1
         self.version += 1
         metrics = {k: v / n_updates for k, v in metrics_acc.items()}
+        metrics.update(gap.metrics())
         metrics["learner/policy_tokens"] = float(total_tokens)
         metrics["time/learn_s"] = time.perf_counter() - t0
         return {k: v for k, v in metrics.items() if math.isfinite(v)}
@@ -251,6 +267,7 @@ class Learner:
         """One supervised step (cold start): mean NLL of the policy tokens, information masked out."""
         t0 = time.perf_counter()
         batch = collate(trajectories, self.tokenizer.pad_token_id)
+        batch.pop("old_logprobs")  # demonstrations were not sampled: no engine log-probs
         batch = {k: v.to(self.device) for k, v in batch.items()}
         batch["loss_mask"] = batch["loss_mask"].float()
         total = batch["loss_mask"].sum().clamp(min=1.0)
@@ -342,6 +359,44 @@ class Learner:
 
     def state_for_checkpoint(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "version": self.version, "config": asdict(self.cfg)}
+
+
+def tis_weights(learner_logp: torch.Tensor, engine_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance weights min(pi_learner / pi_engine, cap), (B, T), detached; 1 where the
+    engine's log-prob is unknown (NaN). Corrects for sampling from the engine rather than the learner."""
+    known = torch.isfinite(engine_logp)
+    log_w = torch.where(known, learner_logp.detach() - torch.nan_to_num(engine_logp), torch.zeros_like(engine_logp))
+    return torch.exp(log_w).clamp(max=cap)
+
+
+class _GapMeter:
+    """Accumulates, over policy tokens with a known engine log-prob, |learner - engine| and the importance
+    ratio exp(learner - engine): ``rollout/logprob_gap``, ``rollout/is_ratio_mean``, ``rollout/is_ratio_max``.
+
+    Right after a weight sync the two must agree to float noise; a large gap means the rollout samples
+    from another policy than the one the learner updates (a sync bug, or numerics)."""
+
+    def __init__(self) -> None:
+        self.abs_sum, self.ratio_sum, self.ratio_max, self.n = 0.0, 0.0, 0.0, 0
+
+    @torch.no_grad()
+    def add(self, learner_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor) -> None:
+        # learner_logp, engine_logp, mask: (B, T)
+        sel = mask.bool() & torch.isfinite(engine_logp)
+        if not bool(sel.any()):
+            return
+        diff = (learner_logp.detach() - engine_logp)[sel].double()  # (N,)
+        ratio = diff.exp()
+        self.abs_sum += float(diff.abs().sum())
+        self.ratio_sum += float(ratio.sum())
+        self.ratio_max = max(self.ratio_max, float(ratio.max()))
+        self.n += int(sel.sum())
+
+    def metrics(self) -> dict[str, float]:
+        if not self.n:
+            return {}
+        return {"rollout/logprob_gap": self.abs_sum / self.n, "rollout/is_ratio_mean": self.ratio_sum / self.n,
+                "rollout/is_ratio_max": self.ratio_max, "rollout/logprob_tokens": float(self.n)}
 
 
 # HF projection names that vLLM fuses into one parameter (Llama, Qwen, Mistral families)

@@ -108,6 +108,22 @@ class SamplingSpec:
     seed: int
 
 
+class SampledTokens(list):
+    """Generated token ids (a plain list) that may also carry the engine's log-prob of each one.
+
+    A list subclass so that every caller of a ``GenerateFn`` keeps working; ``logprobs`` is None when the
+    engine gave none (a test fake, an HF ``generate`` backend without scores)."""
+
+    def __init__(self, token_ids: Sequence[int] = (), logprobs: Sequence[float] | None = None):
+        super().__init__(token_ids)
+        if logprobs is not None and len(logprobs) != len(self):
+            raise ValueError(f"SampledTokens.logprobs: expected {len(self)} values, got {len(logprobs)}")
+        self.logprobs = None if logprobs is None else [float(x) for x in logprobs]
+
+    def __reduce__(self):  # pickles (Ray) with its log-probs
+        return (SampledTokens, (list(self), self.logprobs))
+
+
 GenerateFn = Callable[[list[list[int]], list[SamplingSpec]], list[list[int]]]
 
 
@@ -177,7 +193,7 @@ class RouterEnv:
             infos: dict[int, str] = {}
             for t, out_ids in zip(live, outs):
                 t.turns += 1
-                t.tokens.add_policy(out_ids, [0.0] * len(out_ids))
+                t.tokens.add_policy(out_ids, getattr(out_ids, "logprobs", None))
                 chunk = self.tokenizer.decode(out_ids, skip_special_tokens=True)
                 t.text += chunk
                 parsed = parse_turn(chunk, names)

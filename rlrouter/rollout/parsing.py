@@ -168,9 +168,10 @@ class Segment:
         if any(not isinstance(t, int) or t < 0 for t in self.token_ids):
             raise ValueError("segment.token_ids: must be non-negative ints")
         if self.policy:
-            if self.logprobs is None or len(self.logprobs) != len(self.token_ids):
-                n = None if self.logprobs is None else len(self.logprobs)
-                raise ValueError(f"segment.logprobs: expected {len(self.token_ids)} values, got {n}")
+            if self.logprobs is None:
+                return  # the engine gave no log-probs: unknown (NaN in ``old_logprobs``)
+            if len(self.logprobs) != len(self.token_ids):
+                raise ValueError(f"segment.logprobs: expected {len(self.token_ids)} values, got {len(self.logprobs)}")
             # log-probs are <= 0; a small tolerance for float rounding, none for probabilities passed by mistake
             if any(not math.isfinite(lp) or lp > 1e-3 for lp in self.logprobs):
                 raise ValueError("segment.logprobs: must be finite log-probabilities (<= 0)")
@@ -183,7 +184,7 @@ class TrajectoryTokens:
 
     ``input_ids``, ``loss_mask`` and ``old_logprobs`` have one entry per token, aligned: ``loss_mask[t]``
     is 1 iff token ``t`` was sampled from the policy, and ``old_logprobs[t]`` is its rollout log-prob
-    (0 elsewhere). This is the alignment ``rlrouter.algos.common.token_logprobs`` produces.
+    (the engine's; 0 elsewhere, NaN where the engine gave none). This is the alignment ``rlrouter.algos.common.token_logprobs`` produces.
     """
 
     def __init__(self, prompt_ids: Iterable[int]):
@@ -193,9 +194,11 @@ class TrajectoryTokens:
             raise ValueError("prompt_ids: must not be empty")
         self.segments: list[Segment] = [prompt]
 
-    def add_policy(self, token_ids: Iterable[int], logprobs: Iterable[float]) -> None:
-        """Append tokens the policy generated, with the log-prob the rollout engine gave each one."""
-        seg = Segment(tuple(token_ids), policy=True, logprobs=tuple(float(x) for x in logprobs))
+    def add_policy(self, token_ids: Iterable[int], logprobs: Iterable[float] | None) -> None:
+        """Append tokens the policy generated, with the log-prob the rollout engine gave each one
+        (None: the engine gave none)."""
+        lps = None if logprobs is None else tuple(float(x) for x in logprobs)
+        seg = Segment(tuple(token_ids), policy=True, logprobs=lps)
         if seg.token_ids:
             self.segments.append(seg)
 
@@ -226,8 +229,10 @@ class TrajectoryTokens:
 
     @property
     def old_logprobs(self) -> list[float]:
+        # 0 outside the policy's tokens; NaN for policy tokens whose engine log-prob is unknown
         return [lp for s in self.segments
-                for lp in (s.logprobs if s.logprobs is not None else (0.0,) * len(s.token_ids))]
+                for lp in (s.logprobs if s.logprobs is not None
+                           else (math.nan if s.policy else 0.0,) * len(s.token_ids))]
 
     def to_tensors(self) -> dict[str, torch.Tensor]:
         """``input_ids``, ``loss_mask`` (long) and ``old_logprobs`` (float32), each of shape (T,)."""

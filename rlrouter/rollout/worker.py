@@ -12,12 +12,13 @@ On CPU the engine runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): 4-5 s 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from rlrouter.rollout.env import EnvConfig, RouterEnv, SamplingSpec, Trajectory
+from rlrouter.rollout.env import EnvConfig, RouterEnv, SampledTokens, SamplingSpec, Trajectory
 
 
 @dataclass
@@ -65,6 +66,17 @@ def _fix_lm_head(worker: Any) -> None:
         dispatch_cpu_unquantized_gemm(head, remove_weight=False)
 
 
+def sampled_tokens(completion: Any) -> SampledTokens:
+    """A vLLM ``CompletionOutput`` as token ids plus the log-prob of each sampled token (None if absent)."""
+    ids = list(completion.token_ids)
+    lps = None
+    if completion.logprobs is not None and len(completion.logprobs) == len(ids):
+        lps = [d[t].logprob for t, d in zip(ids, completion.logprobs)]
+        if not all(math.isfinite(x) for x in lps):
+            lps = None  # greedy decoding can report -inf: not a sample's log-prob
+    return SampledTokens(ids, lps)
+
+
 class RolloutWorker:
     """Owns one engine; ``rollout`` runs the env on a shard of items and returns trajectories."""
 
@@ -90,6 +102,9 @@ class RolloutWorker:
                                       enforce_eager=ec.enforce_eager if ec.enforce_eager is not None
                                       else ec.device == "cpu",
                                       tensor_parallel_size=ec.tensor_parallel_size, **ec.extra)
+        # the rollout's log-probs must be those of the distribution it sampled from (after temperature),
+        # the ones the learner recomputes: the log-prob gap and the importance ratio compare the two
+        kwargs.setdefault("logprobs_mode", "processed_logprobs")
         if ec.enable_lora:
             kwargs.update(enable_lora=True, max_lora_rank=ec.max_lora_rank, max_loras=1)
         if ec.device == "cuda":
@@ -110,19 +125,23 @@ class RolloutWorker:
         self.stats = {"generated_tokens": 0, "generate_s": 0.0, "route_s": 0.0}
 
     # -- generation ---------------------------------------------------------------------------------
-    def generate_ids(self, prompts: list[list[int]], specs: list[SamplingSpec]) -> list[list[int]]:
-        """Token ids in, generated token ids out (stop strings kept: the env parses them)."""
+    def generate_ids(self, prompts: list[list[int]], specs: list[SamplingSpec]) -> list[SampledTokens]:
+        """Token ids in, generated token ids out (stop strings kept: the env parses them), each with the
+        engine's log-prob of every sampled token (``SampledTokens.logprobs``)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        # logprobs=0: the sampled token's own log-prob, at almost no cost. With
+        # logprobs_mode=processed_logprobs (set in __init__) it is taken after temperature, as the learner's is.
         params = [SamplingParams(max_tokens=s.max_tokens, stop=s.stop, temperature=s.temperature, top_p=s.top_p,
-                                 seed=s.seed, include_stop_str_in_output=True, skip_special_tokens=True)
+                                 seed=s.seed, include_stop_str_in_output=True, skip_special_tokens=True,
+                                 logprobs=0)
                   for s in specs]
         t0 = time.perf_counter()
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
                                  lora_request=self.lora_request, use_tqdm=False)
         self.stats["generate_s"] += time.perf_counter() - t0
-        ids = [list(o.outputs[0].token_ids) for o in outs]
+        ids = [sampled_tokens(o.outputs[0]) for o in outs]
         self.stats["generated_tokens"] += sum(len(x) for x in ids)
         return ids
 
