@@ -30,6 +30,20 @@ def policy_summary(trajs: Sequence[Any], candidates: Sequence[str]) -> dict[str,
             "route_share": {c: calls.get(c, 0) / total if total else 0.0 for c in candidates}}
 
 
+def held_out_summary(trajs: Sequence[Any], candidates: Sequence[str], alpha: float, cost_window: int = 512,
+                     metric: str = "em") -> dict[str, Any]:
+    """``policy_summary`` plus the mean Router-R1 reward as training scores it (a fresh cost window, so
+    every evaluation of a run scales costs the same way)."""
+    from rlrouter.learner.loop import score_trajectories
+    from rlrouter.rewards.router_r1 import RouterR1Reward
+
+    reward = RouterR1Reward(alpha, candidates=list(candidates), cost_window=cost_window, metric=metric)
+    scores = score_trajectories(reward, trajs)
+    return {**policy_summary(trajs, candidates),
+            "mean_reward": float(np.mean([s.total for s in scores])) if scores else 0.0,
+            "format_reward_mean": float(np.mean([s.format for s in scores])) if scores else 0.0}
+
+
 def baseline_summaries(pool: Any, items: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, dict[str, Any]]:
     """always-cheapest, always-strongest (largest) and random, answered by the pool on the real questions."""
     cands = [pool.get(n) for n in pool.names]
@@ -53,6 +67,38 @@ def baseline_summaries(pool: Any, items: Sequence[dict[str, Any]], seed: int = 0
                      "calls_per_query": 1.0, "errors": sum(not r.ok for r in resps),
                      "route_share": {c: share.get(c, 0) / len(items) for c in pool.names}}
     return out
+
+
+def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines: dict[str, dict[str, Any]] | None = None,
+                  name: str = "held_out_curve.png") -> str | None:
+    """The held-out curve of a run (``eval/...`` rows; step 0 is the cold-start level): greedy format
+    validity and accuracy on the left, mean reward on the right. None when the run evaluated nothing."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    rows = [m for m in metrics if "eval/format_valid" in m]
+    if not rows:
+        return None
+    steps = [m["step"] for m in rows]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax[0].plot(steps, [m["eval/format_valid"] for m in rows], marker="o", label="format valid")
+    ax[0].plot(steps, [m["eval/accuracy"] for m in rows], marker="s", label="accuracy (EM)")
+    ax[0].set_ylim(-0.05, 1.05)
+    ax[1].plot(steps, [m["eval/mean_reward"] for m in rows], marker="o", color="C2", label="mean reward")
+    for k, (bname, b) in enumerate((baselines or {}).items()):
+        if "accuracy" in b:
+            ax[0].axhline(b["accuracy"], ls=":", lw=1, color=f"C{3 + k}", label=f"{bname} accuracy")
+    for a, title in zip(ax, ("held-out format and accuracy", "held-out mean reward")):
+        a.set_xlabel("RL step (0 = after the cold start)"), a.set_title(title), a.legend(fontsize=8)
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    p = Path(out_dir) / name
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return str(p)
 
 
 def plot_run(metrics: list[dict[str, Any]], results: dict[str, dict[str, Any]], out_dir: str | Path) -> list[str]:

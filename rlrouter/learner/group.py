@@ -25,7 +25,7 @@ class LearnerGroup:
         self.run_name = run_name
 
     def fit(self, rollout_group: Any, candidates: Sequence[str], items: Sequence[dict[str, Any]],
-            demos: Sequence[Any] = ()) -> Any:
+            demos: Sequence[Any] = (), eval_items: Sequence[dict[str, Any]] = ()) -> Any:
         from ray.train import CheckpointConfig, FailureConfig, RunConfig
         from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -34,7 +34,7 @@ class LearnerGroup:
             train_loop_per_worker,
             train_loop_config={"train": asdict(self.train), "rollout_group": rollout_group,
                                "candidates": list(candidates), "items": list(items),
-                               "demos": list(demos)},
+                               "demos": list(demos), "eval_items": list(eval_items)},
             torch_config=TorchConfig(backend=backend),
             scaling_config=learner_scaling_config(self.resources),
             run_config=RunConfig(name=self.run_name, storage_path=self.storage_path,

@@ -41,7 +41,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     from rlrouter.data.build import load_split
     from rlrouter.distributed.cluster import connect
-    from rlrouter.eval.router_r1 import baseline_summaries, plot_run, policy_summary, write_report
+    from rlrouter.eval.router_r1 import baseline_summaries, plot_held_out, plot_run, policy_summary, write_report
     from rlrouter.learner.group import LearnerGroup
     from rlrouter.metrics import read_jsonl
     from rlrouter.pool.pool import CandidatePool
@@ -89,7 +89,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                  for d in build_demonstrations(train_items, pool, cfg.train.warmup_demos, seed=train.seed)]
     t0 = time.perf_counter()
     result = LearnerGroup(train, resources, max_failures=cfg.learner_failures).fit(group, candidates, train_items,
-                                                                                  demos)
+                                                                                  demos, eval_items=test_items)
     report["train_s"] = time.perf_counter() - t0
     if getattr(result, "error", None):
         raise RuntimeError(f"training failed: {result.error}")
@@ -102,7 +102,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report["checkpoint"] = latest_checkpoint(out)
     report["samples"] = [{"query": t.item["query"][:200], "text": t.text[:1200], "answer": t.answer,
                           "routes": [asdict(r) for r in t.routes]} for t in trained[:4]]
-    report["plots"] = plot_run(metrics, report["results"], out)
+    report["held_out_curve"] = [{k: v for k, v in m.items() if k == "step" or k.startswith("eval/")}
+                                for m in metrics if "eval/format_valid" in m]
+    train_rows = [m for m in metrics if "reward/total" in m]
+    report["plots"] = plot_run(train_rows, report["results"], out)
+    held = plot_held_out(metrics, out, {k: v for k, v in report["results"].items() if k.startswith("always_")})
+    if held:
+        report["plots"].append(held)
     report["wall_s"] = time.perf_counter() - t_start
     path = write_report(out, report)
     group.shutdown()

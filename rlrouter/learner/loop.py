@@ -62,6 +62,10 @@ class TrainConfig:
     warmup_batch: int = 8
     warmup_lr: float | None = None
     """Learning rate of the cold start (None: the learner's)."""
+    eval_every: int = 0
+    """Held-out greedy evaluation every K RL steps, and once after the cold start (logged at step 0 as
+    ``eval/...``): the curve that shows whether RL improves on the cold start. 0 = off."""
+    eval_seed: int = 1234
     learner: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -202,8 +206,22 @@ def score_trajectories(reward: Any, trajs: Sequence[Trajectory], budget: Any = N
     return scores
 
 
+def held_out_metrics(cfg: TrainConfig, rollout: Rollout, candidates: Sequence[str],
+                     eval_items: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Greedy held-out evaluation of the policy the rollout workers serve, as ``eval/...`` metrics."""
+    from rlrouter.eval.router_r1 import held_out_summary
+
+    t0 = time.perf_counter()
+    trajs = rollout.rollout(list(eval_items), 1, cfg.eval_seed, -1, temperature=0.0)
+    s = held_out_summary(trajs, candidates, cfg.alpha, cfg.cost_window, cfg.outcome_metric)
+    return {"eval/format_valid": s["format_valid"], "eval/mean_reward": s["mean_reward"],
+            "eval/accuracy": s["accuracy"], "eval/cost_per_query": s["cost_per_query"],
+            "eval/calls_per_query": s["calls_per_query"], "time/eval_s": time.perf_counter() - t0}
+
+
 def run_training(cfg: TrainConfig, rollout: Rollout, session: Session, candidates: Sequence[str],
-                 items: Sequence[dict[str, Any]], demos: Sequence[Any] = ()) -> dict[str, Any]:
+                 items: Sequence[dict[str, Any]], demos: Sequence[Any] = (),
+                 eval_items: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Train the policy for ``cfg.total_steps`` steps; returns the last step's metrics."""
     import torch
 
@@ -240,6 +258,9 @@ def run_training(cfg: TrainConfig, rollout: Rollout, session: Session, candidate
             rollout.sync(make_payload(cfg.sync, learner, learner.version, cfg.sync_bucket_mb))
     session.barrier()
     logger = MetricsLogger(out, run_name=out.name, append=start > 0) if rank == 0 else None
+    evaluate = rank == 0 and cfg.eval_every > 0 and len(eval_items) > 0
+    if evaluate and start == 0 and logger is not None:
+        logger.log(0, held_out_metrics(cfg, rollout, candidates, eval_items))  # the cold-start level
     bar = None
     if rank == 0 and cfg.progress:
         from tqdm.auto import tqdm
@@ -282,6 +303,8 @@ def run_training(cfg: TrainConfig, rollout: Rollout, session: Session, candidate
         metrics = session.all_reduce_mean(metrics)
         ckpt_dir = None
         done = step + 1
+        if evaluate and (done % cfg.eval_every == 0 or done == cfg.total_steps):
+            metrics.update(held_out_metrics(cfg, rollout, candidates, eval_items))
         if done % cfg.checkpoint_every == 0 or done == cfg.total_steps:
             ckpt_dir = str(out / "checkpoints" / f"step_{done:06d}")
             if rank == 0:
@@ -338,7 +361,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = TrainConfig(**config["train"])
     run_training(cfg, config["rollout_group"], RayTrainSession(), config["candidates"], config["items"],
-                 config.get("demos", ()))
+                 config.get("demos", ()), config.get("eval_items", ()))
 
 
 def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -123,8 +123,12 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     report = run(cfg)
     out = tmp_path / "outputs" / "e2e"
     steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2]
-    assert all("reward/total" in s and "time/sync_s" in s and "rollout/tokens_per_s" in s for s in steps)
+    # step 0: the held-out level after the cold start; then the RL steps, the last one evaluated again
+    assert [s["step"] for s in steps] == [0, 1, 2]
+    assert "eval/format_valid" in steps[0] and "reward/total" not in steps[0]
+    assert "eval/mean_reward" in steps[2] and "eval/format_valid" not in steps[1]
+    assert all("reward/total" in s and "time/sync_s" in s and "rollout/tokens_per_s" in s for s in steps[1:])
+    assert all(0.0 <= s["rollout/logprob_gap"] < 1e-3 for s in steps[1:])  # rollouts follow each sync
     assert (out / "warmup.jsonl").exists()
     ck = load_file(str(out / "checkpoints" / "step_000002" / "trainable.safetensors"))
     lora_b = [v for k, v in ck.items() if "lora_B" in k]
@@ -133,6 +137,6 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     saved = json.loads((out / "report.json").read_text())
     assert set(saved["results"]) >= {"policy_untrained", "policy_trained", "always_cheapest", "always_strongest",
                                      "random"}
-    for name in ("reward_curve.png", "route_shares.png", "accuracy_vs_cost.png"):
+    for name in ("reward_curve.png", "route_shares.png", "accuracy_vs_cost.png", "held_out_curve.png"):
         assert (out / name).stat().st_size > 1000
     assert report["wall_s"] > 0
