@@ -66,6 +66,22 @@ def _fix_lm_head(worker: Any) -> None:
         dispatch_cpu_unquantized_gemm(head, remove_weight=False)
 
 
+# A sync sends only the fused groups LoRA changed (q/k/v of each layer), so every reload is partial by design:
+# vLLM then logs one "<Layer>: Failed to load weights" per untouched layer (it puts that layer's own weights
+# back, model_loader/reload/layerwise.py) and lists the names not sent (inplace.py): ~460 lines per sync,
+# none of them an error (../shared/notes/weight-sync-check.md). What a sync delivers is checked on every
+# step instead, by ``rollout/logprob_gap`` (the learner's log-probs against the engine's).
+PARTIAL_RELOAD_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise",
+                          "vllm.model_executor.model_loader.reload.inplace")
+
+
+def quiet_partial_reload_logs() -> None:
+    import logging
+
+    for name in PARTIAL_RELOAD_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def sampled_tokens(completion: Any) -> SampledTokens:
     """A vLLM ``CompletionOutput`` as token ids plus the log-prob of each sampled token (None if absent)."""
     ids = list(completion.token_ids)
@@ -189,6 +205,7 @@ class RolloutWorker:
     def update_weights(self, named_tensors: list[tuple[str, Any]], version: int, last: bool = True) -> float:
         """Push full tensors (HF names) into the engine; call once per bucket, ``last`` on the final one."""
         t0 = time.perf_counter()
+        quiet_partial_reload_logs()
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors),
                                                           "is_checkpoint_format": True})
         if last:
