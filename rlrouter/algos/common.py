@@ -129,6 +129,10 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
 # ---------------------------------------------------------------- KL to the frozen reference
 
 
+K3_MAX = 10.0
+"""Largest per-token k3 value (verl: ``low_var_kl`` clamped to [-10, 10])."""
+
+
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
     """Per-token estimate of KL(policy || reference) from samples of the policy (Schulman, "Approximating KL").
 
@@ -146,9 +150,12 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3
     if estimator == "k2":
         return 0.5 * log_ratio**2
     if estimator == "k3":
-        # clamped so that one token the reference finds absurd cannot overflow exp (verl does the same)
+        # k3's gradient in logp is 1 - r = 1 - exp(ref_logp - logp): unbounded where the reference finds a
+        # sampled token far likelier than the policy does. One such token then outweighs the whole policy
+        # gradient (and, after clipping, sets its direction). As verl's low_var_kl, clamp the value to
+        # K3_MAX, which zeroes the gradient beyond it; the inner clamp only keeps exp finite.
         log_ratio = log_ratio.clamp(-20.0, 20.0)
-        return torch.expm1(log_ratio) - log_ratio
+        return (torch.expm1(log_ratio) - log_ratio).clamp(max=K3_MAX)
     raise ValueError(f"kl.estimator: unknown '{estimator}', expected one of {KL_ESTIMATORS}")
 
 

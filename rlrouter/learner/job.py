@@ -78,7 +78,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         report["results"]["policy_untrained"] = policy_summary(base, candidates)
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
     demos = []
-    if train.warmup_steps and not train.resume_from:
+    if train.warmup_steps and not train.resume_from and not train.init_from:
         from rlrouter.models import load_tokenizer
         from rlrouter.rollout.demos import build_demonstrations, demo_tokens
         from rlrouter.rollout.env import EnvConfig

@@ -55,6 +55,10 @@ class LearnerConfig:
     strategy: str = "ddp"
     """"ddp" or "fsdp" (FSDP needs CUDA)."""
     dtype: str = "float32"
+    kl_reference: str = "start"
+    """The KL reference policy: "start", the policy RL starts from (after the cold start or ``init_from``,
+    as DeepSeek-R1 keeps its SFT model as reference), or "base", the model before any training. With
+    "base" after a cold start, the KL pulls toward a policy that never learned the format (issue 13)."""
     tis_cap: float | None = None
     """Rollout correction (truncated importance sampling, as verl's and OpenRLHF's): weight each policy
     token's loss by min(pi_learner / pi_engine, tis_cap), the engine being the vLLM that sampled it.
@@ -72,6 +76,8 @@ class LearnerConfig:
                 raise ValueError(f"learner.{f}: must be > 0, got {getattr(self, f)!r}")
         if self.micro_batch_size < 1 or self.update_epochs < 1:
             raise ValueError("learner.micro_batch_size and learner.update_epochs: must be >= 1")
+        if self.kl_reference not in ("start", "base"):
+            raise ValueError(f"learner.kl_reference: 'start' or 'base', got {self.kl_reference!r}")
         if self.tis_cap is not None and not self.tis_cap >= 1.0:
             raise ValueError(f"learner.tis_cap: must be >= 1 (or null: off), got {self.tis_cap!r}")
 
@@ -96,6 +102,7 @@ class Learner:
         self.tokenizer = load_tokenizer(cfg.model)
         base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         self.ref_model = None
+        self.ref_adapter: dict[str, torch.Tensor] | None = None  # LoRA: the reference's adapter weights
         if cfg.lora:
             from peft import LoraConfig, get_peft_model
 
@@ -157,9 +164,38 @@ class Learner:
         values = out.get("values")
         return tuple(None if x is None else F.pad(x, (start - 1, 0), value=0.0) for x in (logp, entropy, values))
 
+    def set_reference_to_current(self) -> None:
+        """Make the current policy the KL reference (``kl_reference: start``; the loop calls this when RL
+        begins). With LoRA the reference is a frozen copy of the adapter, swapped in for its forward pass
+        (a few MB, no second model); with full fine-tuning the reference model takes the policy's weights."""
+        if self.cfg.kl_reference != "start" or not self._kl_needed():
+            return
+        if self.cfg.lora:
+            self.ref_adapter = {n: p.detach().clone() for n, p in self.policy.named_parameters() if p.requires_grad}
+        else:
+            self.ref_model.load_state_dict(self.policy.state_dict())
+
+    @contextlib.contextmanager
+    def _reference_adapter(self):
+        """The reference adapter's weights in the policy for the duration (restored after)."""
+        params = dict(self.policy.named_parameters())
+        saved = {n: params[n].detach().clone() for n in self.ref_adapter}
+        with torch.no_grad():
+            for n, v in self.ref_adapter.items():
+                params[n].copy_(v)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for n, v in saved.items():
+                    params[n].copy_(v)
+
     @torch.no_grad()
     def _reference_logprobs(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
-        if self.cfg.lora:
+        if self.cfg.lora and getattr(self, "ref_adapter", None) is not None:
+            with self._reference_adapter():
+                logp, _, _ = self._forward(_PolicyWithValue(self.policy, None), mb, False, with_entropy=False)
+        elif self.cfg.lora:
             with self.policy.disable_adapter():
                 logp, _, _ = self._forward(_PolicyWithValue(self.policy, None), mb, False, with_entropy=False)
         else:

@@ -35,6 +35,7 @@ class TrainConfig:
     """One Router-R1 training run."""
 
     total_steps: int = 10
+    """RL steps; 0 = the cold start only, saved as checkpoints/step_000000 (a start for ``init_from``)."""
     prompts_per_step: int = 8
     """Prompts per step across all learner ranks (Router-R1: batch 64)."""
     n_samples: int = 4
@@ -53,6 +54,9 @@ class TrainConfig:
     out_dir: str = "outputs/run"
     resume_from: str | None = None
     """A checkpoint directory to continue from (``resume=true`` points it at the run's latest)."""
+    init_from: str | None = None
+    """A checkpoint whose policy weights start this run (optimizer and step fresh, no cold start): RL
+    arms that share one saved cold start (``total_steps=0``)."""
     progress: bool = True
     budget: dict[str, Any] | None = None
     """ToolRL-style budget reward (``budget_B``, ``cost_weights``), added to the Router-R1 reward."""
@@ -70,8 +74,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for f in ("total_steps", "prompts_per_step", "n_samples", "checkpoint_every"):
-            if not isinstance(getattr(self, f), int) or getattr(self, f) < 1:
-                raise ValueError(f"train.{f}: must be an int >= 1, got {getattr(self, f)!r}")
+            low = 0 if f == "total_steps" else 1
+            if not isinstance(getattr(self, f), int) or getattr(self, f) < low:
+                raise ValueError(f"train.{f}: must be an int >= {low}, got {getattr(self, f)!r}")
         if self.sync not in ("lora", "tensors"):
             raise ValueError(f"train.sync: 'lora' or 'tensors', got {self.sync!r}")
 
@@ -251,8 +256,20 @@ def run_training(cfg: TrainConfig, rollout: Rollout, session: Session, candidate
         log.info("resumed from %s at step %d", resume, start)
     out = Path(cfg.out_dir)
     if not resume:
-        if cfg.warmup_steps and demos:
+        if cfg.init_from:
+            from rlrouter.learner.checkpoint import load_weights
+
+            load_weights(cfg.init_from, learner)
+            log.info("policy weights from %s", cfg.init_from)
+        elif cfg.warmup_steps and demos:
             _cold_start(cfg, learner, demos, session, out)
+        learner.set_reference_to_current()  # the KL reference is the policy RL starts from
+        if cfg.total_steps == 0:
+            if rank == 0:
+                save_checkpoint(out / "checkpoints" / "step_000000", learner, 0,
+                                extra={"reward": reward.state_dict()})
+            session.barrier()
+            session.report({"step": 0}, str(out / "checkpoints" / "step_000000") if rank == 0 else None)
         if rank == 0:
             # the engines may serve other weights (a reused group, a cold start): start from ours
             rollout.sync(make_payload(cfg.sync, learner, learner.version, cfg.sync_bucket_mb))

@@ -25,6 +25,30 @@ def short_query(question: str, max_words: int = 24) -> str:
     return " ".join(words[:max_words]) + (" ..." if len(words) > max_words else "")
 
 
+TURN_MARGIN = 8
+"""Tokens a demonstrated turn leaves unused of the rollout's per-turn budget (``max_new_tokens``)."""
+
+
+def search_turn(model: str, sub_query: str) -> str:
+    """The demonstrated first turn: close the think block and route ``sub_query`` to ``model``."""
+    return f"I will ask {model}.</think>\n<search>{model}: {sub_query}</search>"
+
+
+def fit_search_turn(model: str, sub_query: str, tokenizer: Any, budget: int) -> str:
+    """``search_turn`` with the sub-query cut, word by word, until the turn is at most ``budget`` tokens.
+
+    A demonstration the rollout cannot reproduce teaches a turn that the engine cuts off before
+    ``</search>`` (issue 13): with 24-word sub-queries, 63% of demonstrated first turns were longer than the
+    64-token turn budget, so the cold-started policy mostly wrote turns that ended without an action."""
+    words = sub_query.removesuffix(" ...").split()
+    cut = sub_query.endswith(" ...")
+    while True:
+        text = search_turn(model, " ".join(words) + (" ..." if cut else ""))
+        if len(words) <= 1 or len(tokenizer.encode(text, add_special_tokens=False)) <= budget:
+            return text
+        words, cut = words[:-1], True
+
+
 def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, seed: int = 0) -> list[dict[str, Any]]:
     """``n`` demonstrations (dicts with ``query``, ``segments``: [(text, is_policy)]) from real pool calls."""
     rng = random.Random(seed)
@@ -37,18 +61,24 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
     for it, model, reply in zip(chosen, models, replies):
         gold = list(it["ground_truth"])[0]
         info = reply.text if reply.ok else f"Error: {reply.error}"
-        segments = [(f"I will ask {model}.</think>\n<search>{model}: {short_query(it['query'])}</search>", True),
+        segments = [(search_turn(model, short_query(it["query"])), True),
                     (format_information(info, 400), False),
                     (f"<think>The reply helps; the answer is {gold}.</think>\n<answer>{gold}</answer>", True)]
-        demos.append({"query": it["query"], "segments": segments})
+        demos.append({"query": it["query"], "segments": segments, "model": model,
+                      "sub_query": short_query(it["query"])})
     return demos
 
 
 def demo_tokens(demo: dict[str, Any], tokenizer: Any, candidates: Sequence[Candidate],
                 env_cfg: EnvConfig) -> TrajectoryTokens:
-    """A demonstration in the policy's token space, masked like a rollout (information not trained on)."""
+    """A demonstration in the policy's token space, masked like a rollout (information not trained on).
+
+    The search turn is shortened to fit the rollout's turn budget (``fit_search_turn``)."""
     t = TrajectoryTokens(prompt_ids(tokenizer, demo["query"], candidates, env_cfg))
-    for text, policy in demo["segments"]:
+    budget = max(1, env_cfg.max_new_tokens - TURN_MARGIN)
+    for i, (text, policy) in enumerate(demo["segments"]):
+        if i == 0 and policy and "model" in demo:
+            text = fit_search_turn(demo["model"], demo["sub_query"], tokenizer, budget)
         ids = tokenizer.encode(text, add_special_tokens=False)
         if policy:
             t.add_policy(ids, [0.0] * len(ids))

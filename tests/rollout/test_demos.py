@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 
 from rlrouter.pool.pool import CandidatePool
 from rlrouter.rewards.router_r1 import RouterR1FormatReward, RouterR1OutcomeReward
-from rlrouter.rollout.demos import build_demonstrations, demo_tokens, short_query
+from rlrouter.rollout.demos import build_demonstrations, demo_tokens, fit_search_turn, search_turn, short_query
 from rlrouter.rollout.env import EnvConfig
 from tests.helpers import CONF_DIR
 
@@ -34,7 +34,8 @@ def test_demonstrations_pass_the_format_reward_and_answer_the_gold(shared_data):
         def encode(self, text, add_special_tokens=False):
             return [ord(c) for c in text]
 
-    t = demo_tokens(demos[0], CharTok(), [pool.get(n) for n in pool.names], cfg)
+    wide = EnvConfig(prefill="<think>\n", max_new_tokens=4096)  # every turn fits: nothing is cut
+    t = demo_tokens(demos[0], CharTok(), [pool.get(n) for n in pool.names], wide)
     policy_text = demos[0]["segments"][0][0] + demos[0]["segments"][2][0]
     assert t.num_policy_tokens == len(policy_text)
 
@@ -42,3 +43,22 @@ def test_demonstrations_pass_the_format_reward_and_answer_the_gold(shared_data):
 def test_short_query_keeps_the_first_line():
     assert short_query("What is 2+2?\nA. 3\nB. 4") == "What is 2+2?"
     assert short_query("a " * 30, max_words=3) == "a a a ..."
+
+
+def test_a_demonstrated_search_turn_fits_the_rollout_turn_budget():
+    from rlrouter.rewards.router_r1 import RouterR1FormatReward
+
+    class WordTok:  # one token per whitespace-separated word
+        def encode(self, text, add_special_tokens=False):
+            return text.split()
+
+    model, query = "mixtral-8x7b-instruct", short_query("word " * 40)
+    assert len(WordTok().encode(search_turn(model, query))) > 20
+    text = fit_search_turn(model, query, WordTok(), budget=20)
+    assert len(WordTok().encode(text)) <= 20
+    assert text.endswith(" ...</search>") and text.startswith("I will ask mixtral-8x7b-instruct.</think>")
+    # still a well-formed route once the information and an answer follow
+    full = "<think>\n" + text + "\n\n<information>4</information>\n\n<think>ok</think>\n<answer>4</answer>"
+    assert RouterR1FormatReward([model])(["q"], [full]) == [0.0]
+    # a turn that already fits is unchanged
+    assert fit_search_turn(model, "What is 2+2?", WordTok(), budget=20) == search_turn(model, "What is 2+2?")
