@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--eval-every", type=int, default=2)
     ap.add_argument("--target", type=float, default=0.9, help="held-out format validity to time")
     ap.add_argument("--set", nargs="*", default=[], help="Hydra overrides shared by every arm")
+    ap.add_argument("--share-cold-start", action="store_true",
+                    help="arms after the first start from the first arm's cold-start checkpoint (train.init_from)")
     ap.add_argument("--quick", action="store_true", help="toy sizes; results to router_r1_learning_quick.json")
     args = ap.parse_args(argv)
     arms = [a for a in args.arms.split(",") if a]
@@ -149,11 +151,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     t_all = time.perf_counter()
     results: dict[str, Any] = {}
+    start: list[str] = []
     for arm in arms:
-        overrides = [*shared, *ARMS[arm], f"run_name=bench_learning_{arm}{'_quick' if args.quick else ''}"]
+        run_name = f"bench_learning_{arm}{'_quick' if args.quick else ''}"
+        overrides = [*shared, *ARMS[arm], *start, f"run_name={run_name}"]
         print(f"[learning] arm {arm}: {' '.join(overrides)}", flush=True)
         report = run(compose(overrides))
         results[arm] = {"overrides": overrides, **summarize(report, args.target)}
+        if args.share_cold_start and not start:
+            cold = ROOT / "outputs" / run_name / "checkpoints" / "step_000000"
+            start = [f"train.init_from={cold}", "eval.untrained=false"]
+            results[arm]["cold_start_checkpoint"] = str(cold)
         s = results[arm]
         print(f"[learning] {arm}: cold start {s['cold_start']}, final {s['final']}, "
               f"time to {args.target}: {s['time_to_target']}", flush=True)

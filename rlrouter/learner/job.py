@@ -73,7 +73,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     print(f"rollout: {len(group)} vLLM worker(s) ready in {group.ready_s:.1f}s")
     report: dict[str, Any] = {"config": _container(cfg), "cluster": cluster, "results": {}}
     eval_seed = cfg.eval.seed
-    if not train.resume_from:
+    if not train.resume_from and cfg.eval.get("untrained", True):
         base = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
         report["results"]["policy_untrained"] = policy_summary(base, candidates)
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))

@@ -263,13 +263,12 @@ def run_training(cfg: TrainConfig, rollout: Rollout, session: Session, candidate
             log.info("policy weights from %s", cfg.init_from)
         elif cfg.warmup_steps and demos:
             _cold_start(cfg, learner, demos, session, out)
-        learner.set_reference_to_current()  # the KL reference is the policy RL starts from
-        if cfg.total_steps == 0:
+            # the cold-start checkpoint: where RL starts, and a start for other runs (``init_from``)
             if rank == 0:
                 save_checkpoint(out / "checkpoints" / "step_000000", learner, 0,
                                 extra={"reward": reward.state_dict()})
             session.barrier()
-            session.report({"step": 0}, str(out / "checkpoints" / "step_000000") if rank == 0 else None)
+        learner.set_reference_to_current()  # the KL reference is the policy RL starts from
         if rank == 0:
             # the engines may serve other weights (a reused group, a cold start): start from ours
             rollout.sync(make_payload(cfg.sync, learner, learner.version, cfg.sync_bucket_mb))
