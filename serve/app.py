@@ -35,7 +35,8 @@ from rlrouter.serving.auth import ApiKeyAuth
 from rlrouter.serving.config import ServingConfig
 from rlrouter.serving.router_r1_client import RouterR1Answer
 from rlrouter.serving.selector_host import SelectorHost
-from rlrouter.serving.service import RouterService, unwrap
+from rlrouter.serving.selector_client import unwrap
+from rlrouter.serving.service import RouterService
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "conf" / "selector" / "rl_driven.yaml"

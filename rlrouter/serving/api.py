@@ -39,7 +39,8 @@ from rlrouter.serving.schemas import (
     RouterR1RouteRequest,
     RouterR1RouteResponse,
 )
-from rlrouter.serving.service import ApiError, RouterService
+from rlrouter.serving.errors import ApiError
+from rlrouter.serving.service import RouterService
 
 _STATE: dict[str, Any] = {"service": None, "auth": None, "max_body_bytes": 1_000_000, "protect_router_r1": True}
 

@@ -228,20 +228,20 @@ def test_arena_and_multi_round(tmp_path, pool, gsm8k_prompt):
 def test_llm_routing_and_fallbacks(tmp_path, pool):
     client, _, svc = make_client(tmp_path, pool, enable_llm_routing=True,
                                  router_r1_server_url="http://127.0.0.1:9/router_r1", llm_routing_timeout_s=0.3)
-    svc.llm_router = StubRouterR1("ok")
+    svc.router_r1.llm_router = StubRouterR1("ok")
     r = client.post("/route", json={"query": "q"}, headers=ALICE).json()
     assert r["mode"] == "llm_routing" and r["model"] == MIXTRAL  # "mixtral" matched partially, as VSR does
     for behaviour in ("fail", "slow"):
-        svc.llm_router = StubRouterR1(behaviour)
+        svc.router_r1.llm_router = StubRouterR1(behaviour)
         r = client.post("/route", json={"query": "q"}, headers=ALICE).json()
         assert r["mode"] == "thompson" and "fell back" in r["fallback_reason"]
     # the real HTTP client against a closed port: also a fallback, not an error
     from rlrouter.serving.router_r1_client import HTTPRouterR1Client
 
-    svc.llm_router = HTTPRouterR1Client("http://127.0.0.1:9/router_r1", 0.3)
+    svc.router_r1.llm_router = HTTPRouterR1Client("http://127.0.0.1:9/router_r1", 0.3)
     assert client.post("/route", json={"query": "q"}, headers=ALICE).json()["mode"] == "thompson"
-    svc.cfg.llm_routing_fallback = "error"
-    svc.llm_router = StubRouterR1("fail")
+    svc.ctx.cfg.llm_routing_fallback = "error"
+    svc.router_r1.llm_router = StubRouterR1("fail")
     r = client.post("/route", json={"query": "q"}, headers=ALICE)
     assert r.status_code == 503
 
