@@ -97,7 +97,12 @@ def optional_principal(authorization: str | None = Header(default=None),
 
 
 class BodySizeLimit:
-    """Pure ASGI middleware: 413 when the body is (or turns out to be) over the cap, before parsing."""
+    """Pure ASGI middleware: 413 when the body is (or turns out to be) over the cap, before parsing.
+
+    A chunked body has no Content-Length: the cap is then found while reading. FastAPI turns any
+    exception raised by ``receive`` into "error parsing the body" (issue 16: a 1.4 MB chunked body was
+    called "not valid JSON"), so the overflow is remembered here and the app's answer replaced by 413.
+    """
 
     def __init__(self, app: Any):
         self.app = app
@@ -106,32 +111,54 @@ class BodySizeLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         cap = _STATE["max_body_bytes"]
+        too_big = _error(413, f"body: larger than the {cap}-byte limit (max_body_bytes)", "body")
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
-                    too_big = int(value) > cap
+                    over = int(value) > cap
                 except ValueError:
-                    too_big = False
-                if too_big:
-                    return await _error(413, f"body: larger than the {cap}-byte limit", "body")(scope, receive, send)
+                    over = False
+                if over:
+                    return await too_big(scope, receive, send)
         seen = 0
+        overflowed = False
+        started = False
 
         class _TooBig(Exception):
             pass
 
         async def limited_receive() -> dict:
-            nonlocal seen
+            nonlocal seen, overflowed
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > cap:
+                    overflowed = True
                     raise _TooBig()
             return msg
 
+        async def guarded_send(msg: dict) -> None:
+            nonlocal started
+            if overflowed:
+                return  # the app's answer to a truncated body is replaced by the 413 below
+            started = True
+            await send(msg)
+
         try:
-            await self.app(scope, limited_receive, send)
+            await self.app(scope, limited_receive, guarded_send)
         except _TooBig:
-            await _error(413, f"body: larger than the {cap}-byte limit", "body")(scope, receive, send)
+            pass
+        if overflowed and not started:
+            await too_big(scope, receive, send)
+
+
+def _parse_failure(cause: BaseException | None) -> str:
+    """Why FastAPI could not parse a body, in words (it reports every case as one 400)."""
+    if isinstance(cause, RecursionError):
+        return "JSON nested too deeply to parse (keep it under a few hundred levels)"
+    if isinstance(cause, UnicodeDecodeError):
+        return "not valid JSON (bytes that are not UTF-8 text)"
+    return f"not valid JSON ({type(cause).__name__}: {cause})" if cause is not None else "not valid JSON"
 
 
 def create_app() -> FastAPI:
@@ -160,7 +187,7 @@ def create_app() -> FastAPI:
         # only a body can fail to parse, so that one names it (issue 8: every 4xx names the field)
         detail = str(e.detail)
         if e.status_code == 400 and "parsing the body" in detail:
-            return _error(400, "body: not valid JSON (bytes that are not UTF-8 text)", "body")
+            return _error(400, f"body: {_parse_failure(e.__cause__)}", "body")
         if e.status_code == 404:
             return _error(404, "path: no such endpoint", "path")
         if e.status_code == 405:
@@ -176,6 +203,11 @@ def create_app() -> FastAPI:
         errs = e.errors()
         if any(err.get("type") == "json_invalid" for err in errs):
             return _error(400, "body: not valid JSON", "body")
+        ctype = request.headers.get("content-type", "")
+        if isinstance(e.body, (bytes, bytearray)) and "json" not in ctype:
+            # FastAPI parses JSON only when the request says so (curl -d sends form encoding)
+            return _error(415, f"body: send it as JSON with 'Content-Type: application/json' "
+                               f"(got {ctype or 'no Content-Type'})", "body")
         model = body_models.get(request.url.path)
         if model is not None and errs and tuple(errs[0].get("loc", ())) == ("body",) and e.body in ({}, None, b""):
             try:

@@ -263,3 +263,31 @@ def test_openapi_documents_the_api(env):
                  "/router_r1/health", "/stats", "/health"):
         assert path in spec["paths"], path
     assert "RouteRequest" in spec["components"]["schemas"]
+
+
+def test_wrong_bodies_get_the_right_message(env):
+    """Issue 16: each of these once got "not valid JSON (bytes that are not UTF-8 text)" or a wrong range."""
+    client, _, _ = env
+    json_h = {**ALICE, "Content-Type": "application/json"}
+
+    def chunks(n):  # valid UTF-8 JSON, sent chunked (a generator: no Content-Length)
+        yield b'{"query": "'
+        for _ in range(n // 1000):
+            yield "é".encode() * 500
+        yield b'"}'
+
+    r = client.post("/route", content=chunks(1_400_000), headers=json_h)
+    assert r.status_code == 413 and "20000-byte limit" in err(r)["message"] and err(r)["field"] == "body"
+    nested = b'{"query": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    r = client.post("/route", content=nested, headers=json_h)
+    assert r.status_code == 400 and "nested too deeply" in err(r)["message"], r.text
+    r = client.post("/route", content=b'{"query": "\xff\xfe"}', headers=json_h)
+    assert r.status_code == 400 and "not UTF-8" in err(r)["message"]
+    r = client.post("/feedback", content=b'{"request_id": "x", "reward": NaN}', headers=json_h)
+    assert r.status_code == 422 and err(r)["field"] == "reward" and "nan is not a number" in err(r)["message"]
+    r = client.post("/feedback", content=b'{"request_id": "x", "reward": Infinity}', headers=json_h)
+    assert r.status_code == 422 and "inf is not a number" in err(r)["message"]
+    # curl -d without -H 'Content-Type: application/json' sends form encoding
+    r = client.post("/route", content=b'{"query": "hi"}',
+                    headers={**ALICE, "Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 415 and "Content-Type: application/json" in err(r)["message"]
