@@ -42,13 +42,12 @@ from rlrouter.serving.schemas import (
 from rlrouter.serving.errors import ApiError
 from rlrouter.serving.service import RouterService
 
-_STATE: dict[str, Any] = {"service": None, "auth": None, "max_body_bytes": 1_000_000, "protect_router_r1": True}
+_STATE: dict[str, Any] = {"service": None, "auth": None, "max_body_bytes": 1_000_000}
 
 
 def install(service: RouterService, auth: ApiKeyAuth) -> None:
     """Make ``service`` and ``auth`` the ones this process's app uses."""
-    _STATE.update(service=service, auth=auth, max_body_bytes=service.serving.max_body_bytes,
-                  protect_router_r1=service.serving.protect_router_r1)
+    _STATE.update(service=service, auth=auth, max_body_bytes=service.serving.max_body_bytes)
 
 
 def _service() -> RouterService:
@@ -89,10 +88,19 @@ def principal(authorization: str | None = Header(default=None, description="Bear
     return auth.authenticate(authorization, x_api_key)
 
 
-def optional_principal(authorization: str | None = Header(default=None),
-                       x_api_key: str | None = Header(default=None)) -> Principal | None:
-    if not _STATE["protect_router_r1"] and not authorization and not x_api_key:
-        return None
+def router_r1_principal(request: Request, authorization: str | None = Header(default=None),
+                        x_api_key: str | None = Header(default=None)) -> Principal | None:
+    """A key, or none for a client inside ``serving.router_r1_keyless_networks`` (VSR sends no key).
+
+    The address is the TCP peer's, never a forwarded-for header, which any client can write."""
+    host = request.client.host if request.client else None
+    svc = _STATE["service"]
+    if not authorization and not x_api_key:
+        if svc is not None and svc.serving.keyless(host):
+            return None
+        if svc is not None and svc.serving.router_r1_keyless_networks:
+            raise AuthError(401, f"missing API key: send 'Authorization: Bearer <key>' (client address {host} is "
+                                 f"not in serving.router_r1_keyless_networks)")
     return principal(authorization, x_api_key)
 
 
@@ -263,7 +271,7 @@ def create_app() -> FastAPI:
 
     @app.post("/router_r1/route", response_model=RouterR1RouteResponse, tags=["router_r1"])
     async def router_r1_route(body: RouterR1RouteRequest,
-                              who: Principal | None = Depends(optional_principal)) -> RouterR1RouteResponse:
+                              who: Principal | None = Depends(router_r1_principal)) -> RouterR1RouteResponse:
         """The vLLM Semantic Router's Router-R1 server protocol. ``backend`` says whether a Router-R1
         policy or (when none is configured) the rl_driven selector decided."""
         return await _service().router_r1_route(body, who)
@@ -285,8 +293,11 @@ def create_app() -> FastAPI:
         return JSONResponse(json.loads(json.dumps(await _service().stats(who))))
 
     @app.get("/health", response_model=Health, tags=["ops"])
-    async def health() -> Health:
-        """Liveness: the ingress answers and the selector actor responds."""
-        return await _service().health()
+    async def health(request: Request) -> Health:
+        """Liveness: the ingress answers and the selector actor responds. ``port``: the port this answer
+        came from; ``direct_ingress_ports``: the replica's own HTTP ports (direct ingress), which move
+        when a replica is replaced."""
+        server = request.scope.get("server") or (None, None)
+        return await _service().health(port=server[1])
 
     return app

@@ -3,6 +3,11 @@
 ``model: "auto"`` routes (``rlrouter.serving.routing``) and proxies to the chosen candidate through
 the pool, streaming or not; ``enable_multi_round_aggregation`` or ``model: "arena"`` call several
 candidates in parallel and aggregate their answers; a candidate's name proxies to it directly.
+
+A replay candidate knows only logged prompts (issue 16: any other prompt got a 200 whose content was
+"[replay] no logged answer"). With ``serving.replay_miss: fallthrough`` the decision for ``auto`` and
+``arena`` is made among the candidates that can answer the prompt (live ones, and replays that logged
+it); a replay named directly, or chosen under ``replay_miss: error``, is a 404 that says so.
 """
 
 from __future__ import annotations
@@ -43,6 +48,22 @@ class ChatProxy:
             cards.append(ModelCard(id=m, price_in=d.get("price_in"), price_out=d.get("price_out")))
         return ModelList(data=cards)
 
+    async def _misses(self, query: str, models: list[str]) -> set[str]:
+        """The replay candidates among ``models`` with no logged answer for ``query``."""
+        pool = self.ctx.pool
+        replays = [m for m in models if hasattr(pool.backend(m), "lookup")]
+        if not replays:
+            return set()
+        # the first fuzzy lookup builds an index (about 1.5 s on RouteLLM's table): not on the event loop
+        rows = await asyncio.to_thread(lambda: [pool.backend(m).lookup(query) for m in replays])
+        return {m for m, row in zip(replays, rows) if row is None}
+
+    def _miss_error(self, missed: list[str]) -> ApiError:
+        live = [m for m in self.ctx.candidates if not hasattr(self.ctx.pool.backend(m), "lookup")]
+        hint = f"ask a live candidate ({live}) or model 'auto'" if live else "this server has no live candidate"
+        return ApiError(404, f"field 'messages': {missed} replay logged answers and have none for this prompt; "
+                             f"{hint}", "messages", type_="replay_miss")
+
     @staticmethod
     def _params(body: ChatCompletionRequest) -> dict[str, Any]:
         extra = dict(body.model_extra or {})
@@ -72,12 +93,23 @@ class ChatProxy:
             if body.model not in ctx.candidates:
                 raise ApiError(404, f"field 'model': unknown model '{body.model}'; "
                                     f"use 'auto', 'arena' or one of {ctx.candidates}", "model")
+            if await self._misses(query, [body.model]):
+                raise self._miss_error([body.model])
             dec = None
             models = [body.model]
         else:
             how = "all" if body.model == "arena" else self.routing.how()
-            dec = await self.routing.decide(query, user, session, body.category, None, how)
+            cands = None
+            if ctx.serving.replay_miss == "fallthrough":
+                missed = await self._misses(query, ctx.candidates)
+                cands = [c for c in ctx.candidates if c not in missed]
+                if not cands:
+                    raise self._miss_error(sorted(missed))
+            dec = await self.routing.decide(query, user, session, body.category, cands, how)
             models = dec.get("models") or [dec["model"]]
+            missed = await self._misses(query, models)
+            if missed:  # replay_miss: error
+                raise self._miss_error(sorted(missed))
         headers = {}
         meta: dict[str, Any] = {}
         if dec is not None:

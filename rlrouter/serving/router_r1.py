@@ -4,11 +4,19 @@
   candidate, with a timeout; a failure falls back to the bandit or is a 503 (``llm_routing_fallback``).
 - ``/router_r1/route`` speaks the Router-R1 server protocol of the vLLM Semantic Router, backed by a
   Router-R1 policy deployment when one is configured, else by the selector (and says which).
+
+VSR's client (``RouterR1Client`` in semantic-router ``pkg/selection``; ``selectWithRouterR1`` builds the
+query) sends ``{"query": "Task: <decision>\nAvailable models: a, b"}`` and keeps ``selected_model`` only
+if it names one of its own candidates. So that shape is parsed (:func:`parse_offer`): the answer is
+always one of the offered models, in the caller's spelling, after ``serving.model_map`` maps the
+caller's names to this server's candidates; the decision name is the selector's category scope.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from rlrouter.serving.auth import Principal
@@ -22,6 +30,35 @@ from rlrouter.serving.router_r1_client import (
 )
 from rlrouter.serving.schemas import RouterR1RouteRequest, RouterR1RouteResponse
 from rlrouter.serving.selector_client import selection_request
+
+
+_OFFER = re.compile(r"\ATask: (?P<task>[^\n]*)\nAvailable models: (?P<models>[^\n]*)\s*\Z")
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a VSR-shaped query asks: a decision (task) and the models the caller can use."""
+
+    task: str
+    models: list[str]
+
+
+def parse_offer(query: str) -> Offer | None:
+    """``Task: <decision>\nAvailable models: a, b`` -> Offer; None for any other query."""
+    m = _OFFER.match(query)
+    if m is None:
+        return None
+    return Offer(m["task"].strip(), [x.strip() for x in m["models"].split(",") if x.strip()])
+
+
+def offered_candidates(offer: Offer, candidates: list[str], model_map: dict[str, str]) -> dict[str, str]:
+    """Candidate name -> the caller's name, for each offered model this server can route to."""
+    out: dict[str, str] = {}
+    for name in offer.models:
+        cand = model_map.get(name, name)
+        if cand in candidates and cand not in out:
+            out[cand] = name
+    return out
 
 
 class RouterR1Role:
@@ -52,24 +89,41 @@ class RouterR1Role:
             return None, f"LLM routing failed ({reason}); fell back to thompson sampling"
 
     async def route(self, body: RouterR1RouteRequest, principal: Principal | None) -> RouterR1RouteResponse:
-        """``POST /router_r1/route``: the Router-R1 policy's choice, else the selector's."""
+        """``POST /router_r1/route``: the Router-R1 policy's choice, else the selector's; among the offered
+        models when the query is VSR's ``Task: ...\nAvailable models: ...``."""
         ctx = self.ctx
         ctx.check_query(body.query, "query")
+        offer = parse_offer(body.query)
+        to_caller = {c: c for c in ctx.candidates}
+        category = None
+        if offer is not None:
+            to_caller = offered_candidates(offer, ctx.candidates, ctx.serving.model_map)
+            if not to_caller:
+                raise ApiError(422, f"field 'query': none of the available models {offer.models} is a candidate "
+                                    f"here ({ctx.candidates}); map them in serving.model_map", "query")
+            category = offer.task or None
+        cands = list(to_caller)
+        note = ""
         if self.policy is not None:
             try:
                 ans = await asyncio.wait_for(self.policy.route(body.query), ctx.cfg.llm_routing_timeout_s)
             except (RouterR1Unavailable, asyncio.TimeoutError) as e:
                 raise ApiError(503, f"Router-R1 policy unavailable: {e}", type_="router_unavailable") from None
-            return RouterR1RouteResponse(selected_model=ans.selected_model, thinking=ans.thinking,
-                                         full_response=ans.full_response, backend="router_r1_policy")
+            model = match_candidate(ans.selected_model or "", cands)
+            if model is not None:
+                return RouterR1RouteResponse(selected_model=to_caller[model], thinking=ans.thinking,
+                                             full_response=ans.full_response, backend="router_r1_policy")
+            note = f"The Router-R1 policy chose {ans.selected_model!r}, which is not offered; "
         user = principal.user_id if principal is not None else None
-        req = selection_request(ctx.candidates, user, None, None, await ctx.embedding(body.query))
+        req = selection_request(cands, user, None, category, await ctx.embedding(body.query))
         dec = await ctx.selector.call("select", req=req)
-        scores = ", ".join(f"{m}={s:.3f}" for m, s in sorted(dec["scores"].items()))
-        thinking = (f"No Router-R1 policy is configured on this server; the rl_driven selector decided "
-                    f"({dec['mode']}: {scores}).")
-        full = f"<think>{thinking}</think>\n<answer>{dec['model']}</answer>"
-        return RouterR1RouteResponse(selected_model=dec["model"], thinking=thinking, full_response=full,
+        chosen = to_caller[dec["model"]]
+        scores = ", ".join(f"{to_caller[m]}={s:.3f}" for m, s in sorted(dec["scores"].items()))
+        if self.policy is None:
+            note = "No Router-R1 policy is configured on this server; "
+        thinking = f"{note}the rl_driven selector decided ({dec['mode']}: {scores})."
+        full = f"<think>{thinking}</think>\n<answer>{chosen}</answer>"
+        return RouterR1RouteResponse(selected_model=chosen, thinking=thinking, full_response=full,
                                      backend="selector", request_id=dec["request_id"])
 
     def health(self) -> dict[str, str]:

@@ -184,6 +184,9 @@ class Health(BaseModel):
     status: str
     candidates: int
     selector: str
+    port: int | None = Field(default=None, description="The port this answer came from")
+    direct_ingress_ports: list[int] | None = Field(
+        default=None, description="Direct ingress: the ingress replica's own HTTP port(s), which move on redeploy")
 
 
 class ClassifyRequest(BaseModel):

@@ -16,7 +16,7 @@ pool). The selector is reached through a :class:`~rlrouter.serving.selector_clie
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from rlrouter.selector.config import SelectorConfig
@@ -57,11 +57,13 @@ class RouterService:
     def __init__(self, selector: SelectorClient, selector_config: SelectorConfig, serving: ServingConfig,
                  candidates: list[str], pool: Any = None, router_r1_policy: RouterR1Policy | None = None,
                  encoder: Any = None, classifier: Any = None, reward_fn: Any = None,
-                 gmt: Any = None, intent: Any = None, name_map: dict[str, str] | None = None):
+                 gmt: Any = None, intent: Any = None, name_map: dict[str, str] | None = None,
+                 ingress_ports: Callable[[], Awaitable[list[int]]] | None = None):
         """``gmt``: async ``score(user_id, query) -> {llm: score}`` (KeyError for an unknown user), the
         trained GMTRouter; ``intent``: async ``classify(texts) -> [(label, confidence)]``, the intent
         classifier (its label fills the selector's category scope); ``name_map``: candidate name -> the
-        routers' model name (the logged name)."""
+        routers' model name (the logged name); ``ingress_ports``: the app's direct-ingress HTTP ports
+        (serve/app.py asks the Serve controller), shown on ``/health``."""
         self.ctx = ServiceContext(selector, selector_config, serving, list(candidates), pool, encoder)
         self.intent = IntentRole(self.ctx, intent)
         self.router_r1 = RouterR1Role(self.ctx, router_r1_policy)
@@ -69,6 +71,7 @@ class RouterService:
         self.routing = Routing(self.ctx, self.router_r1, self.intent, self.gmt)
         self.feedback_role = FeedbackRole(self.ctx, classifier, reward_fn)
         self.chat_proxy = ChatProxy(self.ctx, self.routing)
+        self.ingress_ports = ingress_ports
 
     @property
     def serving(self) -> ServingConfig:
@@ -103,11 +106,18 @@ class RouterService:
     async def classify(self, texts: list[str]) -> list[dict[str, Any]]:
         return await self.intent.classify(texts)
 
-    async def health(self) -> Health:
-        """``GET /health``: the ingress answers and the selector actor responds."""
+    async def health(self, port: int | None = None) -> Health:
+        """``GET /health``: the ingress answers and the selector actor responds; the ports in use."""
         try:
             await asyncio.wait_for(self.ctx.selector.call("ping"), 5.0)
             sel = "ok"
         except Exception as e:  # noqa: BLE001 - reported, not raised
             sel = f"unavailable: {type(e).__name__}"
-        return Health(status="ok" if sel == "ok" else "degraded", candidates=len(self.ctx.candidates), selector=sel)
+        direct = None
+        if self.ingress_ports is not None:
+            try:
+                direct = await asyncio.wait_for(self.ingress_ports(), 5.0)
+            except Exception:  # noqa: BLE001 - a port lookup never fails liveness
+                direct = None
+        return Health(status="ok" if sel == "ok" else "degraded", candidates=len(self.ctx.candidates), selector=sel,
+                      port=port, direct_ingress_ports=direct)
