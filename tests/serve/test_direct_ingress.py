@@ -39,7 +39,7 @@ def child(state: str) -> dict:
 
     args = {"pool": yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text()),
             "selector": {"storage_path": state, "seed": 0},
-            "serving": {"api_keys": [{"key": "k-alice", "user_id": "alice"}]}}
+            "serving": {"api_keys": [{"key": "k-alice", "user_id": "alice"}], "dev": True}}
     serve.run(app_mod.build_app(args), name="rlrouter-direct", route_prefix="/")
     port = direct_ingress_port("rlrouter-direct", proxy_port)
     base, h = f"http://127.0.0.1:{port}", {"Authorization": "Bearer k-alice"}
