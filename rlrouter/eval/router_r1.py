@@ -191,3 +191,9 @@ def plot_run(metrics: list[dict[str, Any]], results: dict[str, dict[str, Any]], 
     plt.close(fig)
     paths.append(str(p))
     return paths
+
+
+def write_report(out_dir: str | Path, report: dict[str, Any]) -> Path:
+    p = Path(out_dir) / "report.json"
+    p.write_text(json.dumps(report, indent=2, default=str))
+    return p
