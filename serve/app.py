@@ -104,16 +104,18 @@ def _ingress_ports() -> Any:
 
     from rlrouter.distributed.cluster import direct_ingress_port
 
-    cache: dict[str, Any] = {}
+    cache: dict[str, list[int]] = {}
 
     async def ports() -> list[int]:
-        if "ports" not in cache:
+        if os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") != "1":
+            return []  # direct ingress off (a cluster-wide flag): the proxy's port is the only one
+        if "ports" not in cache:  # a replica keeps its port: found once, kept
             app = ray_serve.get_replica_context().app_name
             http = ray_serve.context._get_global_client().http_config.port
             try:
                 cache["ports"] = [await asyncio.to_thread(direct_ingress_port, app, http, 2.0)]
             except TimeoutError:
-                cache["ports"] = []  # direct ingress is off: the proxy's port is the only one
+                return []  # not listed by the controller yet: ask again next time
         return cache["ports"]
 
     return ports
