@@ -46,3 +46,19 @@ def test_serve_config_sets_no_key_and_build_app_refuses_placeholders(monkeypatch
     monkeypatch.setenv("RLROUTER_API_KEYS", "change-me=demo-user")
     with pytest.raises(ServingConfigError, match="placeholder"):
         build_app({"selector": {"storage_path": None}})
+
+
+def test_openai_upstreams_are_added_by_config_with_their_key_from_the_environment(monkeypatch):
+    from rlrouter.pool.pool import CandidatePool, PoolConfigError
+    from serve.app import load_config
+
+    up = {"name": "upstream", "price_in": 0.15, "price_out": 0.6, "backend": "openai",
+          "options": {"base_url": "http://10.0.0.9:8000/v1", "api_key_env": "UPSTREAM_KEY", "model": "m"}}
+    cfg = load_config({"add_candidates": [up]})
+    names = [c["name"] for c in cfg["pool"]["candidates"]]
+    assert names == ["gpt-4-1106-preview", "mixtral-8x7b-instruct", "smollm2-135m", "upstream"]
+    monkeypatch.delenv("UPSTREAM_KEY", raising=False)
+    with pytest.raises(PoolConfigError, match="UPSTREAM_KEY"):
+        CandidatePool.from_config(cfg["pool"])
+    monkeypatch.setenv("UPSTREAM_KEY", "sk-from-env")
+    assert CandidatePool.from_config(cfg["pool"]).backend("upstream").api_key_env == "UPSTREAM_KEY"
