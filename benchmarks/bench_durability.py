@@ -77,7 +77,7 @@ def serve_child(port: int, state: str, temp_dir: str | None) -> None:
     keys = [{"key": k, "user_id": u} for k, u in USERS.items()] + [{"key": ADMIN, "user_id": "ops", "admin": True}]
     args = {"pool": yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text()),
             "selector": {"storage_path": state, "auto_save_interval": "2s", "seed": 0},
-            "serving": {"api_keys": keys}}
+            "serving": {"api_keys": keys, "dev": True}}
     serve.run(app_mod.build_app(args), name="rlrouter", route_prefix="/", blocking=False)
     print("SERVING", flush=True)
     while temp_dir:

@@ -232,7 +232,7 @@ def latency_child(name: str, args: argparse.Namespace) -> dict:
         p.unlink(missing_ok=True)
     pool = yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text())
     serve.run(app_mod.build_app({"pool": pool, "selector": {"storage_path": str(state)},
-                                 "serving": {"api_keys": [{"key": "k-bench", "user_id": "bench"}],
+                                 "serving": {"api_keys": [{"key": "k-bench", "user_id": "bench"}], "dev": True,
                                              "selector_in_ingress": setup.selector_in_ingress}}),
               name="bench", route_prefix="/", logging_config={"enable_access_log": setup.access_log})
     if setup.direct:

@@ -35,11 +35,13 @@ from rlrouter.serving.auth import ApiKeyAuth
 from rlrouter.serving.config import ServingConfig
 from rlrouter.serving.router_r1_client import RouterR1Answer
 from rlrouter.serving.selector_host import SelectorHost
-from rlrouter.serving.service import RouterService, unwrap
+from rlrouter.serving.selector_client import unwrap
+from rlrouter.serving.service import RouterService
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "conf" / "selector" / "rl_driven.yaml"
-DEFAULT_POOL = ROOT / "conf" / "pool" / "routellm_replay.yaml"
+# the logged replays plus SmolLM2 on a local vLLM engine: prompts nobody logged get a real answer (issue 16)
+DEFAULT_POOL = ROOT / "conf" / "pool" / "replay_plus_smollm2.yaml"
 
 
 def _candidate_costs(pool_cfg: dict[str, Any]) -> dict[str, float]:
@@ -94,9 +96,36 @@ class HandleRouterR1Policy:
         return RouterR1Answer(d["selected_model"], d.get("thinking", ""), d.get("full_response", ""))
 
 
+def _ingress_ports() -> Any:
+    """``/health``'s lookup of this app's direct-ingress HTTP ports (they move when a replica is replaced)."""
+    import asyncio
+
+    from ray import serve as ray_serve
+
+    from rlrouter.distributed.cluster import direct_ingress_port
+
+    cache: dict[str, list[int]] = {}
+
+    async def ports() -> list[int]:
+        if os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") != "1":
+            return []  # direct ingress off (a cluster-wide flag): the proxy's port is the only one
+        if "ports" not in cache:  # a replica keeps its port: found once, kept
+            app = ray_serve.get_replica_context().app_name
+            http = ray_serve.context._get_global_client().http_config.port
+            try:
+                cache["ports"] = [await asyncio.to_thread(direct_ingress_port, app, http, 2.0)]
+            except TimeoutError:
+                return []  # not listed by the controller yet: ask again next time
+        return cache["ports"]
+
+    return ports
+
+
 def _install_service(selector: Any, config: dict[str, Any], router_r1: DeploymentHandle | None,
                      gmt: DeploymentHandle | None, intent: DeploymentHandle | None) -> None:
-    """Build this process's RouterService around ``selector`` (a SelectorClient) and serve it over HTTP."""
+    """Build this process's RouterService around ``selector`` (a SelectorClient) and serve it over HTTP.
+
+    The API keys arrive as ``config["api_key_digests"]``: read once where the app was built."""
     from serve.routers import HandleGMT, HandleIntent
 
     from rlrouter.pool.pool import CandidatePool
@@ -113,8 +142,9 @@ def _install_service(selector: Any, config: dict[str, Any], router_r1: Deploymen
     name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool_cfg["candidates"]}
     service = RouterService(selector, selector_cfg, serving, pool.names, pool=pool, router_r1_policy=policy,
                             gmt=HandleGMT(gmt) if gmt is not None else None,
-                            intent=HandleIntent(intent) if intent is not None else None, name_map=name_map)
-    install(service, ApiKeyAuth(serving.keys()))
+                            intent=HandleIntent(intent) if intent is not None else None, name_map=name_map,
+                            ingress_ports=_ingress_ports())
+    install(service, ApiKeyAuth.from_digests(config["api_key_digests"]))
 
 
 class SelectorReplica:
@@ -191,9 +221,15 @@ def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
     for key in ("selector", "serving", "router_r1", "gmtrouter", "intent"):
         if key in args:
             cfg[key] = {**(cfg.get(key) or {}), **(args.pop(key) or {})}
+    if "dev" in args:  # `serve run serve.app:build_app dev=true` passes text
+        dev = args.pop("dev")
+        cfg["serving"] = {**(cfg.get("serving") or {}), "dev": dev is True or str(dev).lower() in ("1", "true")}
+    extra = args.pop("add_candidates", None) or []
+    if extra:  # e.g. OpenAI-compatible upstreams, keys from the environment (options.api_key_env)
+        cfg["pool"] = {**cfg["pool"], "candidates": [*cfg["pool"]["candidates"], *extra]}
     if args:
-        raise ValueError(f"unknown app args {sorted(args)}; expected config, pool, selector, serving, router_r1, "
-                         f"gmtrouter, intent")
+        raise ValueError(f"unknown app args {sorted(args)}; expected config, pool, add_candidates, selector, "
+                         f"serving, router_r1, gmtrouter, intent, dev")
     sel = dict(cfg.get("selector") or {})
     sel.setdefault("costs", _candidate_costs(cfg["pool"]))
     if sel.get("storage_path") and not Path(sel["storage_path"]).is_absolute():
@@ -206,6 +242,12 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
     """Serve application builder (``serve run serve.app:build_app config=...``)."""
     cfg = load_config(args)
     SelectorConfig.from_dict(cfg["selector"])  # fail here, naming the field, not inside a replica
+    serving = ServingConfig.from_dict(cfg.get("serving"))
+    keys = serving.startup_keys()  # none, or a placeholder without dev: refused here, saying why
+    cfg["api_key_digests"] = ApiKeyAuth(keys).digests()  # replicas get digests, never the keys
+    print(f"rlrouter serve: {len(keys)} API key(s) for user(s) {sorted({k.user_id for k in keys})} "
+          f"(serving.api_keys + ${serving.api_keys_env}){' [dev: placeholder keys allowed]' if serving.dev else ''}",
+          flush=True)
     names = [c["name"] for c in cfg["pool"]["candidates"]]
     r1 = cfg.get("router_r1") or {}
     policy = None
@@ -218,9 +260,15 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
     intent_ck = (cfg.get("intent") or {}).get("checkpoint")
     gmt = GMTRouterDeployment.bind(gmt_ck) if gmt_ck else None
     intent = IntentDeployment.bind(intent_ck) if intent_ck else None
-    if ServingConfig.from_dict(cfg.get("serving")).selector_in_ingress:
+    if serving.selector_in_ingress:
         return SelectorIngress.bind(cfg["selector"], names, cfg, policy, gmt, intent)
     return Ingress.bind(SelectorDeployment.bind(cfg["selector"], names), cfg, policy, gmt, intent)
 
 
-app = build_app()
+
+def __getattr__(name: str) -> Any:
+    """``serve.app:app``, the app with the default args, built when asked for (not at import: building
+    reads the API keys and refuses to start without them)."""
+    if name == "app":
+        return build_app()
+    raise AttributeError(name)

@@ -101,6 +101,51 @@ def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines:
     return str(p)
 
 
+def label_groups(points: dict[str, tuple[float, float]], tol: float = 0.03) -> list[tuple[tuple[float, float], list[str]]]:
+    """Points that (nearly) coincide, grouped: one label per group, so names never print over each other.
+
+    Two points coincide when they are within ``tol`` of the axis span in both x and y (issue 16: in
+    accuracy_vs_cost.png always_cheapest and random sat on one spot and their labels overprinted)."""
+    xs = [p[0] for p in points.values()]
+    ys = [p[1] for p in points.values()]
+    sx = (max(xs) - min(xs) if xs else 0.0) or 1.0
+    sy = (max(ys) - min(ys) if ys else 0.0) or 1.0
+    groups: list[tuple[tuple[float, float], list[str]]] = []
+    for name, (x, y) in points.items():
+        for (gx, gy), names in groups:
+            if abs(x - gx) <= tol * sx and abs(y - gy) <= tol * sy:
+                names.append(name)
+                break
+        else:
+            groups.append(((x, y), [name]))
+    return groups
+
+
+def reward_figure(metrics: list[dict[str, Any]]) -> Any:
+    """reward/total on its own panel (issue 16: drawn with its parts it hid under reward/format when they
+    were equal), the reward's parts, and the rollout rates; whole-number step ticks."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    steps = [m["step"] for m in metrics]
+    fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
+    ax[0].plot(steps, [m.get("reward/total", np.nan) for m in metrics], marker="o", color="k", label="reward/total")
+    ax[0].set_title("reward/total")
+    parts = [k for k in ("reward/format", "reward/outcome", "reward/cost") if any(k in m for m in metrics)]
+    for key, mk, ls in zip(parts, "sD^", ("-", "--", ":")):
+        ax[1].plot(steps, [m.get(key, np.nan) for m in metrics], marker=mk, ls=ls, alpha=0.85, label=key)
+    ax[1].set_title("reward parts"), ax[1].legend(fontsize=8)
+    ax[2].plot(steps, [m.get("rollout/format_valid", np.nan) for m in metrics], marker="o", label="format valid")
+    ax[2].plot(steps, [m.get("rollout/em", np.nan) for m in metrics], marker="s", ls="--", label="EM")
+    ax[2].set_ylim(-0.05, 1.05), ax[2].set_title("rollout"), ax[2].legend(fontsize=8)
+    for a in ax:
+        a.set_xlabel("step")
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def plot_run(metrics: list[dict[str, Any]], results: dict[str, dict[str, Any]], out_dir: str | Path) -> list[str]:
     """reward_curve.png, route_shares.png, accuracy_vs_cost.png under ``out_dir``."""
     import matplotlib
@@ -111,15 +156,7 @@ def plot_run(metrics: list[dict[str, Any]], results: dict[str, dict[str, Any]], 
     out = Path(out_dir)
     paths = []
     if metrics:
-        steps = [m["step"] for m in metrics]
-        fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
-        for key in ("reward/total", "reward/format", "reward/outcome"):
-            ax[0].plot(steps, [m.get(key, np.nan) for m in metrics], marker="o", label=key)
-        ax[0].set_xlabel("step"), ax[0].set_title("reward"), ax[0].legend(fontsize=8)
-        ax[1].plot(steps, [m.get("rollout/format_valid", np.nan) for m in metrics], marker="o", label="format valid")
-        ax[1].plot(steps, [m.get("rollout/em", np.nan) for m in metrics], marker="o", label="EM")
-        ax[1].set_ylim(-0.05, 1.05), ax[1].set_xlabel("step"), ax[1].set_title("rollout"), ax[1].legend(fontsize=8)
-        fig.tight_layout()
+        fig = reward_figure(metrics)
         p = out / "reward_curve.png"
         fig.savefig(p, dpi=110)
         plt.close(fig)
@@ -139,12 +176,15 @@ def plot_run(metrics: list[dict[str, Any]], results: dict[str, dict[str, Any]], 
     fig.savefig(p, dpi=110)
     plt.close(fig)
     paths.append(str(p))
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for n in names:
-        ax.scatter(results[n]["cost_per_query"], results[n]["accuracy"], s=60)
-        ax.annotate(n, (results[n]["cost_per_query"], results[n]["accuracy"]), fontsize=8,
-                    xytext=(4, 4), textcoords="offset points")
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    points = {n: (results[n]["cost_per_query"], results[n]["accuracy"]) for n in names}
+    for n, mk in zip(names, "osD^v<>ph*" * 3):
+        ax.scatter(*points[n], s=60, marker=mk, alpha=0.8)
+    for (x, y), group in label_groups(points):
+        ax.annotate("\n".join(group), (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points", va="bottom")
+    ax.margins(x=0.25, y=0.15)
     ax.set_xlabel("mean cost per query (USD)"), ax.set_ylabel("accuracy (EM)"), ax.set_title("accuracy vs cost")
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     p = out / "accuracy_vs_cost.png"
     fig.savefig(p, dpi=110)

@@ -46,10 +46,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from rlrouter.metrics import read_jsonl
     from rlrouter.pool.pool import CandidatePool
     from rlrouter.rollout.group import RolloutGroup
+    from rlrouter.storage import RunStorage
 
     t_start = time.perf_counter()
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    store = RunStorage.from_cfg(cfg)  # where reports, checkpoints and plots go (issue 16)
+    print(store.banner())
+    out = store.prepare(resume=cfg.resume)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     train_path, test_path = ensure_data(cfg)
     train_items, test_items = load_split(train_path), load_split(test_path)[: cfg.eval.num_questions]
@@ -118,4 +120,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     print(f"report: {path}")
     for p in report["plots"]:
         print(f"plot:   {p}")
+    if store.push():
+        print(f"stored: {store.remote}")
     return report

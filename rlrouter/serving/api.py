@@ -39,15 +39,15 @@ from rlrouter.serving.schemas import (
     RouterR1RouteRequest,
     RouterR1RouteResponse,
 )
-from rlrouter.serving.service import ApiError, RouterService
+from rlrouter.serving.errors import ApiError
+from rlrouter.serving.service import RouterService
 
-_STATE: dict[str, Any] = {"service": None, "auth": None, "max_body_bytes": 1_000_000, "protect_router_r1": True}
+_STATE: dict[str, Any] = {"service": None, "auth": None, "max_body_bytes": 1_000_000}
 
 
 def install(service: RouterService, auth: ApiKeyAuth) -> None:
     """Make ``service`` and ``auth`` the ones this process's app uses."""
-    _STATE.update(service=service, auth=auth, max_body_bytes=service.serving.max_body_bytes,
-                  protect_router_r1=service.serving.protect_router_r1)
+    _STATE.update(service=service, auth=auth, max_body_bytes=service.serving.max_body_bytes)
 
 
 def _service() -> RouterService:
@@ -88,15 +88,29 @@ def principal(authorization: str | None = Header(default=None, description="Bear
     return auth.authenticate(authorization, x_api_key)
 
 
-def optional_principal(authorization: str | None = Header(default=None),
-                       x_api_key: str | None = Header(default=None)) -> Principal | None:
-    if not _STATE["protect_router_r1"] and not authorization and not x_api_key:
-        return None
+def router_r1_principal(request: Request, authorization: str | None = Header(default=None),
+                        x_api_key: str | None = Header(default=None)) -> Principal | None:
+    """A key, or none for a client inside ``serving.router_r1_keyless_networks`` (VSR sends no key).
+
+    The address is the TCP peer's, never a forwarded-for header, which any client can write."""
+    host = request.client.host if request.client else None
+    svc = _STATE["service"]
+    if not authorization and not x_api_key:
+        if svc is not None and svc.serving.keyless(host):
+            return None
+        if svc is not None and svc.serving.router_r1_keyless_networks:
+            raise AuthError(401, f"missing API key: send 'Authorization: Bearer <key>' (client address {host} is "
+                                 f"not in serving.router_r1_keyless_networks)")
     return principal(authorization, x_api_key)
 
 
 class BodySizeLimit:
-    """Pure ASGI middleware: 413 when the body is (or turns out to be) over the cap, before parsing."""
+    """Pure ASGI middleware: 413 when the body is (or turns out to be) over the cap, before parsing.
+
+    A chunked body has no Content-Length: the cap is then found while reading. FastAPI turns any
+    exception raised by ``receive`` into "error parsing the body" (issue 16: a 1.4 MB chunked body was
+    called "not valid JSON"), so the overflow is remembered here and the app's answer replaced by 413.
+    """
 
     def __init__(self, app: Any):
         self.app = app
@@ -105,32 +119,54 @@ class BodySizeLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         cap = _STATE["max_body_bytes"]
+        too_big = _error(413, f"body: larger than the {cap}-byte limit (max_body_bytes)", "body")
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
-                    too_big = int(value) > cap
+                    over = int(value) > cap
                 except ValueError:
-                    too_big = False
-                if too_big:
-                    return await _error(413, f"body: larger than the {cap}-byte limit", "body")(scope, receive, send)
+                    over = False
+                if over:
+                    return await too_big(scope, receive, send)
         seen = 0
+        overflowed = False
+        started = False
 
         class _TooBig(Exception):
             pass
 
         async def limited_receive() -> dict:
-            nonlocal seen
+            nonlocal seen, overflowed
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > cap:
+                    overflowed = True
                     raise _TooBig()
             return msg
 
+        async def guarded_send(msg: dict) -> None:
+            nonlocal started
+            if overflowed:
+                return  # the app's answer to a truncated body is replaced by the 413 below
+            started = True
+            await send(msg)
+
         try:
-            await self.app(scope, limited_receive, send)
+            await self.app(scope, limited_receive, guarded_send)
         except _TooBig:
-            await _error(413, f"body: larger than the {cap}-byte limit", "body")(scope, receive, send)
+            pass
+        if overflowed and not started:
+            await too_big(scope, receive, send)
+
+
+def _parse_failure(cause: BaseException | None) -> str:
+    """Why FastAPI could not parse a body, in words (it reports every case as one 400)."""
+    if isinstance(cause, RecursionError):
+        return "JSON nested too deeply to parse (keep it under a few hundred levels)"
+    if isinstance(cause, UnicodeDecodeError):
+        return "not valid JSON (bytes that are not UTF-8 text)"
+    return f"not valid JSON ({type(cause).__name__}: {cause})" if cause is not None else "not valid JSON"
 
 
 def create_app() -> FastAPI:
@@ -159,7 +195,7 @@ def create_app() -> FastAPI:
         # only a body can fail to parse, so that one names it (issue 8: every 4xx names the field)
         detail = str(e.detail)
         if e.status_code == 400 and "parsing the body" in detail:
-            return _error(400, "body: not valid JSON (bytes that are not UTF-8 text)", "body")
+            return _error(400, f"body: {_parse_failure(e.__cause__)}", "body")
         if e.status_code == 404:
             return _error(404, "path: no such endpoint", "path")
         if e.status_code == 405:
@@ -175,6 +211,11 @@ def create_app() -> FastAPI:
         errs = e.errors()
         if any(err.get("type") == "json_invalid" for err in errs):
             return _error(400, "body: not valid JSON", "body")
+        ctype = request.headers.get("content-type", "")
+        if isinstance(e.body, (bytes, bytearray)) and "json" not in ctype:
+            # FastAPI parses JSON only when the request says so (curl -d sends form encoding)
+            return _error(415, f"body: send it as JSON with 'Content-Type: application/json' "
+                               f"(got {ctype or 'no Content-Type'})", "body")
         model = body_models.get(request.url.path)
         if model is not None and errs and tuple(errs[0].get("loc", ())) == ("body",) and e.body in ({}, None, b""):
             try:
@@ -230,7 +271,7 @@ def create_app() -> FastAPI:
 
     @app.post("/router_r1/route", response_model=RouterR1RouteResponse, tags=["router_r1"])
     async def router_r1_route(body: RouterR1RouteRequest,
-                              who: Principal | None = Depends(optional_principal)) -> RouterR1RouteResponse:
+                              who: Principal | None = Depends(router_r1_principal)) -> RouterR1RouteResponse:
         """The vLLM Semantic Router's Router-R1 server protocol. ``backend`` says whether a Router-R1
         policy or (when none is configured) the rl_driven selector decided."""
         return await _service().router_r1_route(body, who)
@@ -252,8 +293,11 @@ def create_app() -> FastAPI:
         return JSONResponse(json.loads(json.dumps(await _service().stats(who))))
 
     @app.get("/health", response_model=Health, tags=["ops"])
-    async def health() -> Health:
-        """Liveness: the ingress answers and the selector actor responds."""
-        return await _service().health()
+    async def health(request: Request) -> Health:
+        """Liveness: the ingress answers and the selector actor responds. ``port``: the port this answer
+        came from; ``direct_ingress_ports``: the replica's own HTTP ports (direct ingress), which move
+        when a replica is replaced."""
+        server = request.scope.get("server") or (None, None)
+        return await _service().health(port=server[1])
 
     return app

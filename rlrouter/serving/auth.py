@@ -46,6 +46,17 @@ class ApiKeyAuth:
     def __init__(self, keys: list[ApiKey]):
         self._keys = [(_digest(k.key), Principal(k.user_id, k.admin)) for k in keys]
 
+    def digests(self) -> list[dict[str, object]]:
+        """The keys as SHA-256 digests bound to their users: what crosses to the replicas."""
+        return [{"sha256": d.hex(), "user_id": p.user_id, "admin": p.admin} for d, p in self._keys]
+
+    @classmethod
+    def from_digests(cls, digests: list[dict[str, object]]) -> ApiKeyAuth:
+        auth = cls([])
+        auth._keys = [(bytes.fromhex(str(d["sha256"])), Principal(str(d["user_id"]), bool(d["admin"])))
+                      for d in digests]
+        return auth
+
     def __len__(self) -> int:
         return len(self._keys)
 

@@ -1,13 +1,17 @@
 """Configuration of the serving layer (the HTTP API around the selector): auth, limits, routers.
 
 Loaded from ``conf/selector/*.yaml`` (key ``serving``) or a plain mapping; every error names the
-field. API keys come from the config (``api_keys``) and/or from the environment variable named by
-``api_keys_env`` (default ``RLROUTER_API_KEYS``), formatted ``key=user_id[,key2=user2]``; a trailing
-``:admin`` marks an admin key (may act for any user_id and read every user's posteriors).
+field. API keys (docs/serve.md "API keys"): the environment variable named by ``api_keys_env``
+(default ``RLROUTER_API_KEYS``) of the Ray cluster the app runs on, formatted ``key=user_id[,key2=user2]``
+(a trailing ``:admin`` marks an admin key, which may act for any user_id), plus ``api_keys`` listed in
+the config (tests). Nothing in serve/config.yaml sets that variable: a ``runtime_env`` value would win
+over the environment without a word (issue 16). :meth:`ServingConfig.startup_keys` refuses to start
+with no key, or with a placeholder key unless ``dev`` is set.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -44,6 +48,17 @@ def parse_key_list(spec: str, where: str) -> list[ApiKey]:
     return keys
 
 
+# Keys that appear in docs and examples: anyone can read them, so a server must not accept them.
+PLACEHOLDER_KEYS = frozenset({"change-me", "changeme", "secret", "password", "test", "demo", "k-alice", "k-bob",
+                              "k-ops", "k-admin", "sk-test"})
+MIN_KEY_CHARS = 16
+
+
+def is_placeholder(key: str) -> bool:
+    """An example key or one too short to be a secret (shorter than ``MIN_KEY_CHARS``)."""
+    return key.lower() in PLACEHOLDER_KEYS or len(key) < MIN_KEY_CHARS
+
+
 @dataclass
 class ServingConfig:
     """Knobs of the HTTP API."""
@@ -52,8 +67,17 @@ class ServingConfig:
     """[{key, user_id, admin?}]; more may come from the environment (api_keys_env)."""
     api_keys_env: str = "RLROUTER_API_KEYS"
     """Environment variable with 'key=user_id,...' (read when the app starts)."""
-    protect_router_r1: bool = True
-    """Require a key on POST /router_r1/route too (VSR's client sends none: set false behind a trusted network)."""
+    router_r1_keyless_networks: list[str] = field(default_factory=list)
+    """CIDR ranges (e.g. 10.0.0.0/8) whose clients may call POST /router_r1/route without a key: VSR's
+    Router-R1 client sends none. Empty (default): a key is required there too."""
+    model_map: dict[str, str] = field(default_factory=dict)
+    """A caller's model names -> candidate names (e.g. VSR's 'qwen3-8b' -> 'smollm2-135m'); /router_r1/route
+    reads the offered models and answers in the caller's names."""
+    dev: bool = False
+    """Development mode: accept placeholder API keys (documented examples, 'change-me', < 16 characters)."""
+    replay_miss: str = "fallthrough"
+    """Chat completions when a replay candidate has no logged answer: 'fallthrough' ('auto' goes to the
+    first live candidate instead) or 'error' (404). Never a 200 with a placeholder text."""
     max_body_bytes: int = 1_000_000
     """Requests with a larger body get 413 before they are parsed."""
     max_query_chars: int = 32_000
@@ -90,9 +114,31 @@ class ServingConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ServingConfigError(f, f"expected a number > 0, got {v!r}")
-        for f in ("protect_router_r1", "selector_in_ingress"):
+        for f in ("selector_in_ingress", "dev"):
             if not isinstance(getattr(self, f), bool):
                 raise ServingConfigError(f, "expected true/false")
+        if self.replay_miss not in ("fallthrough", "error"):
+            raise ServingConfigError("replay_miss", f"expected 'fallthrough' or 'error', got {self.replay_miss!r}")
+        if not isinstance(self.router_r1_keyless_networks, list):
+            raise ServingConfigError("router_r1_keyless_networks", "expected a list of CIDR ranges")
+        for i, net in enumerate(self.router_r1_keyless_networks):
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except (TypeError, ValueError) as e:
+                raise ServingConfigError(f"router_r1_keyless_networks[{i}]", f"not a CIDR range: {e}") from None
+        if not isinstance(self.model_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.model_map.items()):
+            raise ServingConfigError("model_map", "expected a mapping of model name -> candidate name")
+
+    def keyless(self, host: str | None) -> bool:
+        """Whether a client at ``host`` may call /router_r1/route without a key."""
+        if not host or not self.router_r1_keyless_networks:
+            return False
+        try:
+            addr = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(addr in ipaddress.ip_network(n, strict=False) for n in self.router_r1_keyless_networks)
 
     def keys(self, environ: dict[str, str] | None = None) -> list[ApiKey]:
         """Config keys plus the environment's; a key listed twice must name the same user."""
@@ -107,10 +153,26 @@ class ServingConfig:
             seen[k.key] = k
         return list(seen.values())
 
+    def startup_keys(self, environ: dict[str, str] | None = None) -> list[ApiKey]:
+        """The keys the app starts with; refuses none at all, and placeholders unless ``dev``."""
+        keys = self.keys(environ)
+        if not keys:
+            raise ServingConfigError("api_keys", f"no API key: set {self.api_keys_env}='<key>=<user_id>' in the "
+                                                 "environment of the Ray cluster (docs/serve.md, 'API keys')")
+        weak = sorted({k.user_id for k in keys if is_placeholder(k.key)})
+        if weak and not self.dev:
+            raise ServingConfigError("api_keys", f"placeholder key(s) for user(s) {weak} (an example key or shorter "
+                                                 f"than {MIN_KEY_CHARS} characters); use secret keys, e.g. "
+                                                 "`openssl rand -hex 16`, or start with dev=true to allow them")
+        return keys
+
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> ServingConfig:
         d = dict(d or {})
         known = {f.name for f in fields(cls)}
+        if "protect_router_r1" in d:
+            raise ServingConfigError("protect_router_r1", "replaced by router_r1_keyless_networks: the CIDR "
+                                                          "ranges allowed to call /router_r1/route without a key")
         for key in d:
             if key not in known:
                 raise ServingConfigError(key, f"unknown field; known fields: {sorted(known)}")

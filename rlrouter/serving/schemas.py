@@ -6,11 +6,20 @@ turns pydantic's errors into ``field 'x': why``) and never reaches the selector.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ID = Field(default=None, min_length=1, max_length=256, description="Opaque identifier")
+
+
+def _finite(v: Any) -> Any:
+    """NaN and infinity parse as JSON numbers in Python but are no reward, cost or temperature (issue 16:
+    ``reward: NaN`` was refused as "less than or equal to 10")."""
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{v} is not a number this API accepts: send a finite number")
+    return v
 
 
 class ErrorBody(BaseModel):
@@ -65,6 +74,8 @@ class RouterR1Feedback(BaseModel):
     ground_truth: list[str] = Field(min_length=1, description="Gold answers")
     route_costs: float | None = Field(default=None, ge=0, description="USD spent by the routes (needed when alpha > 0)")
 
+    _route_costs_finite = field_validator("route_costs", mode="before")(_finite)
+
 
 class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -77,6 +88,8 @@ class FeedbackRequest(BaseModel):
                                  description="A precomputed Router-R1 reward (clipped to [0, 1] as a fractional win)")
     router_r1: RouterR1Feedback | None = Field(default=None, description="Compute the Router-R1 reward here")
     winner: str | None = Field(default=None, min_length=1, description="Multi-round / arena: the best model")
+
+    _reward_finite = field_validator("reward", mode="before")(_finite)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> FeedbackRequest:
@@ -122,6 +135,8 @@ class ChatCompletionRequest(BaseModel):
     category: str | None = Field(default=None, min_length=1, max_length=128)
     max_tokens: int | None = Field(default=None, ge=1, le=131072)
     temperature: float | None = Field(default=None, ge=0, le=2)
+
+    _temperature_finite = field_validator("temperature", mode="before")(_finite)
 
     @model_validator(mode="after")
     def _has_user_message(self) -> ChatCompletionRequest:
@@ -169,6 +184,9 @@ class Health(BaseModel):
     status: str
     candidates: int
     selector: str
+    port: int | None = Field(default=None, description="The port this answer came from")
+    direct_ingress_ports: list[int] | None = Field(
+        default=None, description="Direct ingress: the ingress replica's own HTTP port(s), which move on redeploy")
 
 
 class ClassifyRequest(BaseModel):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlrouter.selector import Selector, SelectorConfig
-from rlrouter.serving.service import run_selector_call, unwrap
+from rlrouter.serving.selector_client import run_selector_call, unwrap
 
 
 class SelectorHost:

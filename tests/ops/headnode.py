@@ -202,6 +202,10 @@ class LocalHead:
         except (urllib.error.URLError, OSError, KeyError, ValueError):
             return "UNKNOWN"  # a slow dashboard under load: ask again
 
+    def packages(self) -> list[Path]:
+        """The job packages this head unpacked (``--working-dir`` uploads), under its temp dir."""
+        return sorted((self.dir / "ray").glob("session_*/runtime_resources/working_dir_files/_ray_pkg_*"))
+
     def job_logs(self, job_id: str) -> str:
         return str(self.api(f"/api/jobs/{job_id}/logs").get("logs", ""))
 
@@ -251,9 +255,12 @@ def parse_job_id(submit_stdout: str) -> str:
 
 
 def runtime_env(env_vars: dict[str, str] | None = None) -> str:
-    """``--runtime-env-json`` of a submitted rlrouter job. HF_HUB_OFFLINE and TOKENIZERS_PARALLELISM are
-    left out: ``rlrouter.distributed.cluster.connect`` passes them to ``ray.init``, and Ray refuses a
-    driver runtime env that repeats a key of the job's (the head's environment carries them here)."""
-    return json.dumps({"env_vars": {"TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-                                    **(env_vars or {})},
-                       "excludes": ["outputs/", ".venv/", "benchmarks/results/", "*.egg-info/"]})
+    """``--runtime-env-json`` of a submitted rlrouter job: jobs/runtime_env.yaml (the documented one, with
+    its excludes) plus ``env_vars``. HF_HUB_OFFLINE and TOKENIZERS_PARALLELISM are left out:
+    ``rlrouter.distributed.cluster.connect`` passes them to ``ray.init``, and Ray refuses a driver runtime
+    env that repeats a key of the job's (the head's environment carries them here)."""
+    import yaml
+
+    env = yaml.safe_load((ROOT / "jobs" / "runtime_env.yaml").read_text())
+    env["env_vars"] = {**env.get("env_vars", {}), **(env_vars or {})}
+    return json.dumps(env)

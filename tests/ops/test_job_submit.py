@@ -1,5 +1,6 @@
 """`ray job submit --working-dir .` of the Router-R1 job against a local head with token auth on, and
-the trainer's metrics on the head's Prometheus endpoint (issue 8, "Cluster and jobs").
+the trainer's metrics on the head's Prometheus endpoint (issue 8, "Cluster and jobs"); the token stays
+out of the job's package and the outputs land in the storage location (issue 16).
 
 One head, one job: the job is the slow part (a vLLM engine, data preparation, two GRPO steps), so the
 metrics endpoint is scraped while it runs instead of in a second job.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ops.headnode import LocalHead, parse_job_id, runtime_env
+from tests.ops.headnode import ROOT, LocalHead, parse_job_id, runtime_env
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.vllm]
 
@@ -41,19 +42,34 @@ def test_cluster_refuses_clients_without_the_token():
         assert head.job("list").returncode == 0  # with the token: allowed
 
 
+def _token_leaks(pkg: Path, token: str) -> list[str]:
+    """Files of an unpacked job package that are a token file or hold the token."""
+    bad = []
+    for f in pkg.rglob("*"):
+        if f.is_file() and (f.name in (".ray_token", "auth_token") or
+                            (f.stat().st_size < 1_000_000 and token.encode() in f.read_bytes())):
+            bad.append(str(f.relative_to(pkg)))
+    return bad
+
+
 @pytest.mark.timeout(1500)
 def test_submitted_router_r1_job_trains_and_exports_metrics(tmp_path, shared_data):
-    out = tmp_path / "submitted"  # the gauges are tagged run=<out_dir name>
+    storage = tmp_path / "shared"  # a shared path every node reaches (docs/operations.md "Where a job writes")
+    out = storage / "submitted"  # <storage>/<run_name>; the gauges are tagged run=<its name>
     t0 = time.perf_counter()
     head = LocalHead(num_cpus=6)
     scraped: dict[str, list[tuple[str, float]]] = {}
+    packages: dict[Path, list[str]] = {}
+    decoy = ROOT / ".ray_token"  # where the old docs put the token: it must not travel with the job
+    assert not decoy.exists(), f"{decoy} exists: this test would remove it"
     try:
         head.start()
+        decoy.write_text(head.token)
         submit = head.job(
             "submit", "--no-wait", "--working-dir", ".", "--runtime-env-json",
             # the working-dir copy does not sit beside ../shared: name the logged outcomes explicitly
             runtime_env({"RLROUTER_ROUTELLM": str(shared_data / "routellm")}), "--",
-            "python", "jobs/train_router_r1.py", "debug=cpu", "run_name=submitted", f"out_dir={out}",
+            "python", "jobs/train_router_r1.py", "debug=cpu", "run_name=submitted", f"storage={storage}",
             f"paths.shared_data={shared_data}", "eval.num_questions=2", "train.progress=true")
         job_id = parse_job_id(submit.stdout + submit.stderr)
         status, deadline = "PENDING", time.monotonic() + 1200
@@ -64,6 +80,9 @@ def test_submitted_router_r1_job_trains_and_exports_metrics(tmp_path, shared_dat
                 scraped.setdefault(name, []).extend(samples(text, name))
             for m in SHARE.finditer(text):
                 scraped.setdefault(m.group(1), []).append(("", float(m.group(2))))
+            for pkg in head.packages():  # checked while the job runs: Ray may delete a finished job's package
+                if pkg not in packages and (pkg / "jobs" / "train_router_r1.py").exists():
+                    packages[pkg] = _token_leaks(pkg, head.token)
             if status in ("SUCCEEDED", "FAILED", "STOPPED"):
                 break
             time.sleep(3)
@@ -72,8 +91,16 @@ def test_submitted_router_r1_job_trains_and_exports_metrics(tmp_path, shared_dat
         print(f"head start {head.start_s:.1f}s, submit-to-finish + scrape {wall:.1f}s")
         assert status == "SUCCEEDED", f"job {job_id} ended {status}:\n{logs[-6000:]}"
     finally:
+        decoy.unlink(missing_ok=True)
         head.stop()
         shutil.rmtree(head.dir, ignore_errors=True)
+
+    # the token file beside the code did not travel with the job
+    assert packages and all(not leaks for leaks in packages.values()), packages
+    # the job said where it writes, and wrote there (not in its package folder)
+    assert f"storage: reports, checkpoints and plots go to {out} (storage)" in logs, logs[:3000]
+    assert f"report: {out / 'report.json'}" in logs and (out / "report.json").exists()
+    assert list(out.glob("*.png"))
 
     # the logs show the run start to finish, with training progress
     assert "ray: submitted cluster" in logs  # the job joined the head it was submitted to

@@ -62,7 +62,7 @@ def serve_app(ray_cluster, shared_data, tmp_path_factory):
     state = tmp_path_factory.mktemp("selector") / "state.json"
     args = {"pool": yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text()),
             "selector": {"storage_path": str(state), "seed": 0, "auto_save_interval": "1s"},
-            "serving": {"api_keys": KEYS, "protect_router_r1": False}}
+            "serving": {"api_keys": KEYS, "router_r1_keyless_networks": ["127.0.0.0/8"], "dev": True}}
 
     def deploy():
         serve.run(app_mod.build_app(args), name=APP, route_prefix="/", blocking=False)
@@ -161,7 +161,7 @@ def test_two_hop_topology_separate_ingress(ray_cluster, shared_data, tmp_path):
     base = f"http://127.0.0.1:{_get_global_client().http_config.port}/twohop"
     args = {"pool": yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text()),
             "selector": {"storage_path": str(tmp_path / "state.json"), "seed": 0},
-            "serving": {"api_keys": KEYS, "selector_in_ingress": False}}
+            "serving": {"api_keys": KEYS, "selector_in_ingress": False, "dev": True}}
     serve.run(app_mod.build_app(args), name="rlrouter-twohop", route_prefix="/twohop", blocking=False)
     try:
         _wait_healthy(base)

@@ -74,7 +74,7 @@ def trained_app(ray_cluster, shared_data, small_sim, gmt_checkpoint, intent_chec
     state = tmp_path_factory.mktemp("selector") / "state.json"
     args = {"pool": yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text()),
             "selector": {"storage_path": str(state), "seed": 0},
-            "serving": {"api_keys": keys},
+            "serving": {"api_keys": keys, "dev": True},
             "gmtrouter": {"checkpoint": str(gmt_checkpoint)},
             "intent": {"checkpoint": str(intent_checkpoint[0])}}
     serve.run(app_mod.build_app(args), name=APP, route_prefix="/", blocking=False)

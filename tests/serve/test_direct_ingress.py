@@ -39,7 +39,7 @@ def child(state: str) -> dict:
 
     args = {"pool": yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text()),
             "selector": {"storage_path": state, "seed": 0},
-            "serving": {"api_keys": [{"key": "k-alice", "user_id": "alice"}]}}
+            "serving": {"api_keys": [{"key": "k-alice", "user_id": "alice"}], "dev": True}}
     serve.run(app_mod.build_app(args), name="rlrouter-direct", route_prefix="/")
     port = direct_ingress_port("rlrouter-direct", proxy_port)
     base, h = f"http://127.0.0.1:{port}", {"Authorization": "Bearer k-alice"}
@@ -53,6 +53,9 @@ def child(state: str) -> dict:
     out["feedback"], out["durable"] = r.status_code, r.json().get("durable")
     out["wal_bytes"] = Path(state + ".wal").stat().st_size if Path(state + ".wal").exists() else 0
     out["stats_global"] = httpx.get(f"{base}/stats", headers=h, timeout=30).json()["global"]
+    # the proxy's /health names the replica's port (it moves on redeploy, issue 16)
+    out["health"] = httpx.get(f"http://127.0.0.1:{proxy_port}/health", timeout=30).json()
+    out["health_direct"] = httpx.get(f"{base}/health", timeout=30).json()
     serve.shutdown()
     ray.shutdown()
     return out
@@ -70,6 +73,8 @@ def test_direct_ingress_to_the_selector_replica(tmp_path):
     assert out["unauthorised"] == 401 and out["route"] == 200
     assert out["feedback"] == 200 and out["durable"] is True and out["wal_bytes"] > 0
     assert sum(p["alpha"] for p in out["stats_global"].values()) == 3.0  # 2 priors of 1, plus the win
+    assert out["health"]["direct_ingress_ports"] == [out["port"]] and out["health"]["port"] == out["proxy_port"]
+    assert out["health_direct"]["port"] == out["port"]
 
 
 if __name__ == "__main__":

@@ -63,17 +63,18 @@ def gsm8k_prompt(pool):
     return table.prompts[i], table.responses[GPT4][i]
 
 
-def make_client(tmp_path, pool, **selector_kw):
+def make_client(tmp_path, pool, serving_kw=None, client_addr=("testclient", 50000), **selector_kw):
     selector_kw.setdefault("seed", 0)
     cfg = SelectorConfig(storage_path=str(tmp_path / "state.json"), costs={GPT4: 20.0, MIXTRAL: 0.6}, **selector_kw)
     selector = Selector(cfg, pool.names)
     selector.load()
     serving = ServingConfig(api_keys=[{"key": "k-alice", "user_id": "alice"}, {"key": "k-bob", "user_id": "bob"},
-                                      {"key": "k-admin", "user_id": "ops", "admin": True}], max_body_bytes=20_000)
+                                      {"key": "k-admin", "user_id": "ops", "admin": True}], max_body_bytes=20_000,
+                            **(serving_kw or {}))
     svc = RouterService(LocalSelectorClient(selector), cfg, serving, pool.names, pool=pool,
                         classifier=StubClassifier())
     install(svc, ApiKeyAuth(serving.keys({})))
-    return TestClient(create_app()), selector, svc
+    return TestClient(create_app(), client=client_addr), selector, svc
 
 
 @pytest.fixture
@@ -228,20 +229,20 @@ def test_arena_and_multi_round(tmp_path, pool, gsm8k_prompt):
 def test_llm_routing_and_fallbacks(tmp_path, pool):
     client, _, svc = make_client(tmp_path, pool, enable_llm_routing=True,
                                  router_r1_server_url="http://127.0.0.1:9/router_r1", llm_routing_timeout_s=0.3)
-    svc.llm_router = StubRouterR1("ok")
+    svc.router_r1.llm_router = StubRouterR1("ok")
     r = client.post("/route", json={"query": "q"}, headers=ALICE).json()
     assert r["mode"] == "llm_routing" and r["model"] == MIXTRAL  # "mixtral" matched partially, as VSR does
     for behaviour in ("fail", "slow"):
-        svc.llm_router = StubRouterR1(behaviour)
+        svc.router_r1.llm_router = StubRouterR1(behaviour)
         r = client.post("/route", json={"query": "q"}, headers=ALICE).json()
         assert r["mode"] == "thompson" and "fell back" in r["fallback_reason"]
     # the real HTTP client against a closed port: also a fallback, not an error
     from rlrouter.serving.router_r1_client import HTTPRouterR1Client
 
-    svc.llm_router = HTTPRouterR1Client("http://127.0.0.1:9/router_r1", 0.3)
+    svc.router_r1.llm_router = HTTPRouterR1Client("http://127.0.0.1:9/router_r1", 0.3)
     assert client.post("/route", json={"query": "q"}, headers=ALICE).json()["mode"] == "thompson"
-    svc.cfg.llm_routing_fallback = "error"
-    svc.llm_router = StubRouterR1("fail")
+    svc.ctx.cfg.llm_routing_fallback = "error"
+    svc.router_r1.llm_router = StubRouterR1("fail")
     r = client.post("/route", json={"query": "q"}, headers=ALICE)
     assert r.status_code == 503
 
@@ -254,6 +255,36 @@ def test_router_r1_protocol_backed_by_selector(env):
     assert b["backend"] == "selector" and b["selected_model"] in (GPT4, MIXTRAL)
     assert "No Router-R1 policy" in b["thinking"] and f"<answer>{b['selected_model']}</answer>" in b["full_response"]
     assert client.get("/router_r1/health").json() == {"status": "ok", "model": "rl_driven-selector"}
+    assert client.post("/router_r1/route", json={"query": "hi"}).status_code == 401  # keys by default
+
+
+# What VSR's Go client sends (RouterR1Client.Route: json.Marshal of {"query": ...}, Content-Type only, no key),
+# for the query selectWithRouterR1 builds: "Task: <decision>\nAvailable models: a, b".
+VSR_BYTES = b'{"query":"Task: math_decision\\nAvailable models: qwen3-8b, llama-3.1-70b"}'
+VSR_HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1"}
+
+
+def test_vsr_request_keyless_from_a_listed_network_gets_one_of_its_models(tmp_path, pool):
+    kw = {"router_r1_keyless_networks": ["10.0.0.0/8"], "model_map": {"qwen3-8b": MIXTRAL, "llama-3.1-70b": GPT4}}
+    client, selector, _ = make_client(tmp_path, pool, serving_kw=kw, client_addr=("10.1.2.3", 40000))
+    seen = set()
+    for _ in range(12):
+        r = client.post("/router_r1/route", content=VSR_BYTES, headers=VSR_HEADERS)
+        assert r.status_code == 200, r.text
+        seen.add(r.json()["selected_model"])
+    assert seen <= {"qwen3-8b", "llama-3.1-70b"} and seen  # VSR matches selected_model to its own names
+    assert selector.pending(r.json()["request_id"]).category == "math_decision"  # the decision's scope
+    # only one of the offered models maps: the answer is that one, whatever the posteriors say
+    one = b'{"query":"Task: t\\nAvailable models: qwen3-8b, gpt-9"}'
+    assert {client.post("/router_r1/route", content=one, headers=VSR_HEADERS).json()["selected_model"]
+            for _ in range(5)} == {"qwen3-8b"}
+    r = client.post("/router_r1/route", content=b'{"query":"Task: t\\nAvailable models: gpt-9"}', headers=VSR_HEADERS)
+    assert r.status_code == 422 and "model_map" in err(r)["message"]
+    # outside the listed range: a key is required, and the message says why
+    outside, _, _ = make_client(tmp_path / "o", pool, serving_kw=kw, client_addr=("192.0.2.7", 40000))
+    r = outside.post("/router_r1/route", content=VSR_BYTES, headers=VSR_HEADERS)
+    assert r.status_code == 401 and "192.0.2.7 is not in serving.router_r1_keyless_networks" in err(r)["message"]
+    assert outside.post("/route", json={"query": "hi"}).status_code == 401  # the rest of the API still needs keys
 
 
 def test_openapi_documents_the_api(env):
@@ -263,3 +294,57 @@ def test_openapi_documents_the_api(env):
                  "/router_r1/health", "/stats", "/health"):
         assert path in spec["paths"], path
     assert "RouteRequest" in spec["components"]["schemas"]
+
+
+def test_wrong_bodies_get_the_right_message(env):
+    """Issue 16: each of these once got "not valid JSON (bytes that are not UTF-8 text)" or a wrong range."""
+    client, _, _ = env
+    json_h = {**ALICE, "Content-Type": "application/json"}
+
+    def chunks(n):  # valid UTF-8 JSON, sent chunked (a generator: no Content-Length)
+        yield b'{"query": "'
+        for _ in range(n // 1000):
+            yield "é".encode() * 500
+        yield b'"}'
+
+    r = client.post("/route", content=chunks(1_400_000), headers=json_h)
+    assert r.status_code == 413 and "20000-byte limit" in err(r)["message"] and err(r)["field"] == "body"
+    nested = b'{"query": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    r = client.post("/route", content=nested, headers=json_h)
+    assert r.status_code == 400 and "nested too deeply" in err(r)["message"], r.text
+    r = client.post("/route", content=b'{"query": "\xff\xfe"}', headers=json_h)
+    assert r.status_code == 400 and "not UTF-8" in err(r)["message"]
+    r = client.post("/feedback", content=b'{"request_id": "x", "reward": NaN}', headers=json_h)
+    assert r.status_code == 422 and err(r)["field"] == "reward" and "nan is not a number" in err(r)["message"]
+    r = client.post("/feedback", content=b'{"request_id": "x", "reward": Infinity}', headers=json_h)
+    assert r.status_code == 422 and "inf is not a number" in err(r)["message"]
+    # curl -d without -H 'Content-Type: application/json' sends form encoding
+    r = client.post("/route", content=b'{"query": "hi"}',
+                    headers={**ALICE, "Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 415 and "Content-Type: application/json" in err(r)["message"]
+
+
+UNLOGGED = "Write one sentence about a purple giraffe named Zorblax who collects teaspoons."
+
+
+def test_replay_miss_is_never_a_200(tmp_path, pool, gsm8k_prompt):
+    """Issue 16: a prompt no replay logged used to get HTTP 200 with '[replay] no logged answer' as content."""
+    client, _, _ = make_client(tmp_path, pool)
+    for model in ("auto", "arena", GPT4):
+        r = client.post("/v1/chat/completions", headers=ALICE,
+                        json={"model": model, "messages": [{"role": "user", "content": UNLOGGED}]})
+        assert r.status_code == 404 and err(r)["type"] == "replay_miss" and "no live candidate" in err(r)["message"]
+    # with a live candidate in the pool, 'auto' falls through to it (here an endpoint that is down: 502, not 200)
+    cfg = yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text())
+    cfg["candidates"].append({"name": "live", "price_in": 0.1, "price_out": 0.1, "backend": "openai",
+                              "options": {"base_url": "http://127.0.0.1:9/v1", "max_retries": 0}})
+    client, _, _ = make_client(tmp_path / "live", CandidatePool.from_config(cfg))
+    r = client.post("/v1/chat/completions", headers=ALICE,
+                    json={"model": "auto", "messages": [{"role": "user", "content": UNLOGGED}]})
+    assert r.status_code == 502 and "candidate 'live' failed" in err(r)["message"]
+    r = client.post("/v1/chat/completions", headers=ALICE,
+                    json={"model": GPT4, "messages": [{"role": "user", "content": UNLOGGED}]})
+    assert r.status_code == 404 and "ask a live candidate (['live'])" in err(r)["message"]
+    r = client.post("/v1/chat/completions", headers=ALICE,  # a logged prompt still goes to the replays
+                    json={"model": GPT4, "messages": [{"role": "user", "content": gsm8k_prompt[0]}]})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == gsm8k_prompt[1]

@@ -1,0 +1,187 @@
+"""The chat proxy role: ``POST /v1/chat/completions`` (OpenAI-compatible) and ``GET /v1/models``.
+
+``model: "auto"`` routes (``rlrouter.serving.routing``) and proxies to the chosen candidate through
+the pool, streaming or not; ``enable_multi_round_aggregation`` or ``model: "arena"`` call several
+candidates in parallel and aggregate their answers; a candidate's name proxies to it directly.
+
+A replay candidate knows only logged prompts (issue 16: any other prompt got a 200 whose content was
+"[replay] no logged answer"). With ``serving.replay_miss: fallthrough`` the decision for ``auto`` and
+``arena`` is made among the candidates that can answer the prompt (live ones, and replays that logged
+it); a replay named directly, or chosen under ``replay_miss: error``, is a 404 that says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from rlrouter.selector.aggregate import aggregate
+from rlrouter.serving.auth import Principal
+from rlrouter.serving.context import ServiceContext
+from rlrouter.serving.errors import ApiError
+from rlrouter.serving.routing import Routing
+from rlrouter.serving.schemas import ChatCompletionRequest, ModelCard, ModelList
+
+SPECIAL_MODELS = ("auto", "arena")
+
+
+def _sse(obj: Any) -> bytes:
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+class ChatProxy:
+    def __init__(self, ctx: ServiceContext, routing: Routing):
+        self.ctx = ctx
+        self.routing = routing
+
+    def models(self) -> ModelList:
+        """``GET /v1/models``: ``auto``, ``arena`` and the candidates with their prices."""
+        cards = [ModelCard(id=m) for m in SPECIAL_MODELS]
+        pool = self.ctx.pool
+        desc = {d["name"]: d for d in pool.describe()} if pool is not None else {}
+        for m in self.ctx.candidates:
+            d = desc.get(m, {})
+            cards.append(ModelCard(id=m, price_in=d.get("price_in"), price_out=d.get("price_out")))
+        return ModelList(data=cards)
+
+    async def _misses(self, query: str, models: list[str]) -> set[str]:
+        """The replay candidates among ``models`` with no logged answer for ``query``."""
+        pool = self.ctx.pool
+        replays = [m for m in models if hasattr(pool.backend(m), "lookup")]
+        if not replays:
+            return set()
+        # the first fuzzy lookup builds an index (about 1.5 s on RouteLLM's table): not on the event loop
+        rows = await asyncio.to_thread(lambda: [pool.backend(m).lookup(query) for m in replays])
+        return {m for m, row in zip(replays, rows) if row is None}
+
+    def _miss_error(self, missed: list[str]) -> ApiError:
+        live = [m for m in self.ctx.candidates if not hasattr(self.ctx.pool.backend(m), "lookup")]
+        hint = f"ask a live candidate ({live}) or model 'auto'" if live else "this server has no live candidate"
+        return ApiError(404, f"field 'messages': {missed} replay logged answers and have none for this prompt; "
+                             f"{hint}", "messages", type_="replay_miss")
+
+    @staticmethod
+    def _params(body: ChatCompletionRequest) -> dict[str, Any]:
+        extra = dict(body.model_extra or {})
+        for k in ("stream_options",):
+            extra.pop(k, None)
+        if body.max_tokens is not None:
+            extra["max_tokens"] = body.max_tokens
+        if body.temperature is not None:
+            extra["temperature"] = body.temperature
+        return extra
+
+    async def chat(self, body: ChatCompletionRequest, principal: Principal,
+                   session_header: str | None = None) -> tuple[dict[str, Any] | AsyncIterator[bytes], dict[str, str]]:
+        """Returns (completion dict, or an SSE byte stream when ``stream``) and the response headers."""
+        ctx = self.ctx
+        if ctx.pool is None:
+            raise ApiError(503, "no candidate pool is configured on this server", type_="server_error")
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        from rlrouter.pool.chat import last_user_text
+
+        query = last_user_text(messages)
+        ctx.check_query(query, "messages")
+        user = principal.user_for(body.user, "user")
+        session = body.session_id or session_header
+        params = self._params(body)
+        if body.model not in SPECIAL_MODELS:
+            if body.model not in ctx.candidates:
+                raise ApiError(404, f"field 'model': unknown model '{body.model}'; "
+                                    f"use 'auto', 'arena' or one of {ctx.candidates}", "model")
+            if await self._misses(query, [body.model]):
+                raise self._miss_error([body.model])
+            dec = None
+            models = [body.model]
+        else:
+            how = "all" if body.model == "arena" else self.routing.how()
+            cands = None
+            if ctx.serving.replay_miss == "fallthrough":
+                missed = await self._misses(query, ctx.candidates)
+                cands = [c for c in ctx.candidates if c not in missed]
+                if not cands:
+                    raise self._miss_error(sorted(missed))
+            dec = await self.routing.decide(query, user, session, body.category, cands, how)
+            models = dec.get("models") or [dec["model"]]
+            missed = await self._misses(query, models)
+            if missed:  # replay_miss: error
+                raise self._miss_error(sorted(missed))
+        headers = {}
+        meta: dict[str, Any] = {}
+        if dec is not None:
+            headers = {"X-RLRouter-Request-Id": dec["request_id"], "X-RLRouter-Model": dec["model"],
+                       "X-RLRouter-Mode": dec["mode"]}
+            meta = {"request_id": dec["request_id"], "mode": dec["mode"], "scores": dec["scores"]}
+            if dec.get("fallback_reason"):
+                meta["fallback_reason"] = dec["fallback_reason"]
+        if len(models) > 1:
+            data = await self._fan_out(dec, models, messages, params, meta)
+            headers["X-RLRouter-Model"] = data["model"]
+            if body.stream:
+                return self._replay_stream(data), headers
+            return data, headers
+        model = models[0]
+        if body.stream:
+            return self._stream(model, messages, params, meta), headers
+        r, data = await asyncio.wait_for(ctx.pool.chat(model, messages, **params), ctx.serving.proxy_timeout_s)
+        if not r.ok:
+            raise ApiError(502, f"candidate '{model}' failed: {r.error}", type_="upstream_error")
+        data = {**data, "model": model}
+        if meta:
+            data["x_rlrouter"] = meta
+        return data, headers
+
+    async def _fan_out(self, dec: dict[str, Any], models: list[str], messages: list[dict[str, Any]],
+                       params: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+        """Multi-round / arena: call ``models`` in parallel, aggregate, record the returned model."""
+        ctx = self.ctx
+        results = await asyncio.gather(*[asyncio.wait_for(ctx.pool.chat(m, messages, **params),
+                                                          ctx.serving.proxy_timeout_s) for m in models],
+                                       return_exceptions=True)
+        answers: dict[str, dict[str, Any]] = {}
+        errors: dict[str, str] = {}
+        for m, res in zip(models, results):
+            if isinstance(res, BaseException):
+                errors[m] = f"{type(res).__name__}: {res}"
+            elif not res[0].ok:
+                errors[m] = str(res[0].error)
+            else:
+                answers[m] = res[1]
+        if not answers:
+            raise ApiError(502, f"every candidate failed: {errors}", type_="upstream_error")
+        texts = {m: d["choices"][0]["message"]["content"] or "" for m, d in answers.items()}
+        agg = aggregate(texts, dec["scores"], ctx.serving.aggregation)
+        await ctx.selector.call("set_chosen", request_id=dec["request_id"], model=agg.model)
+        data = {**answers[agg.model], "model": agg.model}
+        data["x_rlrouter"] = {**meta, "aggregation": agg.strategy, "votes": agg.votes, "models": models,
+                              "answers": texts, "errors": errors}
+        return data
+
+    async def _stream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                      meta: dict[str, Any]) -> AsyncIterator[bytes]:
+        first = True
+        try:
+            async for chunk in self.ctx.pool.stream(model, messages, **params):
+                if first and meta:
+                    chunk = {**chunk, "x_rlrouter": meta}
+                first = False
+                yield _sse({**chunk, "model": model})
+        except Exception as e:  # noqa: BLE001 - the status is sent already: report in-band, as OpenAI does
+            yield _sse({"error": {"message": f"candidate '{model}' failed: {e}", "type": "upstream_error", "code": 502}})
+        yield b"data: [DONE]\n\n"
+
+    async def _replay_stream(self, data: dict[str, Any]) -> AsyncIterator[bytes]:
+        """An aggregated (already complete) answer as an SSE stream of three chunks."""
+        rid = data.get("id") or f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        base = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": data["model"]}
+        content = data["choices"][0]["message"]["content"] or ""
+        yield _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                         "finish_reason": None}], "x_rlrouter": data.get("x_rlrouter")})
+        yield _sse({**base, "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}]})
+        yield _sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                    "usage": data.get("usage")})
+        yield b"data: [DONE]\n\n"

@@ -1,0 +1,59 @@
+"""What every role of the router service shares: the selector client, the configs, the candidates.
+
+Each role (``routing``, ``gmt``, ``intent``, ``router_r1``, ``feedback``, ``chat``) holds one
+:class:`ServiceContext`; the helpers here are the checks and lazily loaded models that more than one
+role needs (the query-length cap, the candidate restriction, the MiniLM encoder of the contextual
+selector and of the implicit-feedback classifier).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlrouter.selector.config import SelectorConfig
+from rlrouter.serving.config import ServingConfig
+from rlrouter.serving.errors import ApiError
+from rlrouter.serving.selector_client import SelectorClient
+
+
+@dataclass
+class ServiceContext:
+    selector: SelectorClient
+    cfg: SelectorConfig
+    serving: ServingConfig
+    candidates: list[str]
+    pool: Any = None
+    """The candidate pool (``rlrouter.pool.pool.CandidatePool``) that chat completions proxy to."""
+    encoder_: Any = None
+    """A sentence encoder given by the caller (tests); None loads ``serving.encoder`` on first use."""
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    def encoder(self) -> Any:
+        if self.encoder_ is None:
+            from rlrouter.selector.embedding import MiniLMEncoder
+
+            self.encoder_ = MiniLMEncoder(self.serving.encoder)
+        return self.encoder_
+
+    def check_query(self, text: str, field: str) -> None:
+        if len(text) > self.serving.max_query_chars:
+            raise ApiError(422, f"field '{field}': longer than {self.serving.max_query_chars} characters", field)
+
+    async def embedding(self, query: str) -> list[float] | None:
+        """The query's embedding when the selector is contextual, else None."""
+        if not self.cfg.use_contextual:
+            return None
+        vec = await asyncio.to_thread(self.encoder().encode_one, query)
+        return [float(x) for x in vec]
+
+    def candidates_for(self, requested: list[str] | None) -> list[str]:
+        """The request's candidate restriction, checked against the pool."""
+        if requested is None:
+            return list(self.candidates)
+        unknown = [c for c in requested if c not in self.candidates]
+        if unknown:
+            raise ApiError(422, f"field 'candidates': unknown candidate(s) {unknown}; known: {self.candidates}",
+                           "candidates")
+        return list(requested)

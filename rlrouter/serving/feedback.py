@@ -1,0 +1,91 @@
+"""``POST /feedback``: explicit outcome, implicit (a classified follow-up), or a Router-R1 reward.
+
+Ownership is checked first; then the follow-up is classified or the Router-R1 reward computed; then
+the selector logs the update (fsync) and applies it, and only then does the reply go out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rlrouter.serving.auth import Principal
+from rlrouter.serving.context import ServiceContext
+from rlrouter.serving.errors import ApiError
+from rlrouter.serving.schemas import FeedbackRequest, FeedbackResponse, PosteriorDelta
+
+
+class FeedbackRole:
+    def __init__(self, ctx: ServiceContext, classifier: Any = None, reward_fn: Any = None):
+        """``classifier``/``reward_fn``: given by tests; None loads them on first use."""
+        self.ctx = ctx
+        self._classifier = classifier
+        self._reward_fn = reward_fn
+
+    async def classifier(self) -> Any:
+        if self._classifier is None:
+            async with self.ctx._lock:
+                if self._classifier is None:
+                    from rlrouter.selector.implicit import ImplicitFeedbackClassifier
+
+                    enc = self.ctx.encoder()
+                    self._classifier = await asyncio.to_thread(
+                        ImplicitFeedbackClassifier, enc.encode, None, self.ctx.serving.implicit_temperature)
+        return self._classifier
+
+    def reward_fn(self) -> Any:
+        if self._reward_fn is None:
+            from rlrouter.rewards.router_r1 import RouterR1Reward
+
+            self._reward_fn = RouterR1Reward(alpha=self.ctx.cfg.cost_reward_alpha, candidates=self.ctx.candidates)
+        return self._reward_fn
+
+    async def feedback(self, body: FeedbackRequest, principal: Principal) -> FeedbackResponse:
+        ctx = self.ctx
+        info = await ctx.selector.call("pending_info", request_id=body.request_id)
+        if not principal.admin and info["user_id"] not in (None, principal.user_id):
+            raise ApiError(403, f"field 'request_id': request '{body.request_id}' was routed for another user; "
+                                "this API key may not give its feedback", "request_id")
+        if info["answered"]:
+            raise ApiError(409, f"field 'request_id': feedback for '{body.request_id}' was already recorded",
+                           "request_id")
+        kwargs: dict[str, Any] = {"request_id": body.request_id, "owner": principal.user_id,
+                                  "admin": principal.admin, "winner": body.winner}
+        label = confidence = reward = None
+        if body.outcome is not None:
+            kwargs["outcome"] = body.outcome
+        elif body.followup_text is not None:
+            ctx.check_query(body.followup_text, "followup_text")
+            clf = await self.classifier()
+            res = await asyncio.to_thread(clf.classify, body.followup_text)
+            label, confidence = res.label, res.confidence
+            kwargs.update(label=label, confidence=confidence)
+        else:
+            if not ctx.cfg.use_router_r1_rewards:
+                raise ApiError(422, "field 'reward': Router-R1 reward feedback is off (use_router_r1_rewards: false)",
+                               "router_r1" if body.router_r1 is not None else "reward")
+            reward = body.reward if body.reward is not None else self._router_r1_reward(body)
+            kwargs["reward"] = reward
+        res = await ctx.selector.call("feedback", **kwargs)
+        return FeedbackResponse(request_id=body.request_id, kind=res["kind"], durable=res["durable"],
+                                applied=[PosteriorDelta(**d) for d in res["deltas"]], label=label,
+                                confidence=confidence, reward=reward)
+
+    def _router_r1_reward(self, body: FeedbackRequest) -> float:
+        """Router-R1 reward (rlrouter.rewards) of the trajectory; a format failure gives the configured penalty."""
+        rr = body.router_r1
+        assert rr is not None
+        cfg = self.ctx.cfg
+        cols: dict[str, Any] = {"ground_truth": [rr.ground_truth]}
+        if cfg.cost_reward_alpha > 0:
+            if rr.route_costs is None:
+                raise ApiError(422, "field 'router_r1.route_costs': required when cost_reward_alpha > 0",
+                               "router_r1.route_costs")
+            cols["route_costs"] = [rr.route_costs]
+        try:
+            score = self.reward_fn().score([None], [rr.completion], **cols)[0]
+        except (KeyError, ValueError, TypeError) as e:
+            raise ApiError(422, f"field 'router_r1': {e}", "router_r1") from None
+        if score.format < 0:
+            return float(cfg.format_reward_penalty)
+        return float(score.total)

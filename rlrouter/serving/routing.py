@@ -1,0 +1,71 @@
+"""The selector role: one routing decision, ``POST /route`` and ``GET /stats``.
+
+A decision goes, in order: GMTRouter for a user it knows (when configured), LLM routing through a
+Router-R1 server (when enabled, with its fallback), else the bandit (contextual mode embeds the query
+with MiniLM first). ``how="top_k"`` (multi-round aggregation) and ``how="all"`` (arena) ask the
+selector for several candidates at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlrouter.serving.auth import Principal
+from rlrouter.serving.context import ServiceContext
+from rlrouter.serving.gmt import GMTRole
+from rlrouter.serving.intent import IntentRole
+from rlrouter.serving.router_r1 import RouterR1Role
+from rlrouter.serving.schemas import RouteRequest, RouteResponse
+from rlrouter.serving.selector_client import selection_request
+
+
+class Routing:
+    def __init__(self, ctx: ServiceContext, router_r1: RouterR1Role, intent: IntentRole, gmt: GMTRole | None = None):
+        self.ctx = ctx
+        self.router_r1 = router_r1
+        self.intent = intent
+        self.gmt = gmt
+
+    async def decide(self, query: str, user_id: str, session_id: str | None, category: str | None,
+                     candidates: list[str] | None, how: str = "single") -> dict[str, Any]:
+        """One decision; ``how``: single (GMTRouter, LLM routing or bandit), top_k (multi-round), all (arena)."""
+        ctx = self.ctx
+        cands = ctx.candidates_for(candidates)
+        req = selection_request(cands, user_id, session_id, category, await ctx.embedding(query))
+        if how == "top_k":
+            return await ctx.selector.call("select_top_k", req=req)
+        if how == "all":
+            return await ctx.selector.call("select_all", req=req)
+        if self.gmt is not None:
+            dec = await self.gmt.decide(query, user_id, cands, req)
+            if dec is not None:
+                return dec
+        fallback_reason = None
+        if self.router_r1.llm_router is not None:
+            dec, fallback_reason = await self.router_r1.llm_route(query, cands, req)
+            if dec is not None:
+                return dec
+        dec = await ctx.selector.call("select", req=req)
+        if fallback_reason:
+            dec["fallback_reason"] = fallback_reason
+        return dec
+
+    def how(self) -> str:
+        """Single decision, or top-k when multi-round aggregation is on."""
+        return "top_k" if self.ctx.cfg.enable_multi_round_aggregation else "single"
+
+    async def route(self, body: RouteRequest, principal: Principal) -> RouteResponse:
+        """``POST /route``."""
+        self.ctx.check_query(body.query, "query")
+        user = principal.user_for(body.user_id)
+        category = body.category
+        if category is None:
+            category = await self.intent.category(body.query)
+        dec = await self.decide(body.query, user, body.session_id, category, body.candidates, self.how())
+        return RouteResponse(model=dec["model"], request_id=dec["request_id"], mode=dec["mode"],
+                             scores=dec["scores"], models=dec.get("models") or [dec["model"]],
+                             fallback_reason=dec.get("fallback_reason"))
+
+    async def stats(self, principal: Principal) -> dict[str, Any]:
+        """``GET /stats``: the caller's posteriors (admins: every user's)."""
+        return await self.ctx.selector.call("stats", user_id=principal.user_id, all_users=principal.admin)

@@ -1,0 +1,114 @@
+"""Where a job writes its reports, checkpoints and plots: a storage location, as Ray Train's ``storage_path``.
+
+``storage`` (config key, or env ``RLROUTER_STORAGE``) is a path every node can reach (a shared file
+system) or a URI that ``pyarrow.fs`` opens (``s3://``, ``gs://``, ``file://``). A run writes to
+``<storage>/<run_name>``. With a URI the run works in a local folder and copies it there at the end;
+``resume=true`` first copies the run back, so it continues on a new cluster.
+
+Without a storage location: an explicit ``out_dir`` wins; a local run writes to ``outputs/<run_name>``
+in the project; a job submitted with ``ray job submit --working-dir`` writes to ``~/rlrouter_results/<run_name>``
+on the node running the job (the head, as Ray Train's ``~/ray_results``), never into the job's package
+folder, which Ray deletes (issue 16). docs/operations.md "Where a job writes".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SUBMITTED_DEFAULT = "~/rlrouter_results"
+
+
+def submission_id(environ: dict[str, str] | None = None) -> str | None:
+    """The ``ray job submit`` id when this process is a submitted job's driver, else None."""
+    env = os.environ if environ is None else environ
+    raw = env.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    if not raw:
+        return None
+    try:
+        return json.loads(raw).get("metadata", {}).get("job_submission_id")
+    except (ValueError, AttributeError):
+        return None
+
+
+def is_uri(location: str) -> bool:
+    return "://" in location
+
+
+@dataclass(frozen=True)
+class RunStorage:
+    """Where one run writes: ``local`` (a folder this process writes) and, for a URI, ``remote``."""
+
+    local: Path
+    remote: str | None = None
+    why: str = ""
+    """Which rule chose the location (printed, so the user can find the outputs)."""
+
+    @classmethod
+    def resolve(cls, run_name: str, out_dir: str, default_out_dir: str, storage: str | None = None,
+                environ: dict[str, str] | None = None) -> RunStorage:
+        env = os.environ if environ is None else environ
+        storage = storage or env.get("RLROUTER_STORAGE") or None
+        if Path(out_dir) != Path(default_out_dir):
+            return cls(Path(out_dir), None, "out_dir")
+        if storage:
+            if is_uri(storage):
+                cache = Path(env.get("RLROUTER_CACHE", "~/.cache/rlrouter")).expanduser() / "runs" / run_name
+                return cls(cache, f"{storage.rstrip('/')}/{run_name}", "storage (URI)")
+            return cls(Path(storage).expanduser() / run_name, None, "storage")
+        sub = submission_id(env)
+        if sub:
+            return cls(Path(SUBMITTED_DEFAULT).expanduser() / run_name, None, f"submitted job {sub}: default")
+        return cls(Path(out_dir), None, "local run: default")
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> RunStorage:
+        """From a job config with ``run_name``, ``out_dir``, ``paths.root_dir`` and optional ``storage``."""
+        default_out = str(Path(cfg.paths.root_dir) / "outputs" / cfg.run_name)
+        return cls.resolve(cfg.run_name, cfg.out_dir, default_out, cfg.get("storage"))
+
+    def where(self) -> str:
+        return self.remote or str(self.local)
+
+    def banner(self) -> str:
+        return f"storage: reports, checkpoints and plots go to {self.where()} ({self.why})"
+
+    def prepare(self, resume: bool = False) -> Path:
+        """The local folder to write; on resume from a URI, the stored run is copied into it first."""
+        if self.remote is not None and resume:
+            self._copy(self.remote, str(self.local), download=True)
+        self.local.mkdir(parents=True, exist_ok=True)
+        return self.local
+
+    def push(self) -> str | None:
+        """Copy the local run to the URI (no-op for a path); returns where it went."""
+        if self.remote is None:
+            return None
+        self._copy(str(self.local), self.remote, download=False)
+        return self.remote
+
+    @staticmethod
+    def _copy(src: str, dst: str, download: bool) -> None:
+        from pyarrow import fs
+
+        if download:
+            remote_fs, path = fs.FileSystem.from_uri(src)
+            info = remote_fs.get_file_info(path)
+            if info.type == fs.FileType.NotFound:
+                return  # nothing stored yet: a fresh start
+            Path(dst).mkdir(parents=True, exist_ok=True)
+            fs.copy_files(path, dst, source_filesystem=remote_fs, destination_filesystem=fs.LocalFileSystem())
+        else:
+            remote_fs, path = fs.FileSystem.from_uri(dst)
+            remote_fs.create_dir(path, recursive=True)
+            fs.copy_files(src, path, source_filesystem=fs.LocalFileSystem(), destination_filesystem=remote_fs)
+
+
+def clear_local(storage: RunStorage) -> None:
+    """Remove the local copy of a URI-stored run (tests, and a clean new cluster)."""
+    if storage.remote is not None:
+        shutil.rmtree(storage.local, ignore_errors=True)

@@ -1,0 +1,42 @@
+"""rlrouter.storage: where a job writes (issue 16), resolved without Ray; a URI round trip with pyarrow."""
+
+import json
+
+from rlrouter.storage import RunStorage, clear_local, submission_id
+
+SUBMITTED = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"metadata": {"job_submission_id": "raysubmit_X"}})}
+
+
+def test_the_location_rules(tmp_path):
+    default = "/proj/outputs/r1"
+    assert submission_id(SUBMITTED) == "raysubmit_X" and submission_id({}) is None
+    local = RunStorage.resolve("r1", default, default, environ={})
+    assert str(local.local) == default and local.remote is None and "local run" in local.why
+    sub = RunStorage.resolve("r1", default, default, environ={**SUBMITTED, "HOME": str(tmp_path)})
+    assert sub.local.parts[-2:] == ("rlrouter_results", "r1") and "raysubmit_X" in sub.why
+    shared = RunStorage.resolve("r1", default, default, storage="/mnt/shared/runs", environ=SUBMITTED)
+    assert str(shared.local) == "/mnt/shared/runs/r1"
+    env = RunStorage.resolve("r1", default, default, environ={"RLROUTER_STORAGE": "/data/runs"})
+    assert str(env.local) == "/data/runs/r1"
+    explicit = RunStorage.resolve("r1", "/elsewhere", default, storage="/mnt/shared/runs", environ=SUBMITTED)
+    assert str(explicit.local) == "/elsewhere"  # an explicit out_dir wins
+    uri = RunStorage.resolve("r1", default, default, storage="s3://bucket/runs/", environ={})
+    assert uri.remote == "s3://bucket/runs/r1" and "s3://bucket/runs/r1" in uri.banner()
+
+
+def test_uri_storage_pushes_and_resume_pulls_on_a_new_machine(tmp_path):
+    default = str(tmp_path / "proj" / "outputs" / "r1")
+    env = {"RLROUTER_CACHE": str(tmp_path / "cache_a")}
+    store = RunStorage.resolve("r1", default, default, storage=f"file://{tmp_path}/bucket", environ=env)
+    out = store.prepare(resume=True)  # nothing stored yet: a fresh start
+    (out / "checkpoints" / "step_000002").mkdir(parents=True)
+    (out / "checkpoints" / "step_000002" / "trainable.safetensors").write_bytes(b"w")
+    (out / "report.json").write_text("{}")
+    assert store.push() == f"file://{tmp_path}/bucket/r1"
+    assert (tmp_path / "bucket" / "r1" / "checkpoints" / "step_000002" / "trainable.safetensors").exists()
+    clear_local(store)
+    # a new cluster: another local cache, the same storage URI
+    again = RunStorage.resolve("r1", default, default, storage=f"file://{tmp_path}/bucket",
+                               environ={"RLROUTER_CACHE": str(tmp_path / "cache_b")})
+    out = again.prepare(resume=True)
+    assert (out / "checkpoints" / "step_000002" / "trainable.safetensors").read_bytes() == b"w"
