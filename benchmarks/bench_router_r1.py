@@ -1,6 +1,6 @@
 """Router-R1 trainer benchmarks (issue 3, "Measure"). Writes benchmarks/results/router_r1.json + .png.
 
-    .venv/bin/python benchmarks/bench_router_r1.py [--quick] [--parts rollout,step,learning] [--steps 4]
+    .venv/bin/python benchmarks/bench_router_r1.py [--quick] [--parts rollout,step] [--steps 4]
 
 Each comparison runs side by side in one invocation, and every part records the 1-minute load
 average at its start and end (the machine is shared; the script first waits for it to be quiet):
@@ -17,10 +17,9 @@ average at its start and end (the machine is shared; the script first waits for 
   same Router-R1 reward callable. The first step of each is a warm-up and is not timed. Ours runs
   twice, once per weight-sync transport (``tensors``, ``lora``); target ours/TRL <= 0.5 and sync
   <= 5% of the step, per transport.
-- ``learning``: the main job's recipe shortened (cold start on demonstrations, then GRPO with the
-  multi-turn env and the RouteLLM replay pool; ``--learn-steps`` steps): held-out mean Router-R1
-  reward, format validity and exact match of the untrained vs the trained policy (greedy), and the
-  training curve. A report.json of a full ``make run`` found under outputs/ is summarised beside it.
+
+Whether RL improves the policy (held-out learning curves, GRPO and PPO) is ``benchmarks/bench_learning.py``,
+which writes the "learning" section of the same JSON.
 
 ``--quick`` runs every part at toy sizes (no load wait) to check the script end to end; its results go
 to router_r1_quick.json so they never overwrite a real measurement.
@@ -68,13 +67,11 @@ class Sizes:
     micro_batch_size: int = 8
     steps: int = 4
     """Training steps per arm; the first is the warm-up, the rest are timed."""
-    learn_steps: int = 8
-    eval_questions: int = 32
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(rollout_prompts=4, rollout_max_tokens=16, reps=1, prompts_per_step=2, n_samples=2,
-                   max_new_tokens=16, micro_batch_size=4, steps=2, learn_steps=1, eval_questions=4)
+                   max_new_tokens=16, micro_batch_size=4, steps=2)
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -410,102 +407,6 @@ def bench_step(ctx: Context, sizes: Sizes, run_dir: Path, save=lambda partial: N
     return out
 
 
-# ------------------------------------------------------------------------------------------ learning
-def _held_out(ctx: Context, group, items: list[dict[str, Any]], seed: int) -> dict[str, Any]:
-    """Greedy held-out evaluation: mean Router-R1 reward (as training scores it), format validity, EM."""
-    from rlrouter.eval.router_r1 import policy_summary
-    from rlrouter.learner.loop import score_trajectories
-    from rlrouter.rewards.router_r1 import RouterR1Reward
-
-    trajs = group.rollout(items, 1, seed, step=-1, temperature=0.0)
-    reward = RouterR1Reward(float(ctx.cfg.train.alpha), candidates=ctx.candidates,
-                            cost_window=int(ctx.cfg.train.cost_window), metric=str(ctx.cfg.train.outcome_metric))
-    scores = score_trajectories(reward, trajs)
-    return {**policy_summary(trajs, ctx.candidates),
-            "mean_reward": statistics.mean(s.total for s in scores),
-            "format_reward_mean": statistics.mean(s.format for s in scores),
-            "samples": [{"text": t.text[:600], "answer": t.answer} for t in trajs[:2]]}
-
-
-def latest_job_report() -> dict[str, Any] | None:
-    """The newest outputs/*/report.json of a non-debug ``make run`` (>= 8 RL steps), summarised."""
-    found = []
-    for p in (ROOT / "outputs").glob("*/report.json"):
-        try:
-            r = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if int(r.get("config", {}).get("train", {}).get("total_steps", 0)) >= 8:
-            found.append((p.stat().st_mtime, p, r))
-    if not found:
-        return None
-    _, p, r = max(found, key=lambda x: x[0])
-    res = r.get("results", {})
-    return {"path": str(p.relative_to(ROOT)), "wall_s": r.get("wall_s"),
-            "untrained": {k: v for k, v in res.get("policy_untrained", {}).items() if k != "samples"},
-            "trained": {k: v for k, v in res.get("policy_trained", {}).items() if k != "samples"},
-            "curve": [{"step": s.get("step"), "reward/total": s.get("reward/total"),
-                       "rollout/format_valid": s.get("rollout/format_valid")} for s in r.get("steps", [])]}
-
-
-def bench_learning(ctx: Context, sizes: Sizes, run_dir: Path) -> dict[str, Any]:
-    from rlrouter.learner.group import LearnerGroup
-    from rlrouter.metrics import read_jsonl
-    from rlrouter.rollout.demos import build_demonstrations, demo_tokens
-    from rlrouter.rollout.env import EnvConfig
-    from rlrouter.rollout.group import RolloutGroup
-
-    cfg = ctx.cfg
-    out_dir = run_dir / "learning"
-    transport = str(cfg.train.sync)
-    train = _train_config(ctx, Sizes(prompts_per_step=int(cfg.train.prompts_per_step),
-                                     n_samples=int(cfg.train.n_samples),
-                                     micro_batch_size=int(cfg.learner.micro_batch_size)),
-                          out_dir, transport, sizes.learn_steps, warmup_steps=int(cfg.train.warmup_steps))
-    env = ctx.env()
-    items = ctx.test_items[: sizes.eval_questions]
-    seed = int(cfg.eval.seed)
-    load = {"load_start": loadavg()}
-    t_all = time.perf_counter()
-    group = RolloutGroup(ctx.model, ctx.engine(enable_lora=transport == "lora"), env, ctx.pool_cfg, ctx.resources())
-    try:
-        untrained = _held_out(ctx, group, items, seed)
-        print(f"[learning] untrained: reward {untrained['mean_reward']:.3f}, format {untrained['format_valid']:.2f}",
-              flush=True)
-        demos = []
-        if train.warmup_steps:
-            demos = [demo_tokens(d, ctx.tokenizer, ctx.cand_objs, EnvConfig(**env))
-                     for d in build_demonstrations(ctx.train_items, ctx.pool, int(cfg.train.warmup_demos),
-                                                   seed=train.seed)]
-        t0 = time.perf_counter()
-        result = LearnerGroup(train, ctx.resources(), max_failures=0, run_name="bench_learning").fit(
-            group, ctx.candidates, ctx.train_items, demos)
-        train_s = time.perf_counter() - t0
-        if getattr(result, "error", None):
-            raise RuntimeError(f"learning: training failed: {result.error}")
-        trained = _held_out(ctx, group, items, seed)
-        print(f"[learning] trained: reward {trained['mean_reward']:.3f}, format {trained['format_valid']:.2f}",
-              flush=True)
-    finally:
-        group.shutdown()
-    rows = read_jsonl(out_dir / "metrics.jsonl")
-    warm = read_jsonl(out_dir / "warmup.jsonl") if (out_dir / "warmup.jsonl").exists() else []
-    return {"what": "the main job's recipe shortened: cold start on demonstrations, then GRPO "
-                    "(multi-turn env, RouteLLM replay pool); greedy held-out eval before/after",
-            "rl_steps": sizes.learn_steps, "warmup_steps": train.warmup_steps, "sync": transport,
-            "prompts_per_step": train.prompts_per_step, "n_samples": train.n_samples,
-            "max_turns": env["max_turns"], "eval_questions": len(items),
-            "untrained": untrained, "trained": trained,
-            "delta": {k: trained[k] - untrained[k] for k in ("mean_reward", "format_valid", "accuracy")},
-            "curve": [{"step": r["step"], "reward/total": r.get("reward/total"),
-                       "rollout/format_valid": r.get("rollout/format_valid"), "rollout/em": r.get("rollout/em"),
-                       "time/step_s": r.get("time/step_s"), "sync/share_of_step": r.get("sync/share_of_step")}
-                      for r in rows],
-            "warmup_curve": [{"step": r["step"], "sft/nll": r.get("sft/nll")} for r in warm],
-            "train_s": train_s, "wall_s": time.perf_counter() - t_all, "job_report": latest_job_report(),
-            **load, "load_end": loadavg()}
-
-
 # ------------------------------------------------------------------------------------------ plot
 def plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib
@@ -568,19 +469,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.set_ylabel("sync time / step time (%)")
         ax.set_title("Weight sync share of the step")
         ax.legend(fontsize=8)
-    ax = axes[1][1]
-    le = report.get("learning")
-    if le:
-        steps = [c["step"] for c in le["curve"]]
-        ax.plot(steps, [c["reward/total"] for c in le["curve"]], "o-", label="train reward/total")
-        ax.plot(steps, [c["rollout/format_valid"] for c in le["curve"]], "s-", label="train format valid")
-        last = max(steps) if steps else 1
-        for key, mk in (("mean_reward", "C0"), ("format_valid", "C1")):
-            ax.scatter([0, last], [le["untrained"][key], le["trained"][key]], marker="*", s=150, color=mk,
-                       edgecolor="k", zorder=5, label=f"held-out {key} (untrained, trained)")
-        ax.set_xlabel("RL step (0 = before the cold start)")
-        ax.set_title("Learning (shortened main job)")
-        ax.legend(fontsize=7)
+    axes[1][1].axis("off")  # the learning curves: benchmarks/bench_learning.py -> router_r1_learning.png
     fig.suptitle(f"Router-R1 trainer benchmarks ({'quick' if report['quick'] else 'full'}) - {report['host']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -591,28 +480,26 @@ def plot(report: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="toy sizes, no load wait, router_r1_quick.json")
-    ap.add_argument("--parts", default="rollout,step,learning")
+    ap.add_argument("--parts", default="rollout,step",
+                    help="rollout, step (the learning curves are benchmarks/bench_learning.py)")
     ap.add_argument("--steps", type=int, default=None, help="training steps per step-time arm (first is warm-up)")
     ap.add_argument("--reps", type=int, default=None, help="alternating repetitions of the rollout comparison")
-    ap.add_argument("--learn-steps", type=int, default=None)
-    ap.add_argument("--eval-questions", type=int, default=None)
     ap.add_argument("--max-load", type=float, default=3.0, help="wait until the 1-min load average is below this")
     ap.add_argument("--max-wait", type=float, default=None,
                     help="seconds, over the whole run, to wait for quiet (default 2400; quick 0)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     sizes = Sizes.quick() if args.quick else Sizes()
-    for k in ("steps", "reps", "learn_steps", "eval_questions"):
+    for k in ("steps", "reps"):
         if getattr(args, k) is not None:
             setattr(sizes, k, getattr(args, k))
     parts = [p for p in args.parts.split(",") if p]
-    unknown = set(parts) - {"rollout", "step", "learning"}
+    unknown = set(parts) - {"rollout", "step"}
     if unknown:
         ap.error(f"--parts: unknown {sorted(unknown)}")
     out = args.out or RESULTS / ("router_r1_quick.json" if args.quick else "router_r1.json")
-    # a partial rerun (--parts step) keeps the other parts of the previous report
-    report: dict[str, Any] = json.loads(out.read_text()) if out.exists() and set(parts) != {"rollout", "step", "learning"} \
-        else {}
+    # a rerun keeps the other sections of the previous report (bench_learning.py writes "learning")
+    report: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
     overrides = []
     if args.quick:
         overrides = ["debug=cpu"]
@@ -642,11 +529,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             t0 = time.perf_counter()
             if part == "rollout":
                 res = bench_rollout(ctx, sizes)
-            elif part == "step":
+            else:
                 res = bench_step(ctx, sizes, run_dir, save=lambda partial: out.write_text(
                     json.dumps({**report, "step_partial": partial}, indent=1, default=str)))
-            else:
-                res = bench_learning(ctx, sizes, run_dir)
             res["seconds"] = time.perf_counter() - t0
             res["load_wait"] = quiet
             report[part] = res
@@ -677,10 +562,6 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
                      **{f"ratio_{t}": s[f"ratio_{t}"] for t in ts},
                      **{f"sync_share_{t}": s.get(f"sync_share_{t}") for t in ("tensors", "lora")},
                      "phases_tensors": s.get("ours_tensors", {}).get("phases_median"), "note": s.get("note")}
-    if "learning" in report:
-        le = report["learning"]
-        h["learning"] = {k: {m: le[k][m] for m in ("mean_reward", "format_valid", "accuracy")}
-                         for k in ("untrained", "trained")}
     return h
 
 
