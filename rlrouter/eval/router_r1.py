@@ -39,9 +39,11 @@ def held_out_summary(trajs: Sequence[Any], candidates: Sequence[str], alpha: flo
 
     reward = RouterR1Reward(alpha, candidates=list(candidates), cost_window=cost_window, metric=metric)
     scores = score_trajectories(reward, trajs)
+    failures = Counter(s.failure for s in scores if s.failure)
     return {**policy_summary(trajs, candidates),
             "mean_reward": float(np.mean([s.total for s in scores])) if scores else 0.0,
-            "format_reward_mean": float(np.mean([s.format for s in scores])) if scores else 0.0}
+            "format_reward_mean": float(np.mean([s.format for s in scores])) if scores else 0.0,
+            "format_failures": dict(failures.most_common(5))}
 
 
 def baseline_summaries(pool: Any, items: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, dict[str, Any]]:

@@ -41,7 +41,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     from rlrouter.data.build import load_split
     from rlrouter.distributed.cluster import connect
-    from rlrouter.eval.router_r1 import baseline_summaries, plot_held_out, plot_run, policy_summary, write_report
+    from rlrouter.eval.router_r1 import baseline_summaries, held_out_summary, plot_held_out, plot_run, write_report
     from rlrouter.learner.group import LearnerGroup
     from rlrouter.metrics import read_jsonl
     from rlrouter.pool.pool import CandidatePool
@@ -77,7 +77,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     eval_seed = cfg.eval.seed
     if not train.resume_from and cfg.eval.get("untrained", True):
         base = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
-        report["results"]["policy_untrained"] = policy_summary(base, candidates)
+        report["results"]["policy_untrained"] = held_out_summary(base, candidates, train.alpha, train.cost_window,
+                                                                 train.outcome_metric)
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
     demos = []
     if train.warmup_steps and not train.resume_from and not train.init_from:
@@ -96,7 +97,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if getattr(result, "error", None):
         raise RuntimeError(f"training failed: {result.error}")
     trained = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
-    report["results"]["policy_trained"] = policy_summary(trained, candidates)
+    report["results"]["policy_trained"] = held_out_summary(trained, candidates, train.alpha, train.cost_window,
+                                                           train.outcome_metric)
     print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
     report["results"].update(baseline_summaries(pool, test_items, seed=eval_seed))
     metrics = read_jsonl(out / "metrics.jsonl")
