@@ -72,7 +72,7 @@ class LearnerConfig:
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward: activation memory of ~one layer, ~1.3x compute."""
     keep_checkpoints: int = 0
-    """How many of the newest checkpoints stay on disk (a 3B full fine-tune's is ~37 GB); 0 keeps all."""
+    """How many of the newest checkpoints stay on disk (a 3B full fine-tune's is ~46 GiB); 0 keeps all."""
     grpo: dict[str, Any] = field(default_factory=dict)
     ppo: dict[str, Any] = field(default_factory=dict)
 
@@ -469,7 +469,12 @@ class Learner:
         ``only_changed``: with LoRA, only the adapted modules differ from the engine's base weights,
         so only their fused groups are sent (SmolLM2, LoRA on q/v: q, k, v of 30 layers, 66 MB
         instead of 513 MB). Under FSDP: rank 0, from the weights gathered after the last step.
+        In the compute dtype: with ``dtype: bfloat16`` the engine gets the bf16 weights the learner
+        computes with (half the bytes of the fp32 masters: 6.2 instead of 12.4 GB for a 3B model).
         """
+        return [(k, v.to(self.compute_dtype) if v.is_floating_point() else v) for k, v in self._merged(only_changed)]
+
+    def _merged(self, only_changed: bool = True) -> list[tuple[str, torch.Tensor]]:
         state = self._policy_state()
         if not self.cfg.lora:
             return [(k, v.detach().cpu()) for k, v in state.items()]

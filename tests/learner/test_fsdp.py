@@ -30,12 +30,12 @@ def _cases(model: str) -> dict[str, LearnerConfig]:
     }
 
 
-def _run_case(cfg: LearnerConfig, rank: int, world: int, out: Path | None) -> dict[str, object]:
+def _run_case(cfg: LearnerConfig, rank: int, world: int, out: Path | None, device: str = "cpu") -> dict[str, object]:
     from rlrouter.learner.checkpoint import load_checkpoint, save_checkpoint
     from tests.learner.test_learner import _trajs
 
     torch.manual_seed(0)
-    lr = Learner(cfg, rank, world)
+    lr = Learner(cfg, rank, world, device=device)
     res: dict[str, object] = {}
     if rank == 0:
         res["init"] = {k: v.clone() for k, v in lr.merged_weights(only_changed=False)}
@@ -50,7 +50,7 @@ def _run_case(cfg: LearnerConfig, rank: int, world: int, out: Path | None) -> di
     if out is not None:
         save_checkpoint(out / "ck", lr, step=1)
         torch.manual_seed(1)
-        fresh = Learner(cfg, rank, world)
+        fresh = Learner(cfg, rank, world, device=device)
         load_checkpoint(out / "ck", fresh)
         m2, m2_fresh = lr.train_step(trajs, REWARDS), fresh.train_step(trajs, REWARDS)
         if rank == 0:
@@ -60,27 +60,31 @@ def _run_case(cfg: LearnerConfig, rank: int, world: int, out: Path | None) -> di
     return res
 
 
-def _ranks(rank: int, world: int, port: int, model: str, out: str) -> None:
+def _ranks(rank: int, world: int, port: int, model: str, out: str, backend: str = "gloo") -> None:
+    """One rank: gloo on CPU (the proxy) or NCCL with one GPU per rank (tests/learner/test_gpu.py)."""
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = "cpu" if backend == "gloo" else f"cuda:{rank}"
+    dist.init_process_group(backend, rank=rank, world_size=world)
     try:
-        res = {name: _run_case(cfg, rank, world, Path(out) / name) for name, cfg in _cases(model).items()}
+        res = {name: _run_case(cfg, rank, world, Path(out) / name, device) for name, cfg in _cases(model).items()}
         # bf16 compute under FSDP2: master weights and AdamW state stay fp32
         torch.manual_seed(0)
         bf = Learner(LearnerConfig(model=model, lora=False, algo="grpo", lr=1e-3, micro_batch_size=2,
-                                   strategy="fsdp", dtype="bfloat16", grpo={"group_size": 2}), rank, world)
+                                   strategy="fsdp", dtype="bfloat16", grpo={"group_size": 2}), rank, world, device)
         from tests.learner.test_learner import _trajs
 
         bf.train_step(_trajs(bf.tokenizer), REWARDS)
         states = [s for st in bf.optimizer.state.values() for s in st.values() if s.dim() > 0]
         res["bf16_dtypes"] = sorted({str(p.dtype) for p in bf.policy.parameters()} | {str(s.dtype) for s in states})
+        if rank == 0:
+            res["bf16_sent_dtypes"] = sorted({str(t.dtype) for _, t in bf.merged_weights()})
         # DDP with PPO: a cold-start step leaves the value head unused; the next steps must not raise
         torch.manual_seed(0)
         ddp = Learner(LearnerConfig(model=model, lora=False, algo="ppo", lr=1e-3, micro_batch_size=2,
-                                    strategy="ddp", ppo={"kl": {"coef": 0.0}}), rank, world)
+                                    strategy="ddp", ppo={"kl": {"coef": 0.0}}), rank, world, device)
         trajs = _trajs(ddp.tokenizer)
         ddp.sft_step(trajs[:2])
         res["ddp_ppo_value_loss"] = ddp.train_step(trajs, REWARDS)["learner/value_loss"]
@@ -151,6 +155,7 @@ def test_fsdp_on_two_cpu_ranks_matches_one_unsharded_learner(two_rank_results, t
 def test_bf16_keeps_fp32_master_weights_and_optimizer_state(two_rank_results):
     res, _ = two_rank_results
     assert res["bf16_dtypes"] == ["torch.float32"]
+    assert res["bf16_sent_dtypes"] == ["torch.bfloat16"]  # the engine gets what the learner computes with
 
 
 def test_ddp_ppo_survives_the_cold_start(two_rank_results):
