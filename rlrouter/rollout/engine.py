@@ -42,6 +42,9 @@ class EngineConfig:
     in_process: bool | None = None
     """None: in-process on CPU (4-5 s start instead of 25-28 s), engine subprocess on CUDA."""
     seed: int = 0
+    weight_transfer: str | None = None
+    """"nccl": start vLLM's NCCL weight-transfer engine, for GPU-to-GPU syncs (``rlrouter.sync.nccl``,
+    CUDA only, never run yet); None: weights arrive through ``rlrouter.sync.vllm_ext``."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed to ``vllm.LLM`` as they are (anything not spelled above)."""
 
@@ -54,6 +57,10 @@ class EngineConfig:
             raise ValueError("rollout.engine.tensor_parallel_size: tensor parallel needs device=cuda")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"rollout.engine.gpu_memory_utilization: in (0, 1], got {self.gpu_memory_utilization!r}")
+        if self.weight_transfer not in (None, "nccl"):
+            raise ValueError(f"rollout.engine.weight_transfer: null or 'nccl', got {self.weight_transfer!r}")
+        if self.weight_transfer and self.device == "cpu":
+            raise ValueError("rollout.engine.weight_transfer: 'nccl' needs device=cuda")
         if self.max_model_len < 1 or self.kv_cache_space_gib < 1:
             raise ValueError("rollout.engine.max_model_len / kv_cache_space_gib: must be >= 1")
 
@@ -88,6 +95,8 @@ class EngineConfig:
             kwargs.update(enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=1)
         if device == "cuda":
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
+        if self.weight_transfer:
+            kwargs["weight_transfer_config"] = {"backend": self.weight_transfer}
         return {**kwargs, **self.engine_kwargs}
 
 

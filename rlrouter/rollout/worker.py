@@ -152,6 +152,18 @@ class RolloutWorker:
             self.weights_version = version
         return time.perf_counter() - t0
 
+    def weight_transfer(self, method: str, payload: dict | None = None, version: int | None = None) -> None:
+        """One of vLLM's weight-transfer calls on this engine's workers (``rlrouter.sync.nccl``, GPU only)."""
+        from rlrouter.sync.nccl import TRANSFER_METHODS
+
+        if method not in TRANSFER_METHODS:
+            raise ValueError(f"weight_transfer: unknown method {method!r}, expected one of {TRANSFER_METHODS}")
+        self.llm.collective_rpc(method, args=() if payload is None else (payload,))
+        if method == "finish_weight_update":
+            self.llm.reset_prefix_cache()
+            if version is not None:
+                self.weights_version = version
+
     def info(self) -> dict[str, Any]:
         return {"worker_index": self.worker_index, "model_path": self.model_path, "pid": os.getpid(),
                 "engine_start_s": self.engine_start_s, "weights_version": self.weights_version,

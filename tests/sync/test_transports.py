@@ -77,3 +77,17 @@ def test_the_old_sequential_cut_would_split_groups():
 def test_bad_bucket_size_names_the_field():
     with pytest.raises(ValueError, match="train.sync_bucket_mb"):
         make_payload("tensors", _Source(), version=1, bucket_mb=0)
+
+
+def test_nccl_client_gives_each_engine_its_own_ranks():
+    """Each engine is its own vLLM instance: its TP workers must not reuse another engine's NCCL ranks."""
+    from rlrouter.sync.nccl import MergedWeightsSource, RolloutWorkersClient
+
+    client = RolloutWorkersClient(workers=[object()] * 3, tensor_parallel_size=2)
+    payloads = client.init_payloads({"master_address": "10.0.0.1", "master_port": 1234, "rank_offset": 1,
+                                     "world_size": 7})
+    ranks = [p["rank_offset"] + r for p in payloads for r in range(2)]
+    assert ranks == [1, 2, 3, 4, 5, 6] and all(p["world_size"] == 7 for p in payloads)
+    src = MergedWeightsSource([("a.weight", torch.ones(2, 3, dtype=torch.bfloat16))], "cpu")
+    assert [(m.name, m.dtype, m.shape) for m in src.metadata()] == [("a.weight", torch.bfloat16, (2, 3))]
+    assert [n for n, _ in src] == ["a.weight"]
