@@ -49,7 +49,8 @@ class VLLMCandidateEngine:
         t0 = time.perf_counter()
         self.llm, self.model_path = build_engine(model, cfg)
         self.start_s = time.perf_counter() - t0
-        self.engine = engine
+        # what the engine was built with, resolved (dtype "auto" -> float32 on CPU, ...)
+        self.engine = {k: v for k, v in cfg.llm_kwargs(self.model_path).items() if k != "model"}
 
     def info(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "start_s": self.start_s, "engine": self.engine, "pid": os.getpid()}
