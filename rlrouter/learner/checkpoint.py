@@ -64,11 +64,12 @@ def prune_checkpoints(folder: str | Path, keep_last: int, keep: Path | None = No
     """Delete all but the newest ``keep_last`` complete ``step_*`` checkpoints (0: keep all); returns the deleted.
 
     Only directories holding ``state.json`` count, so a checkpoint still being written is never the
-    reason an older complete one survives or goes.
+    reason an older complete one survives or goes. The cold start (``step_000000``) is never deleted:
+    ``train.init_from`` starts later runs from it.
     """
     if keep_last <= 0:
         return []
-    done = sorted(p for p in Path(folder).glob("step_*") if (p / STATE).exists())
+    done = sorted(p for p in Path(folder).glob("step_*") if (p / STATE).exists() and p.name != "step_000000")
     gone = [p for p in done[:-keep_last] if keep is None or p.resolve() != keep.resolve()]
     for p in gone:
         shutil.rmtree(p, ignore_errors=True)

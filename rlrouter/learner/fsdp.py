@@ -67,6 +67,8 @@ def load_full_state_dict(module: torch.nn.Module, sd: dict[str, torch.Tensor]) -
             if name not in params:
                 raise KeyError(f"checkpoint: parameter '{name}' not in the learner")
             p = params[name]
+            if isinstance(value, DTensor):  # e.g. a critic's own initial state (load_weights): every rank gathers
+                value = value.full_tensor()
             if isinstance(p, DTensor):
                 local = distribute_tensor(value.to(p.device, p.dtype), p.device_mesh, p.placements,
                                           src_data_rank=None).to_local()

@@ -18,11 +18,11 @@ def _ckpts(root, steps, complete=True):
 
 
 def test_keeps_the_newest_k_complete_ones(tmp_path):
-    _ckpts(tmp_path, [5, 10, 15, 20])
+    _ckpts(tmp_path, [0, 5, 10, 15, 20])  # step 0: the cold start, which init_from starts from, stays
     _ckpts(tmp_path, [25], complete=False)  # still being written (another rank): neither counted nor deleted
     gone = prune_checkpoints(tmp_path, 2)
     assert sorted(p.name for p in gone) == ["step_000005", "step_000010"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000015", "step_000020", "step_000025"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000000", "step_000015", "step_000020", "step_000025"]
 
 
 def test_zero_keeps_all(tmp_path):
