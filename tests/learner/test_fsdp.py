@@ -41,7 +41,10 @@ def _run_case(cfg: LearnerConfig, rank: int, world: int, out: Path | None, devic
         res["init"] = {k: v.clone() for k, v in lr.merged_weights(only_changed=False)}
     trajs = _trajs(lr.tokenizer)
     lr.sft_step(trajs[:2], lr=1e-3)  # PPO: the value head gets no gradient here (the DDP trap of issue 14)
-    lr.set_reference_to_current()  # kl_reference: start (sharded reference model / adapter copy)
+    if cfg.lora:
+        # kl_reference: start (the adapter copy, sharded under FSDP). Not for full fine-tuning here: its
+        # start reference is not checkpointed, so the resume check below could not hold
+        lr.set_reference_to_current()
     m = lr.train_step(trajs, REWARDS)
     if rank == 0:
         res["trained"] = {k: v.clone() for k, v in lr.merged_weights(only_changed=False)}
