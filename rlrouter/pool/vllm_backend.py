@@ -10,13 +10,15 @@ Options (``Candidate.options``):
 - ``model``: a name for ``rlrouter.models.resolve_model`` (default ``smollm2-135m-instruct``);
 - ``max_tokens`` (256), ``temperature`` (0.0: a candidate answers deterministically), ``top_p`` (1.0),
   ``seed`` (0), ``system_prompt``;
-- engine: ``max_model_len`` (2048), ``dtype`` (default ``float32`` on CPU, ``auto`` on GPU),
-  ``enforce_eager`` (default true on CPU: compiling a 30-layer model takes minutes on 2 cores),
-  ``tensor_parallel_size`` (1), ``engine_kwargs`` (passed to ``vllm.LLM`` as they are);
-- actor: ``num_cpus`` (1), ``num_gpus`` (0), ``kvcache_space_gb`` (1: ``VLLM_CPU_KVCACHE_SPACE``),
-  ``in_process`` (true: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which starts in 4-5 s instead of
-  25-28 s on this CPU, see ../shared/notes/vllm-cpu.md), ``actor_name`` (share one engine between
-  processes, e.g. the Serve app and a benchmark).
+- engine: the fields of ``rlrouter.rollout.engine.EngineConfig``, spelled the same as for rollout
+  workers: ``device`` (``auto``: CUDA when the actor sees a GPU), ``max_model_len`` (2048), ``dtype``
+  (``auto``: float32 on CPU, bfloat16 on CUDA), ``enforce_eager`` (default true on CPU: compiling a
+  30-layer model takes minutes on 2 cores), ``tensor_parallel_size`` (1), ``gpu_memory_utilization``,
+  ``kv_cache_space_gib`` (1: ``VLLM_CPU_KVCACHE_SPACE``), ``in_process`` (default true on CPU:
+  starts in 4-5 s instead of 25-28 s, see ../shared/notes/vllm-cpu.md), ``engine_kwargs`` (passed
+  to ``vllm.LLM`` as they are); the seed is the sampling ``seed``;
+- actor: ``num_cpus`` (1), ``num_gpus`` (0), ``actor_name`` (share one engine between processes, e.g.
+  the Serve app and a benchmark).
 
 The engine starts at the first ``generate`` (or ``await backend.start()``), not when the pool is
 built, so a pool config can list a vLLM candidate that a job never calls.
@@ -39,25 +41,16 @@ class VLLMCandidateEngine:
     """The engine logic (plain class; ``VLLMCandidateActor`` is its Ray actor)."""
 
     def __init__(self, model: str, engine: dict[str, Any], env: dict[str, str] | None = None):
-        # vLLM reads these at import time; the actor's runtime_env sets them too, this covers plain use.
         for k, v in (env or {}).items():
             os.environ.setdefault(k, v)
-        import torch
-        from vllm import LLM
+        from rlrouter.rollout.engine import EngineConfig, build_engine
 
-        from rlrouter.models import resolve_model
-
-        on_gpu = torch.cuda.is_available()
-        engine = dict(engine)
-        if engine.get("dtype") is None:
-            engine["dtype"] = "auto" if on_gpu else "float32"
-        if engine.get("enforce_eager") is None:
-            engine["enforce_eager"] = not on_gpu
-        self.model_path = resolve_model(model)
+        cfg = EngineConfig(**engine)
         t0 = time.perf_counter()
-        self.llm = LLM(model=self.model_path, **engine)
+        self.llm, self.model_path = build_engine(model, cfg)
         self.start_s = time.perf_counter() - t0
-        self.engine = engine
+        # what the engine was built with, resolved (dtype "auto" -> float32 on CPU, ...)
+        self.engine = {k: v for k, v in cfg.llm_kwargs(self.model_path).items() if k != "model"}
 
     def info(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "start_s": self.start_s, "engine": self.engine, "pid": os.getpid()}
@@ -96,23 +89,26 @@ class VLLMBackend(Backend):
         }
         self.system_prompt = o.get("system_prompt", str, None)
         self.engine = {
+            "device": o.get("device", str, "auto", lambda v: v in ("auto", "cpu", "cuda"),
+                            expect="'auto', 'cpu' or 'cuda'"),
             "max_model_len": o.get("max_model_len", int, 2048, positive, expect="an int > 0"),
-            "dtype": o.get("dtype", str, None),
+            "dtype": o.get("dtype", str, "auto"),
             "enforce_eager": o.get("enforce_eager", bool, None),
             "tensor_parallel_size": o.get("tensor_parallel_size", int, 1, positive, expect="an int > 0"),
+            "gpu_memory_utilization": o.get("gpu_memory_utilization", float, 0.5, lambda v: 0 < v <= 1,
+                                            expect="a number in (0, 1]"),
+            "kv_cache_space_gib": o.get("kv_cache_space_gib", int, 1, positive, expect="an int > 0"),
+            "in_process": o.get("in_process", bool, None),
+            "enable_lora": False,
             "seed": self.sampling["seed"],
-            **o.get("engine_kwargs", dict, {}),
+            "engine_kwargs": o.get("engine_kwargs", dict, {}),
         }
         self.num_cpus = o.get("num_cpus", float, 1.0, non_negative, expect="a number >= 0")
         self.num_gpus = o.get("num_gpus", float, 0.0, non_negative, expect="a number >= 0")
-        kv = o.get("kvcache_space_gb", int, 1, positive, expect="an int > 0")
-        in_process = o.get("in_process", bool, True)
         self.actor_name = o.get("actor_name", str, None)
         o.finish()
-        self.env = {"VLLM_CPU_KVCACHE_SPACE": str(kv),
-                    "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if in_process else "1",
-                    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-                    "TOKENIZERS_PARALLELISM": "false"}
+        # vLLM's own variables are set in the actor by build_engine (where the device is known)
+        self.env = {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "TOKENIZERS_PARALLELISM": "false"}
         self._actor: Any = None
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None

