@@ -26,14 +26,25 @@ def category_of(prompts):
     return ["math" if p.startswith("m") else "trivia" if p.startswith("t") else "other" for p in prompts]
 
 
-def test_category_map_auto_picks_cheapest_within_tolerance():
+def test_cost_aware_category_map_trades_loss_for_price_and_sweeps_with_lam():
+    from rlrouter.eval.adapters import CostAwareCategoryRouter
+
     prompts = ["m1", "m2", "m3", "m4", "t1", "t2", "t3", "t4"]
-    # math: weak 0.25, strong 1.0 -> strong; trivia: both 1.0 -> the cheaper weak
-    scores = np.array([[0, 1], [0, 1], [0, 1], [1, 1], [1, 1], [1, 1], [1, 1], [1, 1]], dtype=float)
-    r = CategoryMapRouter("intent", category_of, "auto", default=1, tolerance=0.02)
+    # math: weak 0.25, strong 1.0 (loss 0.75); trivia: weak 0.75, strong 1.0 (loss 0.25)
+    scores = np.array([[0, 1], [0, 1], [0, 1], [1, 1], [1, 1], [1, 1], [1, 1], [0, 1]], dtype=float)
+    r = CostAwareCategoryRouter("intent", category_of, default=1, weak=0, strong=1, lam=0.0)
     r.fit(make_set(prompts, scores))
+    # costs 1 and 10 USD per prompt -> 9,000 USD saved per 1,000 prompts
+    assert r.score_of == pytest.approx({"math": 0.75 / 9000, "trivia": 0.25 / 9000})
+    assert r.category_map == {"math": 1, "trivia": 1}  # lam 0: no saving is worth any loss
+    r.threshold = 0.5 / 9000  # trivia loses 0.25 < lam x 9000 = 0.5: weak; math does not
     assert r.category_map == {"math": 1, "trivia": 0}
-    assert r.decide(["m9", "t9", "x9"]).tolist() == [1, 0, 1]  # unknown category -> default
+    assert r.decide(["m9", "t9", "x9"]).tolist() == [1, 0, 1]  # unknown category -> default (strong)
+    r.threshold = 1.0
+    assert r.decide(["m9", "t9"]).tolist() == [0, 0]
+    # as a threshold router the job can calibrate it to a strong share: half of these prompts are math
+    r.calibrate(["m1", "m2", "t1", "t2"], 0.5)
+    assert r.decide(["m1", "m2", "t1", "t2"]).tolist() == [1, 1, 0, 0]
 
 
 def test_intent_router_from_config_with_classifier_path(monkeypatch):
@@ -47,6 +58,10 @@ def test_intent_router_from_config_with_classifier_path(monkeypatch):
     assert r.decide(["m", "t", "o"]).tolist() == [1, 0, 0]
     with pytest.raises(ValueError, match="checkpoint"):
         build_router({"type": "intent"}, ctx)
+    with pytest.raises(ValueError, match="'tolerance' was replaced by the cost-aware 'lam'"):
+        build_router({"type": "intent", "classifier": "fake_intent_plugin:classify", "tolerance": 0.02}, ctx)
+    auto = build_router({"type": "intent", "classifier": "fake_intent_plugin:classify", "lam": 0.1}, ctx)
+    assert auto.threshold == 0.1
 
 
 def test_selector_warmup_learns_the_better_candidate_from_bandit_feedback():
