@@ -36,7 +36,8 @@ class SelectorRouter(Router):
 
     def __init__(self, name: str, candidates: list[str], config: Mapping[str, Any] | None,
                  embed: Callable[[list[str]], np.ndarray] | None, warmup: bool = True,
-                 warmup_max: int = 0, seed: int = 0, prices: Mapping[str, float] | None = None):
+                 warmup_max: int = 0, seed: int = 0, prices: Mapping[str, float] | None = None,
+                 online: bool = False):
         from rlrouter.selector import Selector, SelectorConfig
 
         cfg = dict(config or {})
@@ -54,6 +55,7 @@ class SelectorRouter(Router):
         self.warmup_max = warmup_max
         self.seed = seed
         self.warmup_reward = float("nan")
+        self.online = online
 
     def _requests(self, prompts: list[str]):
         from rlrouter.selector import SelectionRequest
@@ -62,23 +64,53 @@ class SelectorRouter(Router):
         for i in range(len(prompts)):
             yield SelectionRequest(candidates=self.candidates, embedding=None if emb is None else emb[i])
 
+    def _bandit_pass(self, data: EvalSet, order: np.ndarray) -> np.ndarray:
+        """Select for each prompt of ``order`` in turn and feed back the chosen candidate's logged
+        outcome only (bandit feedback); returns the chosen candidate per row of ``order``."""
+        prompts = [data.prompts[i] for i in order]
+        chosen = np.empty(len(order), dtype=np.int64)
+        for k, (i, req) in enumerate(zip(order, self._requests(prompts))):
+            dec = self.selector.select(req)
+            j = self.candidates.index(dec.model)
+            chosen[k] = j
+            s = float(data.scores[i, j])
+            # a logged score in (0, 1) is a graded answer: >= 0.5 reads as a win (ties at exactly 0.5)
+            outcome = "win" if s > 0.5 else ("tie" if s == 0.5 else "loss")
+            self.selector.feedback(dec.request_id, outcome=outcome)
+        return chosen
+
     def fit(self, train: EvalSet) -> None:
         if not self.warmup:
             return
         order = np.random.default_rng(self.seed).permutation(len(train))
         if self.warmup_max > 0:
             order = order[: self.warmup_max]
-        prompts = [train.prompts[i] for i in order]
-        rewards = []
-        for i, req in zip(order, self._requests(prompts)):
-            dec = self.selector.select(req)
-            j = self.candidates.index(dec.model)
-            s = float(train.scores[i, j])
-            rewards.append(s)
-            # a logged score in (0, 1) is a graded answer: >= 0.5 reads as a win (ties at exactly 0.5)
-            outcome = "win" if s > 0.5 else ("tie" if s == 0.5 else "loss")
-            self.selector.feedback(dec.request_id, outcome=outcome)
-        self.warmup_reward = float(np.mean(rewards)) if rewards else float("nan")
+        chosen = self._bandit_pass(train, order)
+        self.warmup_reward = float(train.scores[order, chosen].mean()) if len(order) else float("nan")
+
+    def replay(self, test: EvalSet) -> np.ndarray:
+        """``online: false``: frozen decisions. ``online: true``: the held-out stream (a seeded shuffle of
+        the test split) is served in turn, each decision's logged outcome fed back before the next, so
+        the selector keeps learning on subjects it never saw (issue 17)."""
+        if not self.online:
+            return self.decide(test.prompts)
+        order = np.random.default_rng(self.seed + 1).permutation(len(test))
+        out = np.empty(len(test), dtype=np.int64)
+        out[order] = self._bandit_pass(test, order)
+        self.stream_order = order
+        return out
+
+    def objective(self, scores: np.ndarray) -> np.ndarray:
+        """(N, M) the selector's own per-decision objective: the score times its cost bonus
+        (``rules.cost_bonus``), the quantity its regret is measured in."""
+        from rlrouter.selector import rules
+
+        cfg = self.config
+        out = np.array(scores, dtype=np.float64)
+        if cfg.cost_awareness and cfg.cost_weight > 0 and cfg.costs:
+            for j, m in enumerate(self.candidates):
+                out[:, j] = [rules.cost_bonus(x, rules.normalised_cost(m, cfg.costs), cfg.cost_weight) for x in out[:, j]]
+        return out
 
     def decide(self, prompts: list[str]) -> np.ndarray:
         out = np.empty(len(prompts), dtype=np.int64)
@@ -164,7 +196,8 @@ def _build_selector(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     prices = {c.name: c.price_in for c in ctx.train.candidates}
     router = SelectorRouter("selector", ctx.candidates, cfg.pop("config", None), ctx.embed,
                             warmup=bool(cfg.pop("warmup", True)), warmup_max=int(cfg.pop("warmup_max", 0)),
-                            seed=ctx.seed, prices=prices if cfg.pop("cost_aware_prices", True) else None)
+                            seed=ctx.seed, prices=prices if cfg.pop("cost_aware_prices", True) else None,
+                            online=bool(cfg.pop("online", False)))
     _no_leftovers(cfg, "selector")
     return router
 

@@ -274,6 +274,7 @@ def run(cfg: Any) -> dict[str, Any]:
     decisions: dict[str, np.ndarray] = {}
     strong_scores: dict[str, np.ndarray] = {}
     timings: dict[str, float] = {}
+    online: dict[str, Any] = {}
     with tqdm(total=len(specs) + 1, desc="evaluate_router", unit="router") as bar:
         for name, spec in specs.items():
             bar.set_postfix_str(name)
@@ -291,7 +292,9 @@ def run(cfg: Any) -> dict[str, Any]:
                     router.calibrate(test.prompts, float(share))
                 decisions[name] = np.where(strong_scores[name] >= router.threshold, router.strong, router.weak)
             else:
-                decisions[name] = np.asarray(router.decide(test.prompts), dtype=np.int64)
+                decisions[name] = np.asarray(router.replay(test), dtype=np.int64)
+                if getattr(router, "online", False):
+                    online[name] = router
             timings[name] = time.perf_counter() - t
             bar.update(1)
         bar.set_postfix_str("oracle")
@@ -323,6 +326,7 @@ def run(cfg: Any) -> dict[str, Any]:
                           "strong": {"quality": strong_ref[0], "cost_mean": strong_ref[1]},
                           "cost_range": list(cost_range), "routers": per}
 
+    online_report = {name: online_regret(r, test, decisions, name) for name, r in online.items()}
     boot_cfg = ev.get("bootstrap") or {}
     boot = None
     if boot_cfg.get("enabled", True):
@@ -342,6 +346,7 @@ def run(cfg: Any) -> dict[str, Any]:
         "routers": {name: {"type": spec.get("type"), "seconds": round(timings[name], 2)} for name, spec in specs.items()},
         "slices": results,
         "bootstrap": boot,
+        "online": online_report,
         "ope": ope,
         "seconds": round(time.perf_counter() - t0, 2),
     }
@@ -362,6 +367,31 @@ def _command_line() -> str | None:
     except Exception:  # not under @hydra.main (tests call run() directly)
         return None
     return " ".join(["python jobs/evaluate_router.py", *overrides])
+
+
+def online_regret(router: Any, test: EvalSet, decisions: Mapping[str, np.ndarray], name: str) -> dict[str, Any]:
+    """Regret of an online router over the test stream (issue 17), in its own objective
+    (``router.objective``: the selector's score times its cost bonus) and in plain quality: against
+    the best fixed candidate (always the same one) and the best fixed router of this run (every other
+    evaluated router, frozen, oracle excluded). Also the cumulative regret at 10%, 20%, ... of the stream."""
+    rows = np.arange(len(test))
+    obj = router.objective(test.scores)  # (N, M)
+    order = getattr(router, "stream_order", rows)
+    mine = obj[rows, decisions[name]]
+    fixed = {f"always {c}": obj[:, j] for j, c in enumerate(test.names)}
+    fixed.update({k: obj[rows, d] for k, d in decisions.items() if k not in (name, "oracle")})
+    best_arm = max((k for k in fixed if k.startswith("always ")), key=lambda k: fixed[k].sum())
+    best_router = max(fixed, key=lambda k: fixed[k].sum())
+    checkpoints = np.linspace(0.1, 1.0, 10)
+    cum = {k: np.cumsum(fixed[k][order] - mine[order]) for k in (best_arm, best_router)}
+    q = test.scores[rows, decisions[name]]
+    return {"stream": len(test), "objective_mean": float(mine.mean()), "quality": float(q.mean()),
+            "best_fixed_candidate": best_arm, "regret_vs_best_candidate": float(cum[best_arm][-1]),
+            "best_fixed_router": best_router, "regret_vs_best_router": float(cum[best_router][-1]),
+            "quality_regret_vs_best_router": float(test.scores[rows, decisions[best_router]].sum() - q.sum())
+            if best_router in decisions else None,
+            "regret_curve": {"fraction": checkpoints.tolist(),
+                             "vs_best_router": [float(cum[best_router][int(f * len(test)) - 1]) for f in checkpoints]}}
 
 
 def _run_bootstrap(bc: Mapping[str, Any], test: EvalSet, decisions: Mapping[str, np.ndarray],

@@ -94,3 +94,27 @@ def test_contextual_selector_learns_per_prompt_group():
     test = [f"g0-t{i}" for i in range(50)] + [f"g1-t{i}" for i in range(50)]
     d = r.decide(test)
     assert d[:50].mean() > 0.9 and d[50:].mean() < 0.1
+
+
+def test_online_selector_keeps_learning_on_the_test_stream_and_reports_regret():
+    from rlrouter.eval.job import online_regret
+
+    n = 300
+    # a short warm-up where weak is right half the time and strong always
+    warm = make_set([f"w{i}" for i in range(8)], np.array([[i % 2, 1.0] for i in range(8)], dtype=float))
+    test = make_set([f"t{i}" for i in range(n)], np.tile([1.0, 1.0], (n, 1)))  # test: both right, weak cheaper
+    cfg = {"cost_awareness": True, "cost_weight": 0.2, "enable_personalization": False}
+    frozen = SelectorRouter("frozen", ["weak", "strong"], cfg, embed=None, seed=0, prices={"weak": 0.6, "strong": 10.0})
+    online = SelectorRouter("online", ["weak", "strong"], cfg, embed=None, seed=0, prices={"weak": 0.6, "strong": 10.0},
+                            online=True)
+    for r in (frozen, online):
+        r.fit(warm)
+    dec = {"frozen": frozen.replay(test), "online": online.replay(test), "always_weak": np.zeros(n, dtype=np.int64)}
+    # learning from the stream, the online selector moves to the candidate that is as good and cheaper
+    late = dec["online"][online.stream_order[-100:]].mean()
+    assert late < 0.3 and late < dec["frozen"].mean()
+    rep = online_regret(online, test, dec, "online")
+    assert rep["best_fixed_candidate"] == "always weak" and rep["best_fixed_router"] in ("always weak", "always_weak")
+    # objective: weak earns 1.2 (cost bonus), strong 1.0; regret = 0.2 x the online selector's strong calls
+    assert rep["regret_vs_best_candidate"] == pytest.approx(0.2 * dec["online"].sum())
+    assert rep["regret_curve"]["vs_best_router"][-1] == pytest.approx(rep["regret_vs_best_router"])
