@@ -19,6 +19,7 @@ import numpy as np
 from rlrouter.eval import baselines as _baselines  # noqa: F401 - registers the baseline router types
 from rlrouter.eval import adapters as _adapters  # noqa: F401 - registers the adapters of trained routers
 from rlrouter.eval import learned as _learned  # noqa: F401 - registers the probe and ensemble routers
+from rlrouter.eval import encoder_router as _encoder_router  # noqa: F401 - registers the encoder router
 from rlrouter.eval.baselines import oracle_curve, oracle_decisions
 from rlrouter.eval.metrics import RouterMetrics, evaluate_decisions, summarize, threshold_sweep
 from rlrouter.eval.ope import crossfit_reward_model, epsilon_soft, evaluate_all, one_hot, simulate_logging
