@@ -93,14 +93,14 @@ def summarize(reports: dict[int, dict]) -> dict:
                          "at_share": r.get("at_share"),
                          "apgr_minus_random": b.get("apgr_minus_random"),
                          "apgr_minus_best_baseline": b.get("apgr_minus_best_baseline"),
-                         "apgr_minus_mf": None if r.get("apgr") is None else
-                         r["apgr"] - rep["slices"]["all"]["routers"]["mf"]["apgr"]}
+                         "apgr_minus_mf": None if r.get("apgr") is None or "mf" not in rep["slices"]["all"]["routers"]
+                         else r["apgr"] - rep["slices"]["all"]["routers"]["mf"]["apgr"]}
             if rep.get("online") and name in rep["online"]:
                 per[seed]["online"] = rep["online"][name]
         apgrs = [p["apgr"] for p in per.values() if p["apgr"] is not None]
         out["routers"][name] = {"per_seed": per, "apgr_mean": float(np.mean(apgrs)) if apgrs else None,
                                 "apgr_minus_mf_mean": float(np.mean([p["apgr_minus_mf"] for p in per.values()]))
-                                if apgrs else None,
+                                if apgrs and all(p["apgr_minus_mf"] is not None for p in per.values()) else None,
                                 "quality_mean": float(np.mean([p["quality"] for p in per.values()])),
                                 "strong_share_mean": float(np.mean([p["strong_share"] for p in per.values()]))}
     return out
@@ -126,7 +126,7 @@ def markdown(summary: dict) -> str:
         share95 = " / ".join(_f(per[s]["share_for_95pct_strong"], pct=True) for s in seeds)
         at = [np.mean([per[s]["at_share"][k]["quality"] for s in seeds]) for k in ("0.2", "0.5", "0.8")]
         lines.append(f"| {name} | {r['apgr_mean']:.3f} | {' / '.join(_f(per[s]['apgr']) for s in seeds)} | "
-                     f"{r['apgr_minus_mf_mean']:+.3f} | {'; '.join(ci)} | {share95} | "
+                     f"{_f(r['apgr_minus_mf_mean'])} | {'; '.join(ci)} | {share95} | "
                      f"{at[0]:.3f} / {at[1]:.3f} / {at[2]:.3f} |")
     return "\n".join(lines)
 
