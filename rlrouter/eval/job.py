@@ -338,7 +338,7 @@ def run(cfg: Any) -> dict[str, Any]:
         "command": cfg.get("command") or _command_line(),
         "seed": seed,
         "data": {"sources": [str(s) for s in ev.get("data") or []], "train": len(train), "test": len(test),
-                 "split": split_desc,
+                 "split": split_desc, "test_subset": split_desc["test_subset"],
                  "candidates": [{"name": c.name, "price_in_per_1m": c.price_in, "price_out_per_1m": c.price_out}
                                 for c in train.candidates],
                  "weak": names[weak], "strong": names[strong],
