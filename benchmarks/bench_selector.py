@@ -49,10 +49,10 @@ def embeddings_for(prompts: list[str], max_length: int = 48) -> np.ndarray:
     path = CACHE / f"routellm_minilm_{h}_{max_length}.npy"
     if path.exists():
         return np.load(path)
-    from rlrouter.selector.embedding import MiniLMEncoder
+    from rlrouter.embeddings import TextEncoder
 
     t0 = time.time()
-    e = MiniLMEncoder(max_length=max_length, batch_size=64).encode(prompts)
+    e = TextEncoder(max_length=max_length, batch_size=64).encode(prompts)
     print(f"embedded {len(prompts)} prompts in {time.time() - t0:.0f}s", flush=True)
     CACHE.mkdir(parents=True, exist_ok=True)
     np.save(path, e)

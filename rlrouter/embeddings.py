@@ -21,35 +21,59 @@ _ENCODERS: dict[str, "TextEncoder"] = {}
 
 
 class TextEncoder:
-    """A frozen encoder that maps texts to unit vectors (float32, shape (N, dim))."""
+    """A frozen encoder that maps texts to unit vectors (float32, shape (N, dim)).
 
-    def __init__(self, model: str = "minilm-l6", max_length: int = 256, device: str = "cpu"):
+    The one MiniLM embedder of rlrouter (selector contexts, GMTRouter query features, kNN / MF
+    baselines, the implicit-feedback classifier). Thread-safe; loads the model on first use, so a
+    Serve replica pays for it only when a request needs it.
+    """
+
+    def __init__(self, model: str = "minilm-l6", max_length: int = 256, device: str = "cpu",
+                 batch_size: int = 64, num_threads: int | None = None):
+        self.name = model
+        self.max_length = max_length
+        self.device = device
+        self.batch_size = batch_size
+        self.num_threads = num_threads
+        self._lock = threading.Lock()
+        self._model = None
+        self._tokenizer = None
+        self.dim = 384  # MiniLM-L6's width until the model is loaded
+
+    def _load(self) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        path = resolve_model(model)
-        self.name = model
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).to(device).eval()
-        self.max_length = max_length
-        self.device = device
-        self.dim = int(self.model.config.hidden_size)
-        self._torch = torch
+        if self.num_threads:
+            torch.set_num_threads(self.num_threads)
+        path = resolve_model(self.name)
+        self._tokenizer = AutoTokenizer.from_pretrained(path)
+        self._model = AutoModel.from_pretrained(path).to(self.device).eval()
+        self.dim = int(self._model.config.hidden_size)
 
-    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
-        torch = self._torch
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(texts), batch_size):
-                batch = texts[start:start + batch_size]
-                enc = self.tokenizer(batch, padding=True, truncation=True, max_length=self.max_length,
-                                     return_tensors="pt").to(self.device)
-                hidden = self.model(**enc).last_hidden_state  # (B, T, H)
-                mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (B, H)
-                pooled = torch.nn.functional.normalize(pooled, dim=-1)
-                out[start:start + len(batch)] = pooled.cpu().numpy()
+    def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        import torch
+
+        batch_size = batch_size or self.batch_size
+        with self._lock:
+            if self._model is None:
+                self._load()
+            out = np.zeros((len(texts), self.dim), dtype=np.float32)
+            with torch.inference_mode():
+                for start in range(0, len(texts), batch_size):
+                    # an empty string has no tokens to pool: encode a space instead
+                    batch = [t if t.strip() else " " for t in texts[start:start + batch_size]]
+                    enc = self._tokenizer(batch, padding=True, truncation=True, max_length=self.max_length,
+                                          return_tensors="pt").to(self.device)
+                    hidden = self._model(**enc).last_hidden_state  # (B, T, H)
+                    mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+                    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (B, H)
+                    pooled = torch.nn.functional.normalize(pooled, dim=-1)
+                    out[start:start + len(batch)] = pooled.float().cpu().numpy()
         return out
+
+    def encode_one(self, text: str) -> np.ndarray:
+        return self.encode([text])[0]
 
 
 def get_encoder(model: str = "minilm-l6") -> TextEncoder:

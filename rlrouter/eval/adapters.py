@@ -5,9 +5,9 @@
   for that candidate only, exactly what it would see in production. A saved state
   (``storage_path``) can be loaded instead of, or before, the warm-up. On the test split its
   decisions are those of the policy at the end of warm-up (Thompson draws, so stochastic; seeded).
-* ``intent``: an intent classifier and a category -> candidate map. ``category_map: auto`` picks, per
-  category, the cheapest candidate whose training-split quality on that category is within
-  ``tolerance`` of the best one.
+* ``intent``: an intent classifier and a category -> candidate map. ``category_map: auto`` learns the
+  map with a cost-aware rule: the weak candidate serves a category when its training-split quality loss
+  there is below ``lam`` times the price saved; lam is the router's threshold, so a sweep gives a curve.
 
 * ``gmtrouter``: a GMTRouter checkpoint (``rlrouter.gmt``) as a threshold router: how much it prefers
   the strong candidate is its logit for strong minus its logit for weak. Logged outcomes carry no
@@ -36,7 +36,8 @@ class SelectorRouter(Router):
 
     def __init__(self, name: str, candidates: list[str], config: Mapping[str, Any] | None,
                  embed: Callable[[list[str]], np.ndarray] | None, warmup: bool = True,
-                 warmup_max: int = 0, seed: int = 0, prices: Mapping[str, float] | None = None):
+                 warmup_max: int = 0, seed: int = 0, prices: Mapping[str, float] | None = None,
+                 online: bool = False):
         from rlrouter.selector import Selector, SelectorConfig
 
         cfg = dict(config or {})
@@ -54,6 +55,7 @@ class SelectorRouter(Router):
         self.warmup_max = warmup_max
         self.seed = seed
         self.warmup_reward = float("nan")
+        self.online = online
 
     def _requests(self, prompts: list[str]):
         from rlrouter.selector import SelectionRequest
@@ -62,23 +64,53 @@ class SelectorRouter(Router):
         for i in range(len(prompts)):
             yield SelectionRequest(candidates=self.candidates, embedding=None if emb is None else emb[i])
 
+    def _bandit_pass(self, data: EvalSet, order: np.ndarray) -> np.ndarray:
+        """Select for each prompt of ``order`` in turn and feed back the chosen candidate's logged
+        outcome only (bandit feedback); returns the chosen candidate per row of ``order``."""
+        prompts = [data.prompts[i] for i in order]
+        chosen = np.empty(len(order), dtype=np.int64)
+        for k, (i, req) in enumerate(zip(order, self._requests(prompts))):
+            dec = self.selector.select(req)
+            j = self.candidates.index(dec.model)
+            chosen[k] = j
+            s = float(data.scores[i, j])
+            # a logged score in (0, 1) is a graded answer: >= 0.5 reads as a win (ties at exactly 0.5)
+            outcome = "win" if s > 0.5 else ("tie" if s == 0.5 else "loss")
+            self.selector.feedback(dec.request_id, outcome=outcome)
+        return chosen
+
     def fit(self, train: EvalSet) -> None:
         if not self.warmup:
             return
         order = np.random.default_rng(self.seed).permutation(len(train))
         if self.warmup_max > 0:
             order = order[: self.warmup_max]
-        prompts = [train.prompts[i] for i in order]
-        rewards = []
-        for i, req in zip(order, self._requests(prompts)):
-            dec = self.selector.select(req)
-            j = self.candidates.index(dec.model)
-            s = float(train.scores[i, j])
-            rewards.append(s)
-            # a logged score in (0, 1) is a graded answer: >= 0.5 reads as a win (ties at exactly 0.5)
-            outcome = "win" if s > 0.5 else ("tie" if s == 0.5 else "loss")
-            self.selector.feedback(dec.request_id, outcome=outcome)
-        self.warmup_reward = float(np.mean(rewards)) if rewards else float("nan")
+        chosen = self._bandit_pass(train, order)
+        self.warmup_reward = float(train.scores[order, chosen].mean()) if len(order) else float("nan")
+
+    def replay(self, test: EvalSet) -> np.ndarray:
+        """``online: false``: frozen decisions. ``online: true``: the held-out stream (a seeded shuffle of
+        the test split) is served in turn, each decision's logged outcome fed back before the next, so
+        the selector keeps learning on subjects it never saw (issue 17)."""
+        if not self.online:
+            return self.decide(test.prompts)
+        order = np.random.default_rng(self.seed + 1).permutation(len(test))
+        out = np.empty(len(test), dtype=np.int64)
+        out[order] = self._bandit_pass(test, order)
+        self.stream_order = order
+        return out
+
+    def objective(self, scores: np.ndarray) -> np.ndarray:
+        """(N, M) the selector's own per-decision objective: the score times its cost bonus
+        (``rules.cost_bonus``), the quantity its regret is measured in."""
+        from rlrouter.selector import rules
+
+        cfg = self.config
+        out = np.array(scores, dtype=np.float64)
+        if cfg.cost_awareness and cfg.cost_weight > 0 and cfg.costs:
+            for j, m in enumerate(self.candidates):
+                out[:, j] = [rules.cost_bonus(x, rules.normalised_cost(m, cfg.costs), cfg.cost_weight) for x in out[:, j]]
+        return out
 
     def decide(self, prompts: list[str]) -> np.ndarray:
         out = np.empty(len(prompts), dtype=np.int64)
@@ -90,33 +122,62 @@ class SelectorRouter(Router):
 
 
 class CategoryMapRouter(Router):
-    """Route by the category an intent classifier gives each prompt."""
+    """Route by the category an intent classifier gives each prompt, through a given map."""
 
-    def __init__(self, name: str, classify: Callable[[list[str]], Sequence[str]],
-                 category_map: Mapping[str, int] | str, default: int, tolerance: float = 0.02):
+    def __init__(self, name: str, classify: Callable[[list[str]], Sequence[str]], category_map: Mapping[str, int],
+                 default: int):
         self.name = name
         self.classify = classify
-        self.auto = category_map == "auto"
-        if not self.auto and not isinstance(category_map, Mapping):
-            raise ValueError("intent.category_map: expected a mapping category -> candidate, or 'auto'")
-        self.category_map: dict[str, int] = {} if self.auto else dict(category_map)  # type: ignore[arg-type]
+        self.category_map = dict(category_map)
         self.default = default
-        self.tolerance = tolerance
-
-    def fit(self, train: EvalSet) -> None:
-        if not self.auto:
-            return
-        cats = np.array(list(self.classify(train.prompts)))
-        for c in sorted(set(cats.tolist())):
-            rows = cats == c
-            q = train.scores[rows].mean(axis=0)  # (M,)
-            cost = train.costs[rows].mean(axis=0)  # (M,)
-            ok = np.nonzero(q >= q.max() - self.tolerance)[0]
-            self.category_map[c] = int(ok[np.argmin(cost[ok])])
 
     def decide(self, prompts: list[str]) -> np.ndarray:
-        cats = self.classify(prompts)
-        return np.array([self.category_map.get(c, self.default) for c in cats], dtype=np.int64)
+        return np.array([self.category_map.get(c, self.default) for c in self.classify(prompts)], dtype=np.int64)
+
+
+class CostAwareCategoryRouter(ThresholdRouter):
+    """An intent classifier with a category map learned by a cost-aware rule (issue 17).
+
+    For each category c, with the training-split quality q and mean cost (USD per 1,000 prompts) of the
+    two candidates there, the weak candidate serves c when its quality loss is below ``lam`` times the
+    price saved: ``q_strong(c) - q_weak(c) < lam * (cost_strong(c) - cost_weak(c))``, i.e. the candidate
+    with the higher ``q - lam * cost``. As a threshold router a prompt's score is its category's loss per
+    dollar saved, ``(q_strong - q_weak) / (cost_strong - cost_weak)``, and lam is the threshold: sweeping
+    it moves categories to the weak candidate in order of how little they lose per dollar, which gives a
+    cost-quality curve and an APGR. Categories the training split never showed go to ``default``.
+    """
+
+    def __init__(self, name: str, classify: Callable[[list[str]], Sequence[str]], default: int, weak: int,
+                 strong: int, lam: float = 0.05):
+        if lam < 0:
+            raise ValueError(f"intent.lam: must be >= 0, got {lam}")
+        super().__init__(name, weak, strong, threshold=lam)
+        self.classify = classify
+        self.default = default
+        self.score_of: dict[str, float] = {}  # category -> loss per USD saved per 1,000 prompts
+
+    def fit(self, train: EvalSet) -> None:
+        cats = np.array(list(self.classify(train.prompts)))
+        self.score_of = {}
+        for c in sorted(set(cats.tolist())):
+            rows = cats == c
+            q = train.scores[rows].mean(axis=0)
+            cost = 1000.0 * train.costs[rows].mean(axis=0)
+            loss, saved = q[self.strong] - q[self.weak], cost[self.strong] - cost[self.weak]
+            self.score_of[c] = float(loss / saved) if saved > 0 else (np.inf if loss > 0 else -np.inf)
+
+    @property
+    def lam(self) -> float:
+        return self.threshold
+
+    @property
+    def category_map(self) -> dict[str, int]:
+        """The map at the current lam."""
+        return {c: self.strong if v >= self.lam else self.weak for c, v in self.score_of.items()}
+
+    def strong_score(self, prompts: list[str]) -> np.ndarray:
+        unseen = np.inf if self.default == self.strong else -np.inf
+        return np.array([self.score_of.get(c, unseen) for c in self.classify(prompts)])
 
 
 def _index(which: str, ctx: RouterContext, field: str) -> int:
@@ -135,7 +196,8 @@ def _build_selector(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     prices = {c.name: c.price_in for c in ctx.train.candidates}
     router = SelectorRouter("selector", ctx.candidates, cfg.pop("config", None), ctx.embed,
                             warmup=bool(cfg.pop("warmup", True)), warmup_max=int(cfg.pop("warmup_max", 0)),
-                            seed=ctx.seed, prices=prices if cfg.pop("cost_aware_prices", True) else None)
+                            seed=ctx.seed, prices=prices if cfg.pop("cost_aware_prices", True) else None,
+                            online=bool(cfg.pop("online", False)))
     _no_leftovers(cfg, "selector")
     return router
 
@@ -156,10 +218,17 @@ def _build_intent(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     else:
         raise ValueError("router type 'intent': set checkpoint (a saved intent classifier) or classifier")
     raw_map = cfg.pop("category_map", "auto")
-    cmap: Mapping[str, int] | str = raw_map if raw_map == "auto" else {
-        k: _index(v, ctx, f"category_map.{k}") for k, v in dict(raw_map).items()}
-    router = CategoryMapRouter("intent", classify, cmap, default=_index(cfg.pop("default", "strong"), ctx, "default"),
-                               tolerance=float(cfg.pop("tolerance", 0.02)))
+    default = _index(cfg.pop("default", "strong"), ctx, "default")
+    if "tolerance" in cfg:
+        raise ValueError("router type 'intent': 'tolerance' was replaced by the cost-aware 'lam' (issue 17): the weak "
+                         "candidate serves a category when its quality loss there is below lam x the USD saved per 1k prompts")
+    router: Router
+    if raw_map == "auto":
+        router = CostAwareCategoryRouter("intent", classify, default, ctx.weak, ctx.strong, lam=float(cfg.pop("lam", 0.05)))
+    else:
+        cfg.pop("lam", None)
+        cmap = {k: _index(v, ctx, f"category_map.{k}") for k, v in dict(raw_map).items()}
+        router = CategoryMapRouter("intent", classify, cmap, default)
     _no_leftovers(cfg, "intent")
     return router
 

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rlrouter.eval.job import _normalize, _plain, load_eval_set, split_by_question, subsample
+from rlrouter.eval.job import _normalize, _plain, load_eval_set, subsample
+from rlrouter.eval.job import split as split_rows
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -45,7 +46,7 @@ def write_train_split(cfg: Mapping[str, Any], out_dir: str | Path) -> dict[str, 
     seed = int(cfg.get("seed", 0))
     full = subsample(load_eval_set(ev), int(ev.get("max_prompts", 0) or 0), seed)
     split = ev.get("split") or {}
-    _, test_rows = split_by_question(full, float(split.get("test_fraction", 0.2)), int(split.get("seed", seed)))
+    _, test_rows = split_rows(full, split, seed)
     test_keys = {_normalize(full.prompts[i]) for i in test_rows}
     out_dir = Path(out_dir)
     kept = dropped = 0

@@ -18,6 +18,8 @@ import numpy as np
 
 from rlrouter.eval import baselines as _baselines  # noqa: F401 - registers the baseline router types
 from rlrouter.eval import adapters as _adapters  # noqa: F401 - registers the adapters of trained routers
+from rlrouter.eval import learned as _learned  # noqa: F401 - registers the probe and ensemble routers
+from rlrouter.eval import encoder_router as _encoder_router  # noqa: F401 - registers the encoder router
 from rlrouter.eval.baselines import oracle_curve, oracle_decisions
 from rlrouter.eval.metrics import RouterMetrics, evaluate_decisions, summarize, threshold_sweep
 from rlrouter.eval.ope import crossfit_reward_model, epsilon_soft, evaluate_all, one_hot, simulate_logging
@@ -59,6 +61,49 @@ def split_by_question(es: EvalSet, test_fraction: float, seed: int) -> tuple[np.
     return np.nonzero(~is_test)[0], np.nonzero(is_test)[0]
 
 
+def split_by_subject(es: EvalSet, holdout: int, seed: int, prefix: str = "",
+                     subjects: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, test rows) leaving whole subjects out: every row of a held-out subject (its
+    ``source``, e.g. "mmlu/anatomy") goes to test, so the routers are measured on subjects they never
+    saw (the generalisation RouteLLM and RouterBench report on out-of-domain benchmarks).
+
+    ``subjects`` names the held-out subjects; otherwise ``holdout`` of them are drawn with ``seed``
+    from the sources starting with ``prefix``. A question that also appears under a training subject is
+    dropped from training, so no test question is ever seen.
+    """
+    sources = np.array(es.sources)
+    pool = sorted({s for s in es.sources if s.startswith(prefix)})
+    if subjects:
+        unknown = sorted(set(subjects) - set(es.sources))
+        if unknown:
+            raise ValueError(f"eval.split.test_subjects: {unknown} are not sources of the data "
+                             f"(e.g. {pool[:3]})")
+        held = set(subjects)
+    else:
+        if not 1 <= holdout < len(pool):
+            raise ValueError(f"eval.split.holdout_subjects: must be in [1, {len(pool) - 1}] "
+                             f"({len(pool)} subjects start with '{prefix}'), got {holdout}")
+        rng = np.random.default_rng(seed)
+        held = {pool[i] for i in rng.permutation(len(pool))[:holdout]}
+    is_test = np.isin(sources, sorted(held))
+    test_keys = {_normalize(es.prompts[i]) for i in np.nonzero(is_test)[0]}
+    leak = np.array([_normalize(p) in test_keys for p in es.prompts]) & ~is_test
+    return np.nonzero(~is_test & ~leak)[0], np.nonzero(is_test)[0]
+
+
+def split(es: EvalSet, split_cfg: Mapping[str, Any], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The configured split (``eval.split``): ``by: subject`` (leave whole subjects out) or ``by: question``."""
+    by = split_cfg.get("by", "question")
+    s = int(split_cfg.get("seed", seed))
+    if by == "question":
+        return split_by_question(es, float(split_cfg.get("test_fraction", 0.2)), s)
+    if by == "subject":
+        return split_by_subject(es, int(split_cfg.get("holdout_subjects", 10)), s,
+                                prefix=str(split_cfg.get("holdout_prefix", "") or ""),
+                                subjects=list(split_cfg.get("test_subjects") or []))
+    raise ValueError(f"eval.split.by: expected 'question' or 'subject', got '{by}'")
+
+
 def subsample(es: EvalSet, max_prompts: int, seed: int) -> EvalSet:
     """At most ``max_prompts`` rows, each task keeping its share (for smoke runs and tests)."""
     if max_prompts <= 0 or len(es) <= max_prompts:
@@ -73,12 +118,50 @@ def subsample(es: EvalSet, max_prompts: int, seed: int) -> EvalSet:
     return es.subset(sorted(keep))
 
 
-def load_eval_set(ev: Mapping[str, Any]) -> EvalSet:
+def load_eval_set(ev: Mapping[str, Any], key: str = "data") -> EvalSet:
+    """Read and concatenate the sources listed under ``eval.<key>``."""
     tokens = TokenEstimate(**(ev.get("tokens") or {}))
     prices = ev.get("prices") or {}
+    sources = ev.get(key)
+    if not sources:
+        raise ValueError(f"eval.{key}: no data sources listed")
+    if isinstance(sources, str):
+        sources = [sources]
     parts = [read_eval_set(str(src), fmt=ev.get("format", "auto"), prices=prices, tokens=tokens,
-                           allow_pickle=bool(ev.get("allow_pickle", False))) for src in ev["data"]]
+                           allow_pickle=bool(ev.get("allow_pickle", False))) for src in sources]
     return EvalSet.concat(parts) if len(parts) > 1 else parts[0]
+
+
+def load_split(ev: Mapping[str, Any], seed: int) -> tuple[EvalSet, EvalSet, dict[str, Any]]:
+    """(train, test, description): ``eval.train_data`` + ``eval.test_data`` when both are set, else
+    ``eval.data`` split by ``eval.split``; then ``eval.test_subset`` (a seeded subset of test)."""
+    split_cfg = dict(ev.get("split") or {})
+    max_prompts = int(ev.get("max_prompts", 0) or 0)
+    if ev.get("train_data") or ev.get("test_data"):
+        if not (ev.get("train_data") and ev.get("test_data")):
+            raise ValueError("eval.train_data / eval.test_data: set both, or neither (then eval.data is split)")
+        train = subsample(load_eval_set(ev, "train_data"), max_prompts, seed)
+        test = subsample(load_eval_set(ev, "test_data"), max_prompts, seed)
+        if train.names != test.names:
+            raise ValueError(f"eval.test_data: candidates {test.names} differ from eval.train_data's {train.names}")
+        desc = {"protocol": "separate train_data / test_data",
+                "train_sources": [str(s) for s in ev["train_data"]], "test_sources": [str(s) for s in ev["test_data"]]}
+    else:
+        full = subsample(load_eval_set(ev), max_prompts, seed)
+        train_rows, test_rows = split(full, split_cfg, seed)
+        train, test = full.subset(train_rows), full.subset(test_rows)
+        by = split_cfg.get("by", "question")
+        desc = {"protocol": f"split by {by}", "seed": int(split_cfg.get("seed", seed))}
+        if by == "subject":
+            desc["test_subjects"] = sorted(set(test.sources))
+        else:
+            desc["test_fraction"] = float(split_cfg.get("test_fraction", 0.2))
+    # a fixed, seeded subset of the test split (each task keeping its share) for routers too slow for all
+    # of it (Router-R1 on CPU); every router and baseline of the run is scored on the same subset
+    test_subset = int(ev.get("test_subset", 0) or 0)
+    test = subsample(test, test_subset, int(split_cfg.get("seed", seed)))
+    desc["test_subset"] = test_subset
+    return train, test, desc
 
 
 def _embedder(ev: Mapping[str, Any]):
@@ -120,6 +203,34 @@ def _slices(test: EvalSet) -> dict[str, np.ndarray]:
     return out
 
 
+def share_for_quality(strong_share: np.ndarray, quality: np.ndarray, target: float) -> float:
+    """Smallest strong-call share at which a swept curve first reaches ``target`` quality (linear
+    between points; nan if never): e.g. the share that buys 95% of always-strong's quality."""
+    x, y = np.asarray(strong_share, dtype=np.float64), np.asarray(quality, dtype=np.float64)
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    if y[0] >= target:
+        return float(x[0])
+    for i in range(1, len(x)):
+        if y[i] >= target:
+            return float(x[i - 1] + (target - y[i - 1]) / (y[i] - y[i - 1]) * (x[i] - x[i - 1]))
+    return float("nan")
+
+
+def at_shares(s: np.ndarray, scores: np.ndarray, costs: np.ndarray, weak: int, strong: int,
+              shares: list[float]) -> dict[str, dict[str, float]]:
+    """A threshold router calibrated (label-free, a quantile of its own scores) to each requested share
+    of strong calls: the quality, mean cost and actual strong share there."""
+    out = {}
+    rows = np.arange(len(s))
+    for share in shares:
+        t = float(np.quantile(s, 1.0 - share)) if share > 0 else float("inf")
+        dec = np.where(s >= t, strong, weak)
+        out[f"{share:g}"] = {"quality": float(scores[rows, dec].mean()), "cost_mean": float(costs[rows, dec].mean()),
+                             "strong_share": float((dec == strong).mean())}
+    return out
+
+
 def _metrics_dict(m: RouterMetrics, names: list[str]) -> dict[str, Any]:
     d: dict[str, Any] = {
         "quality": m.point.quality, "cost_total": m.point.cost_total, "cost_mean": m.point.cost_mean,
@@ -143,16 +254,9 @@ def run(cfg: Any) -> dict[str, Any]:
     seed = int(cfg.get("seed", 0))
     t0 = time.perf_counter()
     load_plugins(list(ev.get("plugins") or []))
-    full = subsample(load_eval_set(ev), int(ev.get("max_prompts", 0) or 0), seed)
-    split = ev.get("split") or {}
-    train_rows, test_rows = split_by_question(full, float(split.get("test_fraction", 0.2)), int(split.get("seed", seed)))
-    train, test = full.subset(train_rows), full.subset(test_rows)
-    # a fixed, seeded subset of the test split (each task keeping its share) for routers too slow for all
-    # of it (Router-R1 on CPU); every router and baseline of the run is scored on the same subset
-    test_subset = int(ev.get("test_subset", 0) or 0)
-    test = subsample(test, test_subset, int(split.get("seed", seed)))
-    names = full.names
-    weak, strong = full.index(ev["weak"]), full.index(ev["strong"])
+    train, test, split_desc = load_split(ev, seed)
+    names = train.names
+    weak, strong = train.index(ev["weak"]), train.index(ev["strong"])
     ctx = RouterContext(candidates=names, weak=weak, strong=strong, train=train, embed=_embedder(ev), seed=seed,
                         work_dir=Path(cfg["output_dir"]))
 
@@ -165,11 +269,13 @@ def run(cfg: Any) -> dict[str, Any]:
             specs[name] = dict(spec)
 
     num_thresholds = int(ev.get("num_thresholds", 10))
+    report_shares = [float(x) for x in (ev.get("report_strong_shares") or [0.2, 0.5, 0.8])]
     operating_share = ev.get("operating_strong_share")
     slices = _slices(test)
     decisions: dict[str, np.ndarray] = {}
     strong_scores: dict[str, np.ndarray] = {}
     timings: dict[str, float] = {}
+    online: dict[str, Any] = {}
     with tqdm(total=len(specs) + 1, desc="evaluate_router", unit="router") as bar:
         for name, spec in specs.items():
             bar.set_postfix_str(name)
@@ -187,7 +293,9 @@ def run(cfg: Any) -> dict[str, Any]:
                     router.calibrate(test.prompts, float(share))
                 decisions[name] = np.where(strong_scores[name] >= router.threshold, router.strong, router.weak)
             else:
-                decisions[name] = np.asarray(router.decide(test.prompts), dtype=np.int64)
+                decisions[name] = np.asarray(router.replay(test), dtype=np.int64)
+                if getattr(router, "online", False):
+                    online[name] = router
             timings[name] = time.perf_counter() - t
             bar.update(1)
         bar.set_postfix_str("oracle")
@@ -208,6 +316,10 @@ def run(cfg: Any) -> dict[str, Any]:
             if name in strong_scores:
                 curve = threshold_sweep(strong_scores[name][rows], sc, co, weak, strong, num_thresholds)
             per[name] = _metrics_dict(summarize(name, point, weak_ref, strong_ref, curve, cost_range), names)
+            if curve is not None:
+                per[name]["at_share"] = at_shares(strong_scores[name][rows], sc, co, weak, strong, report_shares)
+                per[name]["share_for_95pct_strong"] = share_for_quality(curve.strong_share, curve.quality,
+                                                                        0.95 * strong_ref[0])
         shares = np.linspace(0, 1, 21)
         per["oracle"]["optimal_curve"] = {"strong_share": shares.tolist(),
                                           "quality": oracle_curve(sc, co, weak, strong, shares).tolist()}
@@ -215,20 +327,27 @@ def run(cfg: Any) -> dict[str, Any]:
                           "strong": {"quality": strong_ref[0], "cost_mean": strong_ref[1]},
                           "cost_range": list(cost_range), "routers": per}
 
+    online_report = {name: online_regret(r, test, decisions, name) for name, r in online.items()}
+    boot_cfg = ev.get("bootstrap") or {}
+    boot = None
+    if boot_cfg.get("enabled", True):
+        boot = _run_bootstrap(boot_cfg, test, decisions, strong_scores, specs, weak, strong, num_thresholds, seed)
     ope = _run_ope(ev.get("ope") or {}, test, decisions, names, seed) if (ev.get("ope") or {}).get("enabled") else None
 
     report = {
         "command": cfg.get("command") or _command_line(),
         "seed": seed,
-        "data": {"sources": [str(s) for s in ev["data"]], "prompts": len(full), "train": len(train), "test": len(test),
+        "data": {"sources": [str(s) for s in ev.get("data") or []], "train": len(train), "test": len(test),
+                 "split": split_desc, "test_subset": split_desc["test_subset"],
                  "candidates": [{"name": c.name, "price_in_per_1m": c.price_in, "price_out_per_1m": c.price_out}
-                                for c in full.candidates],
+                                for c in train.candidates],
                  "weak": names[weak], "strong": names[strong],
-                 "test_fraction": float(split.get("test_fraction", 0.2)), "test_subset": test_subset,
                  "tokens": {"prompt_mean": float(test.prompt_tokens.mean()),
                             "completion_mean": dict(zip(names, test.completion_tokens.mean(axis=0).tolist()))}},
         "routers": {name: {"type": spec.get("type"), "seconds": round(timings[name], 2)} for name, spec in specs.items()},
         "slices": results,
+        "bootstrap": boot,
+        "online": online_report,
         "ope": ope,
         "seconds": round(time.perf_counter() - t0, 2),
     }
@@ -249,6 +368,53 @@ def _command_line() -> str | None:
     except Exception:  # not under @hydra.main (tests call run() directly)
         return None
     return " ".join(["python jobs/evaluate_router.py", *overrides])
+
+
+def online_regret(router: Any, test: EvalSet, decisions: Mapping[str, np.ndarray], name: str) -> dict[str, Any]:
+    """Regret of an online router over the test stream (issue 17), in its own objective
+    (``router.objective``: the selector's score times its cost bonus) and in plain quality: against
+    the best fixed candidate (always the same one) and the best fixed router of this run (every other
+    evaluated router, frozen, oracle excluded). Also the cumulative regret at 10%, 20%, ... of the stream."""
+    rows = np.arange(len(test))
+    obj = router.objective(test.scores)  # (N, M)
+    order = getattr(router, "stream_order", rows)
+    mine = obj[rows, decisions[name]]
+    fixed = {f"always {c}": obj[:, j] for j, c in enumerate(test.names)}
+    fixed.update({k: obj[rows, d] for k, d in decisions.items() if k not in (name, "oracle")})
+    best_arm = max((k for k in fixed if k.startswith("always ")), key=lambda k: fixed[k].sum())
+    best_router = max(fixed, key=lambda k: fixed[k].sum())
+    checkpoints = np.linspace(0.1, 1.0, 10)
+    cum = {k: np.cumsum(fixed[k][order] - mine[order]) for k in (best_arm, best_router)}
+    q = test.scores[rows, decisions[name]]
+    return {"stream": len(test), "objective_mean": float(mine.mean()), "quality": float(q.mean()),
+            "best_fixed_candidate": best_arm, "regret_vs_best_candidate": float(cum[best_arm][-1]),
+            "best_fixed_router": best_router, "regret_vs_best_router": float(cum[best_router][-1]),
+            "quality_regret_vs_best_router": float(test.scores[rows, decisions[best_router]].sum() - q.sum())
+            if best_router in decisions else None,
+            "regret_curve": {"fraction": checkpoints.tolist(),
+                             "vs_best_router": [float(cum[best_router][int(f * len(test)) - 1]) for f in checkpoints]}}
+
+
+def _run_bootstrap(bc: Mapping[str, Any], test: EvalSet, decisions: Mapping[str, np.ndarray],
+                   strong_scores: Mapping[str, np.ndarray], specs: Mapping[str, Mapping[str, Any]], weak: int,
+                   strong: int, num_thresholds: int, seed: int) -> dict[str, Any]:
+    """Paired bootstrap intervals of every router against random and against the best baseline (the
+    learned baseline, kNN or MF, with the highest APGR on this test set)."""
+    from rlrouter.eval.bootstrap import apgr_on_rows, paired_bootstrap
+
+    baseline_types = set(bc.get("baseline_types") or ["knn", "mf"])
+    learned = [n for n, sp in specs.items() if sp.get("type") in baseline_types and n in strong_scores]
+    idx = np.arange(len(test))
+    best = max(learned, key=lambda n: apgr_on_rows(idx, strong_scores[n], test.scores, test.costs, weak, strong,
+                                                 num_thresholds)) if learned else None
+    refs = {"random": "random"} if "random" in decisions else {}
+    if best is not None:
+        refs["best_baseline"] = best
+    level = float(bc.get("level", 0.95))
+    n_boot = int(bc.get("n_boot", 1000))
+    routers = paired_bootstrap(test.scores, test.costs, weak, strong, decisions, strong_scores, refs,
+                               num_thresholds=num_thresholds, n_boot=n_boot, level=level, seed=seed)
+    return {"level": level, "n_boot": n_boot, "best_baseline": best, "references": refs, "routers": routers}
 
 
 def _run_ope(oc: Mapping[str, Any], test: EvalSet, decisions: Mapping[str, np.ndarray], names: list[str],

@@ -1,10 +1,12 @@
 """The evaluation set: logged outcomes of every candidate on every prompt, with tokens and price.
 
 An :class:`EvalSet` holds, per prompt and candidate, the logged score (correctness in {0, 1} or a
-graded score in [0, 1]) and the USD cost of that call. Two sources feed it through one reader:
+graded score in [0, 1]) and the USD cost of that call. Three sources feed it through one reader:
 
 * RouteLLM's CSVs (a folder, a CSV or a URL): read by ``rlrouter.data.logged.load_routellm`` (the
   pool's reader), whose ``LoggedDataError`` names file, row, line and column.
+* MT-Bench judgements in FastChat's layout (``question.jsonl`` + ``model_judgment/*_single.jsonl``):
+  graded scores, the routed model's mean judgement / 10 (RouteLLM's MT-Bench protocol).
 * RouterBench-style tables (parquet, or a pickle only with ``allow_pickle=True``): one row per prompt,
   a ``prompt`` column, ``eval_name`` (the task), and per candidate ``<model>`` (score),
   optionally ``<model>|model_response`` and ``<model>|total_cost``.
@@ -279,6 +281,100 @@ def read_routerbench(path: str | Path, prices: Mapping[str, Mapping[str, float]]
                           logged_costs=logged)
 
 
+# ---------------------------------------------------------------- MT-Bench (FastChat's format)
+
+
+def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(1-based line, record) for every non-blank line of a JSON-lines file."""
+    import json
+
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFileError(path, f"line {n}", None, f"not JSON: {e.msg}") from None
+        if not isinstance(rec, dict):
+            raise DataFileError(path, f"line {n}", None, "expected a JSON object")
+        out.append((n, rec))
+    return out
+
+
+def read_mtbench(path: str | Path, prices: Mapping[str, Mapping[str, float]],
+                 tokens: TokenEstimate | None = None) -> EvalSet:
+    """MT-Bench judgements in FastChat's layout, graded as RouteLLM does.
+
+    ``path`` is a folder with ``question.jsonl`` (question_id, category, turns) and
+    ``model_judgment/*_single.jsonl`` (question_id, model, judge, score, turn; FastChat's single-answer
+    grading, scores 1-10, -1 where the judge's verdict could not be parsed, which is skipped). The
+    router sees the first turn; a candidate's score on a question is the mean of its judgements (every
+    judge and turn) divided by 10. Candidates are the judged models that ``prices`` names; each must be
+    judged on every question. ``model_answer/<model>.jsonl``, when present, gives completion lengths.
+    """
+    root = Path(path)
+    tokens = tokens or TokenEstimate()
+    qfile = root / "question.jsonl"
+    if not qfile.exists():
+        raise FileNotFoundError(f"{root}: no question.jsonl (FastChat's MT-Bench layout)")
+    prompts: dict[Any, str] = {}
+    category: dict[Any, str] = {}
+    for n, rec in _jsonl(qfile):
+        turns = rec.get("turns")
+        if "question_id" not in rec:
+            raise DataFileError(qfile, f"line {n}", "question_id", "missing")
+        if not isinstance(turns, list) or not turns or not isinstance(turns[0], str) or not turns[0].strip():
+            raise DataFileError(qfile, f"line {n}", "turns", "expected a list whose first turn is a non-empty string")
+        prompts[rec["question_id"]] = turns[0]
+        category[rec["question_id"]] = str(rec.get("category", "unknown"))
+    files = sorted((root / "model_judgment").glob("*_single.jsonl"))
+    if not files:
+        raise FileNotFoundError(f"{root}: no model_judgment/*_single.jsonl judgement files")
+    if not prices:
+        raise ValueError("eval.prices: MT-Bench judgements hold no prices; price the candidates to route between")
+    judged: dict[tuple[Any, str], list[float]] = {}
+    for f in files:
+        for n, rec in _jsonl(f):
+            for key in ("question_id", "model", "score"):
+                if key not in rec:
+                    raise DataFileError(f, f"line {n}", key, "missing")
+            if rec["model"] not in prices:
+                continue
+            if rec["question_id"] not in prompts:
+                raise DataFileError(f, f"line {n}", "question_id", f"{rec['question_id']!r} is not in {qfile.name}")
+            try:
+                score = float(rec["score"])
+            except (TypeError, ValueError):
+                raise DataFileError(f, f"line {n}", "score", f"{rec['score']!r} is not a number") from None
+            if score == -1:
+                continue  # FastChat's marker for a verdict it could not parse
+            if not 0.0 <= score <= 10.0 or math.isnan(score):
+                raise DataFileError(f, f"line {n}", "score", f"{score} is outside FastChat's 1-10 scale")
+            judged.setdefault((rec["question_id"], rec["model"]), []).append(score)
+    names = sorted({m for _, m in judged})
+    if len(names) < 2:
+        raise ValueError(f"{root}: judgements found for {names} among the priced models {sorted(prices)}; need >= 2")
+    qids = list(prompts)
+    scores = np.zeros((len(qids), len(names)))
+    for i, q in enumerate(qids):
+        for j, m in enumerate(names):
+            if (q, m) not in judged:
+                raise DataFileError(root / "model_judgment", f"question_id {q!r}", m, "no valid judgement for this model")
+            scores[i, j] = float(np.mean(judged[(q, m)])) / 10.0
+    responses: dict[str, list[str | None]] = {}
+    for m in names:
+        afile = root / "model_answer" / f"{m}.jsonl"
+        if afile.exists():
+            by_q = {}
+            for _, rec in _jsonl(afile):
+                turns = ((rec.get("choices") or [{}])[0] or {}).get("turns") or []
+                by_q[rec.get("question_id")] = turns[0] if turns and isinstance(turns[0], str) else None
+            responses[m] = [by_q.get(q) for q in qids]
+    return build_eval_set([prompts[q] for q in qids], names, scores, [f"mt_bench/{category[q]}" for q in qids],
+                          responses or None, prices, tokens)
+
+
 # ---------------------------------------------------------------- RouteLLM CSVs
 
 
@@ -294,15 +390,22 @@ def read_routellm(path: str | Path, prices: Mapping[str, Mapping[str, float]],
 
 def read_eval_set(path: str | Path, fmt: str = "auto", prices: Mapping[str, Mapping[str, float]] | None = None,
                   tokens: TokenEstimate | None = None, allow_pickle: bool = False) -> EvalSet:
-    """Read logged outcomes: ``fmt`` is "routellm", "routerbench" or "auto" (by suffix: parquet/pkl are
-    RouterBench-style tables, anything else RouteLLM CSVs)."""
+    """Read logged outcomes: ``fmt`` is "routellm", "routerbench", "mtbench" or "auto" (parquet/pkl are
+    RouterBench-style tables, a folder with ``question.jsonl`` is MT-Bench, anything else RouteLLM CSVs)."""
     s = str(path)
     if fmt == "auto":
-        fmt = "routerbench" if s.lower().endswith((".parquet", ".pkl", ".pickle")) else "routellm"
+        if s.lower().endswith((".parquet", ".pkl", ".pickle")):
+            fmt = "routerbench"
+        elif (Path(s) / "question.jsonl").exists():
+            fmt = "mtbench"
+        else:
+            fmt = "routellm"
+    if fmt == "mtbench":
+        return read_mtbench(path, prices or {}, tokens)
     if fmt == "routerbench":
         return read_routerbench(path, prices, tokens, allow_pickle=allow_pickle)
     if fmt == "routellm":
         if not prices:
             raise ValueError("eval.prices: RouteLLM logs hold no prices; configure one per candidate")
         return read_routellm(path, prices, tokens)
-    raise ValueError(f"eval.format: unknown '{fmt}', expected auto, routellm or routerbench")
+    raise ValueError(f"eval.format: unknown '{fmt}', expected auto, routellm, routerbench or mtbench")

@@ -41,6 +41,11 @@ class Router(abc.ABC):
     def decide(self, prompts: list[str]) -> np.ndarray:
         """(N,) candidate index per prompt."""
 
+    def replay(self, test: EvalSet) -> np.ndarray:
+        """(N,) decisions on the test stream. A frozen router just decides; an online one (the selector
+        with ``online: true``) may learn from the outcome of each decision it made before the next."""
+        return self.decide(test.prompts)
+
 
 class ThresholdRouter(Router):
     """A two-candidate router: strong when ``strong_score(prompt) >= threshold``, else weak."""

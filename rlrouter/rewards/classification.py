@@ -21,6 +21,14 @@ from typing import Any
 
 import numpy as np
 
+from rlrouter.intent.metrics import (
+    DEFAULT_ECE_BINS,
+    calibration_gaps,
+    class_counts,
+    expected_calibration_error,
+    f1_from_counts,
+    macro_f1,
+)
 from rlrouter.rewards.base import (
     Reward,
     RewardConfigError,
@@ -55,34 +63,7 @@ def _inputs(kwargs: dict[str, Any], completions: list[Any], owner: str,
 
 
 # ---------------------------------------------------------------- metrics
-
-
-def macro_f1(predictions: Sequence[str], labels: Sequence[str]) -> float:
-    """Macro-averaged F1 over the classes present in labels or predictions (as scikit-learn does).
-
-    Per class ``F1 = 2 tp / (2 tp + fp + fn)``; a class only ever predicted scores 0. Empty -> 0.
-    """
-    if len(predictions) != len(labels):
-        raise ValueError(f"{len(predictions)} predictions but {len(labels)} labels")
-    counts = _class_counts(predictions, labels)
-    if not counts:
-        return 0.0
-    return float(sum(_f1(*v) for v in counts.values()) / len(counts))
-
-
-def _class_counts(predictions: Sequence[str], labels: Sequence[str]) -> dict[str, list[int]]:
-    counts: dict[str, list[int]] = {}  # class -> [tp, fp, fn]
-    for p, y in zip(predictions, labels):
-        if p == y:
-            counts.setdefault(y, [0, 0, 0])[0] += 1
-        else:
-            counts.setdefault(p, [0, 0, 0])[1] += 1
-            counts.setdefault(y, [0, 0, 0])[2] += 1
-    return counts
-
-
-def _f1(tp: int, fp: int, fn: int) -> float:
-    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
+# macro-F1 and ECE live once, in rlrouter.intent.metrics; only the leave-one-out form is reward-specific
 
 
 def leave_one_out_macro_f1(predictions: Sequence[str], labels: Sequence[str]) -> list[float]:
@@ -91,8 +72,8 @@ def leave_one_out_macro_f1(predictions: Sequence[str], labels: Sequence[str]) ->
     Removing one sample changes the counts of at most two classes (its prediction and its label), and
     a class whose counts all fall to 0 leaves the average, as it would be absent from the batch.
     """
-    counts = _class_counts(predictions, labels)
-    per_class = {c: _f1(*v) for c, v in counts.items()}
+    counts = class_counts(labels, predictions)
+    per_class = {c: f1_from_counts(*v) for c, v in counts.items()}
     total, n_classes = sum(per_class.values()), len(per_class)
     out = []
     for p, y in zip(predictions, labels):
@@ -106,36 +87,11 @@ def leave_one_out_macro_f1(predictions: Sequence[str], labels: Sequence[str]) ->
         for c, v in changed.items():
             s -= per_class[c]
             if any(v):
-                s += _f1(*v)
+                s += f1_from_counts(*v)
             else:
                 k -= 1
         out.append(s / k if k else 0.0)
     return out
-
-
-def _bins(confidences: np.ndarray, n_bins: int) -> np.ndarray:
-    # equal-width bins over [0, 1]; a confidence of exactly 1 belongs to the last bin
-    return np.minimum((confidences * n_bins).astype(np.int64), n_bins - 1)
-
-
-def calibration_gaps(confidences: Sequence[float], correct: Sequence[float], n_bins: int = 10) -> list[float]:
-    """For each sample, ``|accuracy - mean confidence|`` of its confidence bin (Guo et al., 2017)."""
-    conf = np.asarray(confidences, dtype=np.float64)
-    corr = np.asarray(correct, dtype=np.float64)
-    if conf.size == 0:
-        return []
-    idx = _bins(conf, n_bins)
-    gaps = np.zeros(n_bins)
-    for b in np.unique(idx):
-        in_bin = idx == b
-        gaps[b] = abs(corr[in_bin].mean() - conf[in_bin].mean())
-    return gaps[idx].tolist()
-
-
-def expected_calibration_error(confidences: Sequence[float], correct: Sequence[float], n_bins: int = 10) -> float:
-    """ECE = sum_b (n_b / n) |acc_b - conf_b|, which is the mean of :func:`calibration_gaps`."""
-    gaps = calibration_gaps(confidences, correct, n_bins)
-    return float(np.mean(gaps)) if gaps else 0.0
 
 
 # ---------------------------------------------------------------- rewards
@@ -185,7 +141,7 @@ class MacroF1Reward:
         labeled = [i for i in range(n) if golds[i] is not None]
         p = [preds[i] for i in labeled]
         y = [golds[i] for i in labeled]  # type: ignore[misc]
-        f1 = macro_f1(p, y)
+        f1 = macro_f1(y, p)
         rewards: list[Reward] = [None] * n
         m = len(labeled)
         without = leave_one_out_macro_f1(p, y) if self.mode == "leave_one_out" else []
@@ -212,7 +168,7 @@ class CalibrationReward:
     __name__ = "calibration"
     MODES = ("brier", "ece")
 
-    def __init__(self, mode: str = "brier", n_bins: int = 10, normalize: bool = True):
+    def __init__(self, mode: str = "brier", n_bins: int = DEFAULT_ECE_BINS, normalize: bool = True):
         if mode not in self.MODES:
             raise RewardConfigError("mode", f"unknown '{mode}', expected one of {self.MODES}")
         if isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1:

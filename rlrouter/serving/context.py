@@ -32,9 +32,9 @@ class ServiceContext:
 
     def encoder(self) -> Any:
         if self.encoder_ is None:
-            from rlrouter.selector.embedding import MiniLMEncoder
+            from rlrouter.embeddings import TextEncoder
 
-            self.encoder_ = MiniLMEncoder(self.serving.encoder)
+            self.encoder_ = TextEncoder(self.serving.encoder)
         return self.encoder_
 
     def check_query(self, text: str, field: str) -> None:

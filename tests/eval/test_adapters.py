@@ -26,14 +26,25 @@ def category_of(prompts):
     return ["math" if p.startswith("m") else "trivia" if p.startswith("t") else "other" for p in prompts]
 
 
-def test_category_map_auto_picks_cheapest_within_tolerance():
+def test_cost_aware_category_map_trades_loss_for_price_and_sweeps_with_lam():
+    from rlrouter.eval.adapters import CostAwareCategoryRouter
+
     prompts = ["m1", "m2", "m3", "m4", "t1", "t2", "t3", "t4"]
-    # math: weak 0.25, strong 1.0 -> strong; trivia: both 1.0 -> the cheaper weak
-    scores = np.array([[0, 1], [0, 1], [0, 1], [1, 1], [1, 1], [1, 1], [1, 1], [1, 1]], dtype=float)
-    r = CategoryMapRouter("intent", category_of, "auto", default=1, tolerance=0.02)
+    # math: weak 0.25, strong 1.0 (loss 0.75); trivia: weak 0.75, strong 1.0 (loss 0.25)
+    scores = np.array([[0, 1], [0, 1], [0, 1], [1, 1], [1, 1], [1, 1], [1, 1], [0, 1]], dtype=float)
+    r = CostAwareCategoryRouter("intent", category_of, default=1, weak=0, strong=1, lam=0.0)
     r.fit(make_set(prompts, scores))
+    # costs 1 and 10 USD per prompt -> 9,000 USD saved per 1,000 prompts
+    assert r.score_of == pytest.approx({"math": 0.75 / 9000, "trivia": 0.25 / 9000})
+    assert r.category_map == {"math": 1, "trivia": 1}  # lam 0: no saving is worth any loss
+    r.threshold = 0.5 / 9000  # trivia loses 0.25 < lam x 9000 = 0.5: weak; math does not
     assert r.category_map == {"math": 1, "trivia": 0}
-    assert r.decide(["m9", "t9", "x9"]).tolist() == [1, 0, 1]  # unknown category -> default
+    assert r.decide(["m9", "t9", "x9"]).tolist() == [1, 0, 1]  # unknown category -> default (strong)
+    r.threshold = 1.0
+    assert r.decide(["m9", "t9"]).tolist() == [0, 0]
+    # as a threshold router the job can calibrate it to a strong share: half of these prompts are math
+    r.calibrate(["m1", "m2", "t1", "t2"], 0.5)
+    assert r.decide(["m1", "m2", "t1", "t2"]).tolist() == [1, 1, 0, 0]
 
 
 def test_intent_router_from_config_with_classifier_path(monkeypatch):
@@ -47,6 +58,10 @@ def test_intent_router_from_config_with_classifier_path(monkeypatch):
     assert r.decide(["m", "t", "o"]).tolist() == [1, 0, 0]
     with pytest.raises(ValueError, match="checkpoint"):
         build_router({"type": "intent"}, ctx)
+    with pytest.raises(ValueError, match="'tolerance' was replaced by the cost-aware 'lam'"):
+        build_router({"type": "intent", "classifier": "fake_intent_plugin:classify", "tolerance": 0.02}, ctx)
+    auto = build_router({"type": "intent", "classifier": "fake_intent_plugin:classify", "lam": 0.1}, ctx)
+    assert auto.threshold == 0.1
 
 
 def test_selector_warmup_learns_the_better_candidate_from_bandit_feedback():
@@ -79,3 +94,27 @@ def test_contextual_selector_learns_per_prompt_group():
     test = [f"g0-t{i}" for i in range(50)] + [f"g1-t{i}" for i in range(50)]
     d = r.decide(test)
     assert d[:50].mean() > 0.9 and d[50:].mean() < 0.1
+
+
+def test_online_selector_keeps_learning_on_the_test_stream_and_reports_regret():
+    from rlrouter.eval.job import online_regret
+
+    n = 300
+    # a short warm-up where weak is right half the time and strong always
+    warm = make_set([f"w{i}" for i in range(8)], np.array([[i % 2, 1.0] for i in range(8)], dtype=float))
+    test = make_set([f"t{i}" for i in range(n)], np.tile([1.0, 1.0], (n, 1)))  # test: both right, weak cheaper
+    cfg = {"cost_awareness": True, "cost_weight": 0.2, "enable_personalization": False}
+    frozen = SelectorRouter("frozen", ["weak", "strong"], cfg, embed=None, seed=0, prices={"weak": 0.6, "strong": 10.0})
+    online = SelectorRouter("online", ["weak", "strong"], cfg, embed=None, seed=0, prices={"weak": 0.6, "strong": 10.0},
+                            online=True)
+    for r in (frozen, online):
+        r.fit(warm)
+    dec = {"frozen": frozen.replay(test), "online": online.replay(test), "always_weak": np.zeros(n, dtype=np.int64)}
+    # learning from the stream, the online selector moves to the candidate that is as good and cheaper
+    late = dec["online"][online.stream_order[-100:]].mean()
+    assert late < 0.3 and late < dec["frozen"].mean()
+    rep = online_regret(online, test, dec, "online")
+    assert rep["best_fixed_candidate"] == "always weak" and rep["best_fixed_router"] in ("always weak", "always_weak")
+    # objective: weak earns 1.2 (cost bonus), strong 1.0; regret = 0.2 x the online selector's strong calls
+    assert rep["regret_vs_best_candidate"] == pytest.approx(0.2 * dec["online"].sum())
+    assert rep["regret_curve"]["vs_best_router"][-1] == pytest.approx(rep["regret_vs_best_router"])

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from rlrouter.eval.job import run, split_by_question
+from rlrouter.eval.bootstrap import paired_bootstrap
+from rlrouter.eval.job import load_split, run, share_for_quality, split_by_question, split_by_subject
 from rlrouter.eval.reader import EvalSet
 from rlrouter.pool.base import Candidate
 
@@ -53,7 +54,8 @@ def test_split_by_question_keeps_copies_together_and_task_shares():
 def test_job_end_to_end_on_real_routellm_data(tmp_path, shared_data, monkeypatch):
     monkeypatch.chdir(ROOT)  # the config's data paths are relative to the project root
     cfg = _compose(["eval=smoke", "eval.max_prompts=200", f"output_dir={tmp_path}", "eval/router@router=selector",
-                    "eval.baselines.mf.epochs=5", "eval.ope.n_boot=200"])
+                    "eval.baselines.mf.epochs=5", "eval.ope.n_boot=200", "eval.split.by=question",
+                    "eval.bootstrap.n_boot=50"])
     report = run(cfg)
     for name in ("report.json", "report.md", "cost_quality_all.png", "cost_quality_gsm8k.png",
                  "cost_quality_mmlu.png", "call_shares.png"):
@@ -85,3 +87,63 @@ def test_job_end_to_end_on_real_routellm_data(tmp_path, shared_data, monkeypatch
     assert ope["routers"]["always_strong"]["true"] == pytest.approx(sl["strong"]["quality"])
     md = (tmp_path / "report.md").read_text()
     assert "| router | quality |" in md and "APGR" in md and "selector" in md and "Off-policy" in md
+
+
+def _subjects_set() -> EvalSet:
+    sources = [f"mmlu/s{k}" for k in range(6) for _ in range(10)] + ["gsm8k"] * 10
+    prompts = [f"q{i}" for i in range(len(sources))]
+    prompts[-1] = "q0"  # a GSM8K copy of a question of subject s0
+    n = len(prompts)
+    return EvalSet(prompts=prompts, candidates=[Candidate("a", 1, 1), Candidate("b", 2, 2)],
+                   scores=np.zeros((n, 2)), costs=np.zeros((n, 2)), sources=sources,
+                   prompt_tokens=np.ones(n), completion_tokens=np.ones((n, 2)))
+
+
+def test_split_by_subject_holds_whole_subjects_out_and_never_leaks_a_question():
+    es = _subjects_set()
+    train, test = split_by_subject(es, 2, seed=3, prefix="mmlu/")
+    src = np.array(es.sources)
+    held = set(src[test])
+    assert len(held) == 2 and all(h.startswith("mmlu/") for h in held)
+    assert not held & set(src[train])  # a held-out subject has no training row
+    assert len(test) == 20
+    test_text = {es.prompts[i] for i in test}
+    assert not test_text & {es.prompts[i] for i in train}
+    assert split_by_subject(es, 2, seed=3, prefix="mmlu/")[1].tolist() == test.tolist()
+    _, named = split_by_subject(es, 0, seed=0, subjects=["mmlu/s0"])
+    assert set(src[named]) == {"mmlu/s0"}
+    with pytest.raises(ValueError, match="eval.split.test_subjects.*mmlu/nope"):
+        split_by_subject(es, 0, seed=0, subjects=["mmlu/nope"])
+    with pytest.raises(ValueError, match="eval.split.holdout_subjects"):
+        split_by_subject(es, 6, seed=0, prefix="mmlu/")
+
+
+def test_separate_train_and_test_data_need_both(tmp_path):
+    ev = {"train_data": ["x.parquet"], "prices": {}}
+    with pytest.raises(ValueError, match="eval.train_data / eval.test_data: set both"):
+        load_split(ev, 0)
+
+
+def test_paired_bootstrap_separates_a_real_router_from_random_and_ties_with_itself():
+    rng = np.random.default_rng(0)
+    n = 400
+    scores = np.stack([rng.random(n) < 0.5, rng.random(n) < 0.8], axis=1).astype(float)  # (N, 2): weak, strong
+    costs = np.tile([0.0, 1.0], (n, 1))
+    gain = scores[:, 1] - scores[:, 0]
+    good = gain + 0.5 * rng.random(n)  # knows the gain, up to noise
+    rand = rng.random(n)
+    dec = {name: np.where(s >= np.median(s), 1, 0) for name, s in (("good", good), ("random", rand))}
+    dec["copy"] = dec["good"]
+    ss = {"good": good, "random": rand, "copy": good}
+    out = paired_bootstrap(scores, costs, 0, 1, dec, ss, {"random": "random", "best_baseline": "copy"},
+                           n_boot=200, seed=0)
+    assert out["good"]["apgr_minus_random"]["lo"] > 0 and out["good"]["apgr_minus_random"]["excludes_zero"]
+    assert out["good"]["quality_minus_random"]["lo"] > 0
+    same = out["good"]["apgr_minus_best_baseline"]
+    assert same["value"] == same["lo"] == same["hi"] == 0.0 and not same["excludes_zero"]
+    assert "apgr_minus_random" not in out["random"]
+
+
+def test_share_for_quality_interpolates_the_first_crossing():
+    assert share_for_quality(np.array([0.0, 0.5, 1.0]), np.array([0.6, 0.8, 0.9]), 0.7) == pytest.approx(0.25)
+    assert np.isnan(share_for_quality(np.array([0.0, 1.0]), np.array([0.6, 0.7]), 0.9))

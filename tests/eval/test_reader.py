@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -136,3 +137,34 @@ def test_evalset_validates_shapes_and_concat():
     both = EvalSet.concat([es, es])
     assert len(both) == 2 and both.subset([1]).scores.tolist() == [[1.0, 0.0]]
     assert math.isclose(both.costs.sum(), 4.0)
+
+
+MT_BENCH = Path(__file__).parent / "data" / "mt_bench"
+MT_PRICES = {"gpt-4": {"input": 10.0, "output": 30.0}, "mixtral": {"input": 0.6, "output": 0.6}}
+
+
+def test_mt_bench_judgements_route_on_turn_one_and_score_mean_over_ten():
+    es = read_eval_set(MT_BENCH, prices=MT_PRICES, tokens=TokenEstimate(chars_per_token=4.0))
+    # llama-13b is judged but not priced, so it is not a candidate
+    assert es.names == ["gpt-4", "mixtral"]
+    assert es.prompts[0].startswith("Compose an engaging travel blog") and len(es) == 3
+    assert es.sources == ["mt_bench/writing", "mt_bench/reasoning", "mt_bench/math"]
+    # gpt-4 on 81: judgements 9 (turn 1) and 7 (turn 2) -> 0.8; mixtral on 101: the -1 verdict is skipped
+    np.testing.assert_allclose(es.scores, [[0.8, 0.8], [1.0, 0.2], [0.6, 0.5]])
+    # mixtral's answers give its completion lengths: "First place." is 12 chars -> 3 tokens
+    assert es.completion_tokens[1, 1] == 3 and es.completion_tokens[1, 0] == 256
+
+
+def test_mt_bench_missing_judgement_and_bad_score_name_the_place(tmp_path):
+    import shutil
+
+    root = tmp_path / "mt"
+    shutil.copytree(MT_BENCH, root)
+    judg = root / "model_judgment" / "gpt-4_single.jsonl"
+    lines = judg.read_text().splitlines()
+    judg.write_text("\n".join(line for line in lines if '"question_id": 111, "model": "mixtral"' not in line))
+    with pytest.raises(DataFileError, match=r"question_id 111.*mixtral.*no valid judgement"):
+        read_eval_set(root, prices=MT_PRICES)
+    judg.write_text("\n".join(lines[:2] + [lines[2].replace('"score": 8.0', '"score": 12.0')] + lines[3:]))
+    with pytest.raises(DataFileError, match=r"gpt-4_single.jsonl.*line 3.*score.*outside"):
+        read_eval_set(root, prices=MT_PRICES)

@@ -71,16 +71,28 @@ def test_fast_leave_one_out_matches_recomputing():
 
 def test_ece_by_hand():
     conf, correct = [0.9, 0.8, 0.3, 0.35], [1, 0, 0, 1]
-    # bins 9, 8, 3, 3: gaps |1-0.9| = 0.1, |0-0.8| = 0.8, |0.5-0.325| = 0.175 (twice)
-    assert calibration_gaps(conf, correct) == pytest.approx([0.1, 0.8, 0.175, 0.175])
-    assert expected_calibration_error(conf, correct) == pytest.approx((0.1 + 0.8 + 0.35) / 4)
+    # 15 bins (b/15, (b+1)/15]: 0.9 -> 13, 0.8 -> 11, 0.3 -> 4, 0.35 -> 5, each alone in its bin
+    assert calibration_gaps(conf, correct) == pytest.approx([0.1, 0.8, 0.3, 0.65])
+    assert expected_calibration_error(conf, correct) == pytest.approx((0.1 + 0.8 + 0.3 + 0.65) / 4)
+    # 2 bins: 0.9, 0.8 share (0.5, 1] (accuracy 0.5, confidence 0.85); 0.3, 0.35 share (0, 0.5] (0.5, 0.325)
+    assert calibration_gaps(conf, correct, n_bins=2) == pytest.approx([0.35, 0.35, 0.175, 0.175])
     assert expected_calibration_error([1.0], [1]) == 0.0  # confidence 1 lands in the last bin
-    assert expected_calibration_error([], []) == 0.0
+    with pytest.raises(ValueError, match="non-zero length"):
+        expected_calibration_error([], [])
     ece = CalibrationReward(mode="ece")
     out = ece(None, ["x"] * 4, predictions=["a", "b", "c", "d"], labels=["a", "x", "x", "d"], confidences=conf)
-    assert out == pytest.approx([-0.1, -0.8, -0.175, -0.175])
-    assert ece.last_metrics["reward/ece"] == pytest.approx(0.3125)
-    assert ece.last_metrics["reward/calibration"] == pytest.approx(-0.3125)
+    assert out == pytest.approx([-0.1, -0.8, -0.3, -0.65])
+    assert ece.last_metrics["reward/ece"] == pytest.approx(0.4625)
+    assert ece.last_metrics["reward/calibration"] == pytest.approx(-0.4625)
+
+
+def test_one_copy_of_each_metric():
+    from rlrouter.intent import metrics
+    from rlrouter.rewards import classification
+
+    assert classification.macro_f1 is metrics.macro_f1
+    assert classification.expected_calibration_error is metrics.expected_calibration_error
+    assert CalibrationReward().n_bins == metrics.DEFAULT_ECE_BINS == 15
 
 
 def test_brier_rewards_confident_right_and_punishes_confident_wrong():

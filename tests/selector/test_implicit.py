@@ -23,9 +23,9 @@ HELD_OUT = [
 
 @pytest.fixture(scope="module")
 def classifier():
-    from rlrouter.selector.embedding import MiniLMEncoder
+    from rlrouter.embeddings import TextEncoder
 
-    return ImplicitFeedbackClassifier(MiniLMEncoder().encode)
+    return ImplicitFeedbackClassifier(TextEncoder().encode)
 
 
 def test_seed_examples_are_balanced():

@@ -1,0 +1,167 @@
+"""Routers on MMLU subjects they never saw: leave-subjects-out evaluation over several seeds (issue 17).
+
+For each seed the evaluate_router job holds out ``--holdout`` MMLU subjects of ``../shared/data`` (drawn
+with that seed; GSM8K and the other subjects train), trains every router on the rest and replays all of
+them on the held-out subjects, with paired bootstrap intervals against random and the best baseline.
+This script runs the job per seed, then writes the per-seed reports under ``outputs/unseen_subjects/``
+and the summary to ``benchmarks/results/unseen_subjects.json`` and ``.md``.
+
+    HF_HUB_OFFLINE=1 python benchmarks/bench_unseen_subjects.py [--seeds 0 1 2] [--holdout 10]
+        [--intent outputs/train_intent/supervised_seed0/supervised]
+
+Routers besides the baselines (always weak/strong, random, kNN, MF): ``probe_form`` (two logistic heads
+on prompt-form features), ``probe_emb`` (the same on MiniLM embeddings), ``probe`` (both), ``ensemble``
+(probe + MF + kNN, standardised scores), the contextual selector warmed up on the training split
+(``selector``: then frozen; ``selector_online``: learning online over the held-out stream), and the intent classifier with the cost-aware map when
+``--intent`` names a checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+
+ROUTERS = {
+    "probe_form": {"type": "probe", "features": ["form"], "head": "two_heads"},
+    "probe_emb": {"type": "probe", "features": ["embedding"], "head": "two_heads"},
+    "probe": {"type": "probe", "features": ["embedding", "form"], "head": "two_heads"},
+    "ensemble": {"type": "ensemble", "members": {
+        "probe": {"type": "probe", "features": ["embedding", "form"], "head": "two_heads"},
+        "mf": {"type": "mf", "dim": 128, "epochs": 30, "lr": 0.001, "weight_decay": 1.0e-5, "batch_size": 256},
+        "knn": {"type": "knn", "k": 20}}},
+    "selector": {"type": "selector", "warmup": True,
+                 "config": {"use_contextual": True, "cost_awareness": True, "cost_weight": 0.2,
+                            "enable_personalization": False}},
+    "selector_online": {"type": "selector", "warmup": True, "online": True,
+                        "config": {"use_contextual": True, "cost_awareness": True, "cost_weight": 0.2,
+                                   "enable_personalization": False}},
+}
+
+
+def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path) -> dict:
+    from hydra import compose, initialize_config_dir
+
+    from rlrouter.eval.job import run
+
+    routers = dict(ROUTERS)
+    if intent:
+        routers["intent"] = {"type": "intent", "checkpoint": intent, "category_map": "auto", "default": "strong"}
+    overrides = [f"seed={seed}", f"eval.split.seed={seed}", f"eval.split.holdout_subjects={holdout}",
+                 f"output_dir={out_dir}", "command=null"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="evaluate_router", overrides=overrides)
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain["routers"] = routers
+    plain["command"] = (f"python benchmarks/bench_unseen_subjects.py (seed {seed}, {holdout} subjects held out)")
+    return run(plain)
+
+
+def _f(x, pct=False, digits=3):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{100 * x:.1f}%" if pct else f"{x:.{digits}f}"
+
+
+def summarize(reports: dict[int, dict]) -> dict:
+    """Per router: APGR per seed and its mean, minus MF's, the bootstrap intervals against random and
+    the best baseline, the share of strong calls for 95% of always-strong quality, and quality at the
+    20/50/80% operating points."""
+    out: dict = {"seeds": {}, "routers": {}}
+    names = list(next(iter(reports.values()))["slices"]["all"]["routers"])
+    for seed, rep in reports.items():
+        out["seeds"][seed] = {"test_subjects": rep["data"]["split"].get("test_subjects"), "test": rep["data"]["test"],
+                              "train": rep["data"]["train"], "best_baseline": rep["bootstrap"]["best_baseline"],
+                              "strong_quality": rep["slices"]["all"]["strong"]["quality"],
+                              "weak_quality": rep["slices"]["all"]["weak"]["quality"]}
+    for name in names:
+        per = {}
+        for seed, rep in reports.items():
+            r = rep["slices"]["all"]["routers"][name]
+            b = rep["bootstrap"]["routers"].get(name, {})
+            per[seed] = {"apgr": r.get("apgr"), "quality": r["quality"], "strong_share": r["shares"][rep["data"]["strong"]],
+                         "cost_mean": r["cost_mean"], "share_for_95pct_strong": r.get("share_for_95pct_strong"),
+                         "at_share": r.get("at_share"),
+                         "apgr_minus_random": b.get("apgr_minus_random"),
+                         "apgr_minus_best_baseline": b.get("apgr_minus_best_baseline"),
+                         "apgr_minus_mf": None if r.get("apgr") is None or "mf" not in rep["slices"]["all"]["routers"]
+                         else r["apgr"] - rep["slices"]["all"]["routers"]["mf"]["apgr"]}
+            if rep.get("online") and name in rep["online"]:
+                per[seed]["online"] = rep["online"][name]
+        apgrs = [p["apgr"] for p in per.values() if p["apgr"] is not None]
+        out["routers"][name] = {"per_seed": per, "apgr_mean": float(np.mean(apgrs)) if apgrs else None,
+                                "apgr_minus_mf_mean": float(np.mean([p["apgr_minus_mf"] for p in per.values()]))
+                                if apgrs and all(p["apgr_minus_mf"] is not None for p in per.values()) else None,
+                                "quality_mean": float(np.mean([p["quality"] for p in per.values()])),
+                                "strong_share_mean": float(np.mean([p["strong_share"] for p in per.values()]))}
+    return out
+
+
+def markdown(summary: dict) -> str:
+    seeds = list(summary["seeds"])
+    lines = ["| router | APGR (mean) | APGR per seed | − MF (mean) | vs random: APGR diff [95% CI] per seed | "
+             "strong share for 95% of always-strong | quality @20% / 50% / 80% strong (mean) |",
+             "|---|---|---|---|---|---|---|"]
+    rows = sorted(summary["routers"].items(), key=lambda kv: -(kv[1]["apgr_mean"] if kv[1]["apgr_mean"] is not None
+                                                               else -1))
+    for name, r in rows:
+        per = r["per_seed"]
+        if r["apgr_mean"] is None:
+            lines.append(f"| {name} | – | – | – | – | – | quality {r['quality_mean']:.3f} at "
+                         f"{100 * r['strong_share_mean']:.1f}% strong |")
+            continue
+        ci = []
+        for s in seeds:
+            d = per[s]["apgr_minus_random"]
+            ci.append("–" if not d else f"{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]")
+        share95 = " / ".join(_f(per[s]["share_for_95pct_strong"], pct=True) for s in seeds)
+        at = [np.mean([per[s]["at_share"][k]["quality"] for s in seeds]) for k in ("0.2", "0.5", "0.8")]
+        lines.append(f"| {name} | {r['apgr_mean']:.3f} | {' / '.join(_f(per[s]['apgr']) for s in seeds)} | "
+                     f"{_f(r['apgr_minus_mf_mean'])} | {'; '.join(ci)} | {share95} | "
+                     f"{at[0]:.3f} / {at[1]:.3f} / {at[2]:.3f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--holdout", type=int, default=10)
+    ap.add_argument("--intent", default=None, help="an intent classifier checkpoint (adds the intent router)")
+    ap.add_argument("--out", default=str(ROOT / "outputs" / "unseen_subjects"))
+    ap.add_argument("--parallel", action="store_true", help="one process per seed (on a shared machine this wins "
+                                                             "CPU share; each process loads its own torch)")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    if args.parallel:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=len(args.seeds)) as pool:
+            futs = {s: pool.submit(run_seed, s, args.holdout, args.intent, Path(args.out) / f"seed{s}")
+                    for s in args.seeds}
+            reports = {s: f.result() for s, f in futs.items()}
+    else:
+        reports = {s: run_seed(s, args.holdout, args.intent, Path(args.out) / f"seed{s}") for s in args.seeds}
+    summary = summarize(reports)
+    summary["command"] = "python benchmarks/bench_unseen_subjects.py " + " ".join(
+        [f"--seeds {' '.join(map(str, args.seeds))}", f"--holdout {args.holdout}"]
+        + ([f"--intent {args.intent}"] if args.intent else []) + (["--parallel"] if args.parallel else []))
+    summary["seconds"] = round(time.perf_counter() - t0, 1)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "unseen_subjects.json").write_text(json.dumps(summary, indent=1, default=float))
+    md = markdown(summary)
+    (OUT / "unseen_subjects.md").write_text(md + "\n")
+    print(md)
+    print(f"{summary['seconds']} s; per-seed reports under {args.out}")
+
+
+if __name__ == "__main__":
+    main()

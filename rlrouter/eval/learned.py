@@ -1,0 +1,199 @@
+"""Routers that learn P(strong wins) from logged outcomes and are meant to transfer to unseen subjects.
+
+Issue 17: on MMLU subjects absent from training, RouteLLM-style MF and kNN recover little more of the
+gap than random. What moves across subjects is less *what* a question is about (its embedding, which
+the MF and kNN routers key on) than *how hard* it looks: its form (length, option lengths, digits and
+formula symbols, negations, multi-statement "I and II" items). This module holds:
+
+* ``prompt_form_features``: those form features, generic by construction: none of them names or detects
+  a subject (a feature written after looking at the held-out subjects would leak the test set).
+* ``probe``: a linear head on [MiniLM embedding, form features] (either or both). ``head: gain`` fits a
+  ridge regression of the strong-minus-weak score; ``head: two_heads`` fits one logistic regression per
+  candidate (P(weak correct), P(strong correct)) and scores p_strong - p_weak, sharing the difficulty
+  signal both candidates feel (RouteLLM's "causal LLM" router also predicts per-model outcomes).
+* ``ensemble``: a weighted mean of member routers' scores, each standardised by its own mean and
+  standard deviation on the training prompts (a fixed transform, so a prompt's score does not depend on
+  the batch it arrives in).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import numpy as np
+
+from rlrouter.eval import baselines as _baselines  # noqa: F401 - ensemble members are often kNN / MF
+from rlrouter.eval.reader import EvalSet
+from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, build_router, register_router
+
+_OPTION = re.compile(r"^[A-J][.)] ")
+_NEGATION = re.compile(r"\b(NOT|EXCEPT|LEAST|FALSE)\b")
+_ROMAN = re.compile(r"\b(I|II|III|IV)\b")
+_FORMULA = set("=+*/^<>$\\_{}|")
+
+FORM_FEATURES = ("log_chars", "log_question_chars", "has_options", "log_option_chars_mean", "log_option_chars_max",
+                 "option_chars_cv", "digit_share", "formula_share", "negation", "question_marks", "upper_share",
+                 "lines", "roman_numerals", "all_or_none_of_the_above", "word_chars_mean")
+
+
+def prompt_form_features(prompts: list[str]) -> np.ndarray:
+    """(N, len(FORM_FEATURES)) features of a prompt's form, not its topic (see the module docstring)."""
+    out = np.zeros((len(prompts), len(FORM_FEATURES)))
+    for i, p in enumerate(prompts):
+        lines = p.split("\n")
+        opts = [ln[3:] for ln in lines if _OPTION.match(ln)]
+        question = "\n".join(ln for ln in lines if not _OPTION.match(ln) and ln.strip() != "Answer:")
+        n = max(1, len(p))
+        lens = np.array([len(o) for o in opts], dtype=np.float64)
+        words = p.split()
+        out[i] = [np.log1p(len(p)), np.log1p(len(question)), float(bool(opts)),
+                  np.log1p(lens.mean()) if opts else 0.0, np.log1p(lens.max()) if opts else 0.0,
+                  lens.std() / (1.0 + lens.mean()) if opts else 0.0,
+                  sum(c.isdigit() for c in p) / n, sum(c in _FORMULA for c in p) / n,
+                  float(bool(_NEGATION.search(p))), float(p.count("?")), sum(c.isupper() for c in p) / n,
+                  float(len(lines)), float(bool(_ROMAN.search(p))),
+                  float(bool(re.search(r"(all|none|both) of the above", p, re.I))),
+                  float(np.mean([len(w) for w in words])) if words else 0.0]
+    return out
+
+
+def fit_ridge(x: np.ndarray, y: np.ndarray, l2: float) -> np.ndarray:
+    """Ridge regression with an unpenalised intercept: (D + 1,) weights, the intercept last."""
+    xm, ym = x.mean(axis=0), y.mean()
+    xc = x - xm
+    w = np.linalg.solve(xc.T @ xc + l2 * np.eye(x.shape[1]), xc.T @ (y - ym))
+    return np.append(w, ym - xm @ w)
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float, iters: int = 50, tol: float = 1e-8) -> np.ndarray:
+    """L2-penalised logistic regression by Newton's method (IRLS): (D + 1,) weights, the intercept last.
+
+    ``y`` may be graded in [0, 1] (MT-Bench scores): the loss is the cross-entropy against it, which is
+    the expected loss of a Bernoulli(y) outcome. The intercept is not penalised.
+    """
+    xb = np.concatenate([x, np.ones((len(x), 1))], axis=1)  # (N, D + 1)
+    pen = np.full(xb.shape[1], l2)
+    pen[-1] = 0.0
+    w = np.zeros(xb.shape[1])
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-np.clip(xb @ w, -30, 30)))  # (N,)
+        grad = xb.T @ (p - y) + pen * w
+        hess = (xb * (p * (1 - p))[:, None]).T @ xb + np.diag(pen) + 1e-9 * np.eye(len(w))
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < tol:
+            break
+    return w
+
+
+def _linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return x @ w[:-1] + w[-1]
+
+
+class ProbeRouter(ThresholdRouter):
+    """A linear head on frozen features of the prompt (see the module docstring)."""
+
+    def __init__(self, name: str, weak: int, strong: int, embed: Callable[[list[str]], np.ndarray] | None,
+                 features: tuple[str, ...] = ("embedding", "form"), head: str = "two_heads", l2: float = 1.0):
+        if head not in ("gain", "two_heads"):
+            raise ValueError(f"probe.head: expected 'gain' or 'two_heads', got '{head}'")
+        unknown = sorted(set(features) - {"embedding", "form"})
+        if unknown or not features:
+            raise ValueError(f"probe.features: expected a non-empty subset of [embedding, form], got {list(features)}")
+        if not l2 > 0:
+            raise ValueError(f"probe.l2: must be > 0, got {l2}")
+        if "embedding" in features and embed is None:
+            raise ValueError("probe.features: 'embedding' needs the job's embedder")
+        super().__init__(name, weak, strong, threshold=0.0)
+        self.embed, self.features, self.head, self.l2 = embed, tuple(features), head, l2
+        self._mu: np.ndarray | None = None
+        self._sd: np.ndarray | None = None
+        self._models: list[Any] = []
+
+    def _x(self, prompts: list[str]) -> np.ndarray:
+        parts = []
+        if "form" in self.features:
+            f = prompt_form_features(prompts)
+            if self._mu is None:
+                self._mu, self._sd = f.mean(axis=0), f.std(axis=0) + 1e-9
+            parts.append((f - self._mu) / self._sd)
+        if "embedding" in self.features:
+            parts.append(np.asarray(self.embed(prompts), dtype=np.float64))  # unit vectors: already on one scale
+        return np.concatenate(parts, axis=1)
+
+    def fit(self, train: EvalSet) -> None:
+        self._mu = self._sd = None
+        x = self._x(train.prompts)
+        if self.head == "gain":
+            self._models = [fit_ridge(x, train.scores[:, self.strong] - train.scores[:, self.weak], self.l2)]
+        else:
+            self._models = [fit_logistic(x, train.scores[:, col], self.l2) for col in (self.weak, self.strong)]
+
+    def strong_score(self, prompts: list[str]) -> np.ndarray:
+        if not self._models:
+            raise RuntimeError(f"{self.name}: fit() before strong_score()")
+        x = self._x(prompts)
+        if self.head == "gain":
+            return _linear(x, self._models[0])
+        p_weak, p_strong = (1.0 / (1.0 + np.exp(-_linear(x, w))) for w in self._models)
+        return p_strong - p_weak
+
+
+class EnsembleRouter(ThresholdRouter):
+    """Weighted mean of member threshold routers' standardised scores (see the module docstring)."""
+
+    def __init__(self, name: str, weak: int, strong: int, members: dict[str, ThresholdRouter],
+                 weights: dict[str, float]):
+        if not members:
+            raise ValueError("ensemble.members: at least one member router")
+        super().__init__(name, weak, strong, threshold=0.0)
+        self.members = members
+        self.weights = weights
+        self._stats: dict[str, tuple[float, float]] = {}
+
+    def fit(self, train: EvalSet) -> None:
+        for key, router in self.members.items():
+            router.fit(train)
+            s = router.strong_score(train.prompts)
+            self._stats[key] = (float(s.mean()), float(s.std()) or 1.0)
+
+    def strong_score(self, prompts: list[str]) -> np.ndarray:
+        total = np.zeros(len(prompts))
+        for key, router in self.members.items():
+            mu, sd = self._stats[key]
+            total += self.weights[key] * (router.strong_score(prompts) - mu) / sd
+        return total / sum(self.weights.values())
+
+
+def _pop_features(cfg: dict[str, Any]) -> tuple[str, ...]:
+    f = cfg.pop("features", ["embedding", "form"])
+    return (f,) if isinstance(f, str) else tuple(f)
+
+
+@register_router("probe")
+def _build_probe(cfg: dict[str, Any], ctx: RouterContext) -> Router:
+    router = ProbeRouter("probe", ctx.weak, ctx.strong, ctx.embed, features=_pop_features(cfg),
+                         head=str(cfg.pop("head", "two_heads")), l2=float(cfg.pop("l2", 1.0)))
+    if cfg:
+        raise ValueError(f"router type 'probe': unknown fields {sorted(cfg)}")
+    return router
+
+
+@register_router("ensemble")
+def _build_ensemble(cfg: dict[str, Any], ctx: RouterContext) -> Router:
+    """``members``: {key: router spec} of threshold routers; ``weights``: {key: weight} (default 1 each)."""
+    specs = dict(cfg.pop("members", None) or {})
+    weights = {k: float(v) for k, v in dict(cfg.pop("weights", None) or {}).items()}
+    if cfg:
+        raise ValueError(f"router type 'ensemble': unknown fields {sorted(cfg)}")
+    members: dict[str, ThresholdRouter] = {}
+    for key, spec in specs.items():
+        r = build_router(dict(spec), ctx)
+        if not isinstance(r, ThresholdRouter):
+            raise ValueError(f"ensemble.members.{key}: '{spec.get('type')}' is not a threshold router")
+        members[key] = r
+    unknown = sorted(set(weights) - set(members))
+    if unknown:
+        raise ValueError(f"ensemble.weights: {unknown} are not members ({sorted(members)})")
+    return EnsembleRouter("ensemble", ctx.weak, ctx.strong, members, {k: weights.get(k, 1.0) for k in members})

@@ -1,0 +1,69 @@
+"""The probe and ensemble routers and the form features: against hand-checkable data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlrouter.eval.learned import FORM_FEATURES, fit_logistic, fit_ridge, prompt_form_features
+from rlrouter.eval.reader import EvalSet
+from rlrouter.eval.routers import RouterContext, build_router
+from rlrouter.pool.base import Candidate
+
+
+def test_form_features_read_form_not_topic():
+    mcq = "Which is NOT prime?\nA. 2\nB. 3\nC. 4\nD. 5\nAnswer:"
+    f = dict(zip(FORM_FEATURES, prompt_form_features([mcq, "Tell me a story about a cat"])[0]))
+    assert f["has_options"] == 1.0 and f["negation"] == 1.0 and f["question_marks"] == 1.0
+    assert f["log_option_chars_mean"] == pytest.approx(np.log1p(1.0))
+    assert f["digit_share"] == pytest.approx(4 / len(mcq))
+    g = dict(zip(FORM_FEATURES, prompt_form_features(["Tell me a story about a cat"])[0]))
+    assert g["has_options"] == 0.0 and g["negation"] == 0.0
+
+
+def test_ridge_and_logistic_recover_a_known_rule():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 3))
+    w = fit_ridge(x, 2.0 * x[:, 0] - x[:, 2] + 0.5, l2=1e-6)
+    assert w == pytest.approx([2.0, 0.0, -1.0, 0.5], abs=1e-6)
+    y = (rng.random(2000) < 1 / (1 + np.exp(-(3 * x[:, 1] - 1)))).astype(float)
+    w = fit_logistic(x, y, l2=1e-3)
+    assert w[1] == pytest.approx(3.0, abs=0.4) and w[3] == pytest.approx(-1.0, abs=0.25)
+    assert abs(w[0]) < 0.25 and abs(w[2]) < 0.25
+
+
+def _set(prompts: list[str], scores: np.ndarray) -> EvalSet:
+    n = len(prompts)
+    return EvalSet(prompts=prompts, candidates=[Candidate("weak", 0.6, 0.6), Candidate("strong", 10, 30)],
+                   scores=scores, costs=np.tile([1.0, 10.0], (n, 1)), sources=["t"] * n,
+                   prompt_tokens=np.ones(n), completion_tokens=np.ones((n, 2)))
+
+
+def test_probe_on_form_features_and_an_ensemble_route_long_math_to_strong():
+    rng = np.random.default_rng(1)
+    prompts, scores = [], []
+    for i in range(400):
+        hard = i % 2 == 0
+        prompts.append(f"Compute {rng.integers(1000, 9999)} * {rng.integers(1000, 9999)} = ?" if hard
+                       else "Name a colour of the sky")
+        scores.append([float(rng.random() < (0.2 if hard else 0.9)), float(rng.random() < 0.95)])
+    train = _set(prompts, np.array(scores))
+    ctx = RouterContext(candidates=["weak", "strong"], weak=0, strong=1, train=train,
+                        embed=lambda t: np.zeros((len(t), 4), dtype=np.float32))
+    test = ["Compute 1234 * 5678 = ?", "Name a colour of grass"]
+    for head in ("gain", "two_heads"):
+        r = build_router({"type": "probe", "features": ["form"], "head": head}, ctx)
+        r.fit(train)
+        s = r.strong_score(test)
+        assert s[0] > s[1], head
+    ens = build_router({"type": "ensemble", "members": {"a": {"type": "probe", "features": "form"},
+                                                       "b": {"type": "random"}}, "weights": {"a": 3.0}}, ctx)
+    ens.fit(train)
+    s = ens.strong_score(test)
+    assert s[0] > s[1]
+    with pytest.raises(ValueError, match="probe.head"):
+        build_router({"type": "probe", "head": "mlp"}, ctx)
+    with pytest.raises(ValueError, match="ensemble.weights.*zz"):
+        build_router({"type": "ensemble", "members": {"a": {"type": "random"}}, "weights": {"zz": 1}}, ctx)
+    with pytest.raises(ValueError, match="ensemble.members.a.*not a threshold router"):
+        build_router({"type": "ensemble", "members": {"a": {"type": "always", "candidate": "weak"}}}, ctx)
