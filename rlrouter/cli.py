@@ -1,6 +1,8 @@
 """The ``rlrouter`` console command: small operational tools that need no Ray.
 
-    rlrouter validate FILE --format router_r1|gmtrouter   check a data file, stop at the first problem
+    rlrouter validate FILE --format router_r1|gmtrouter   check a data file (one JSON object, a JSON list,
+                                                          JSONL or parquet: the output says which), stop
+                                                          at the first problem
     rlrouter validate FILE --format ... --all             report every bad record (count and position)
     rlrouter model NAME                                    resolve a model name to a local folder
     rlrouter env                                           check the installed stack
@@ -28,7 +30,7 @@ def _validate(args: argparse.Namespace) -> int:
     for err in result.errors:
         print(f"error: {err}", file=sys.stderr)
     n_bad = len(result.errors)
-    print(f"{args.file}: {len(result.records)} valid {args.format} records, {n_bad} invalid")
+    print(f"{args.file}: {result.layout}, {len(result.records)} valid {args.format} records, {n_bad} invalid")
     return 1 if n_bad else 0
 
 
@@ -54,7 +56,7 @@ def _env(_: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlrouter", description="rlrouter command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("validate", help="check a Router-R1 or GMTRouter data file (JSONL, JSON, parquet)")
+    v = sub.add_parser("validate", help="check a Router-R1 or GMTRouter data file (JSON object or list, JSONL, parquet)")
     v.add_argument("file")
     v.add_argument("--format", required=True, choices=sorted(FORMATS))
     v.add_argument("--all", action="store_true", help="report every bad record instead of stopping at the first")

@@ -43,6 +43,8 @@ class SourceSpec:
     name: str
     weight: float = 1.0
     path: str | None = None
+    split: str | None = None
+    """The dataset split to read (QA sets: ``train`` by default, ``test`` for Router-R1's test sets)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.weight, (int, float)) or self.weight < 0:
@@ -119,7 +121,7 @@ def build(cfg: BuildConfig, logged: LoggedTable | None = None) -> dict[str, Any]
     rows: dict[str, list[dict]] = {"train": [], "test": []}
     stats: dict[str, Any] = {"sources": {}}
     for spec, n_train, n_test in zip(active, train_n, test_n):
-        questions = load_source(spec.name, spec.path)
+        questions = load_source(spec.name, spec.path, **({"split": spec.split} if spec.split else {}))
         available = len(questions)
         if logged is not None and cfg.require_logged and replayed:
             questions = [q for q in questions if find_row(logged, q.query) is not None]

@@ -118,6 +118,44 @@ class RouterR1Record:
 
 FEEDBACK_RANGE = (-1.0, 5.0)
 
+FEEDBACK_LABELS: dict[str, float] = {"positive": 1.0, "neutral": 0.0, "negative": -1.0}
+"""GMTRouter's seed writes feedback as a word: each maps onto the signal end of ``FEEDBACK_RANGE``
+(-1 bad, 0 no opinion, 1 good). A log that also carries 1-5 ratings should use numbers throughout,
+since "positive" (1.0) would read as the lowest star."""
+
+
+def parse_feedback(value: Any, field_path: str) -> float:
+    """Feedback as a number in ``FEEDBACK_RANGE``: a number, a bool, a label of ``FEEDBACK_LABELS``
+    (any case) or a rating written as text ("4", "4.5")."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in FEEDBACK_LABELS:
+            return FEEDBACK_LABELS[text]
+        try:
+            fb = float(text)
+        except ValueError:
+            raise RecordError(field_path, f"expected a number, one of {sorted(FEEDBACK_LABELS)} or a rating as "
+                                          f"text, got {value!r}") from None
+    elif isinstance(value, (int, float, bool)):
+        fb = float(value)
+    else:
+        raise RecordError(field_path, f"expected a number or a label, got {type(value).__name__}")
+    lo, hi = FEEDBACK_RANGE
+    if not lo <= fb <= hi:  # NaN fails this too
+        raise RecordError(field_path, f"must be in [{lo}, {hi}], got {value!r}")
+    return fb
+
+
+def parse_context(value: Any, field_path: str = "context") -> dict[str, Any]:
+    """A record's ``context``: an object as is; free text (the seed's form) as ``{"description": text}``."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        return {"description": value}
+    if not isinstance(value, dict):
+        raise RecordError(field_path, f"expected an object or a string, got {type(value).__name__}")
+    return dict(value)
+
 
 @dataclass(frozen=True)
 class Interaction:
@@ -126,6 +164,7 @@ class Interaction:
     query: str
     model_used: str
     user_feedback: float
+    """In ``FEEDBACK_RANGE``; files may write a word or a rating as text (:func:`parse_feedback`)."""
     timestamp: float
     session_id: str = ""
     response: str = ""
@@ -135,11 +174,7 @@ class Interaction:
         d = _require_dict(d, prefix.rstrip(".") or "interaction")
         query = _require(d, "query", str, prefix, allow_empty=False)
         model = _require(d, "model_used", str, prefix, allow_empty=False)
-        fb = _require(d, "user_feedback", (int, float, bool), prefix)
-        fb = float(fb)
-        lo, hi = FEEDBACK_RANGE
-        if not lo <= fb <= hi:
-            raise RecordError(f"{prefix}user_feedback", f"must be in [{lo}, {hi}], got {fb}")
+        fb = parse_feedback(_require(d, "user_feedback", (int, float, bool, str), prefix), f"{prefix}user_feedback")
         ts = _require(d, "timestamp", (int, float, str), prefix)
         if isinstance(ts, str):
             from datetime import datetime
@@ -166,6 +201,7 @@ class GMTRecord:
     interactions: list[Interaction]
     preferred_models: list[str] = field(default_factory=list)
     context: dict[str, Any] = field(default_factory=dict)
+    """Free text in a file becomes ``{"description": text}`` (:func:`parse_context`)."""
 
     @classmethod
     def from_dict(cls, d: Any) -> "GMTRecord":
@@ -176,10 +212,8 @@ class GMTRecord:
         pref = d.get("preferred_models", []) or []
         if not isinstance(pref, list) or not all(isinstance(p, str) for p in pref):
             raise RecordError("preferred_models", "expected a list of str")
-        ctx = d.get("context", {}) or {}
-        if not isinstance(ctx, dict):
-            raise RecordError("context", f"expected an object, got {type(ctx).__name__}")
-        return cls(user_id=str(user_id), interactions=inter, preferred_models=list(pref), context=dict(ctx))
+        ctx = parse_context(d.get("context"))
+        return cls(user_id=str(user_id), interactions=inter, preferred_models=list(pref), context=ctx)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,4 +1,4 @@
-"""Readers and writers for Router-R1 and GMTRouter record files (JSONL, JSON list, parquet).
+"""Readers and writers for Router-R1 and GMTRouter record files (JSONL, JSON object or list, parquet).
 
 A bad record is never dropped silently: ``strict=True`` rejects the whole file at the first problem
 (``DataFileError`` names file, line or record index, and field); ``strict=False`` keeps the good
@@ -34,34 +34,59 @@ class DataFileError(ValueError):
 class ReadResult(Generic[T]):
     records: list[T]
     errors: list[DataFileError] = field(default_factory=list)
+    layout: str = ""
+    """How the file held its records: one of ``LAYOUTS`` ("JSON" when it did not parse)."""
 
     @property
     def ok(self) -> bool:
         return not self.errors
 
 
-def _raw_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """Yield (location, raw object) pairs; a line that is not JSON yields a DataFileError instead."""
+LAYOUTS = ("JSON object", "JSON list", "JSONL", "parquet")
+"""How a file holds its records; ``ReadResult.layout`` says which one was seen."""
+
+
+def _json_rows(path: Path, data: Any) -> tuple[str, Iterator[tuple[str, Any]]]:
+    if isinstance(data, dict):
+        return "JSON object", iter([("record 0", data)])
+    if isinstance(data, list):
+        return "JSON list", ((f"record {i}", row) for i, row in enumerate(data))
+    err = DataFileError(path, "1", None, f"expected a JSON object, a list of objects or JSONL, got "
+                                         f"a JSON {type(data).__name__}")
+    return "JSON", iter([("1", err)])
+
+
+def _raw_rows(path: Path) -> tuple[str, Iterator[tuple[str, Any]]]:
+    """(layout, rows): rows are (location, raw object) pairs; a line that is not JSON yields a
+    DataFileError instead. A ``.json`` file holds one record object or a list of them; any other
+    text file is JSONL, or one JSON document when it does not parse line by line (a record pasted
+    pretty-printed)."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        for i, row in enumerate(pq.read_table(path).to_pylist()):
-            yield f"record {i}", row
-        return
+        return "parquet", ((f"record {i}", row) for i, row in enumerate(pq.read_table(path).to_pylist()))
     text = path.read_text(encoding="utf-8")
-    if suffix == ".json" or text.lstrip().startswith("["):
+    stripped = text.lstrip()
+    if suffix == ".json" or stripped.startswith("["):
         try:
-            data = json.loads(text)
+            return _json_rows(path, json.loads(text))
         except json.JSONDecodeError as e:
-            yield f"{e.lineno}", DataFileError(path, f"{e.lineno}", None, f"invalid JSON: {e.msg}")
-            return
-        if not isinstance(data, list):
-            yield "1", DataFileError(path, "1", None, "expected a JSON list of records")
-            return
-        for i, row in enumerate(data):
-            yield f"record {i}", row
-        return
+            err = DataFileError(path, f"{e.lineno}", None, f"invalid JSON: {e.msg}")
+            return "JSON", iter([(f"{e.lineno}", err)])
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    if stripped.startswith("{"):
+        try:
+            json.loads(first)
+        except json.JSONDecodeError:
+            try:
+                return _json_rows(path, json.loads(text))
+            except json.JSONDecodeError:
+                pass  # neither: report it line by line below
+    return "JSONL", _jsonl_rows(path, text)
+
+
+def _jsonl_rows(path: Path, text: str) -> Iterator[tuple[str, Any]]:
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -79,8 +104,9 @@ def read_records(path: str | Path, fmt: str, strict: bool = True) -> ReadResult:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such data file")
-    result: ReadResult = ReadResult(records=[])
-    for loc, raw in _raw_rows(path):
+    layout, rows = _raw_rows(path)
+    result: ReadResult = ReadResult(records=[], layout=layout)
+    for loc, raw in rows:
         if isinstance(raw, DataFileError):
             err = raw
         else:

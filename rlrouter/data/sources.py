@@ -168,8 +168,13 @@ SOURCES: dict[str, Callable[..., list[Question]]] = {"gsm8k": gsm8k, "mmlu": mml
 
 
 def load_source(name: str, path: str | Path | None = None, **kwargs) -> list[Question]:
+    from rlrouter.data.qa import QA_DATASETS, load_qa
+
+    if name in QA_DATASETS:
+        return load_qa(name, path, **kwargs)
     if name not in SOURCES:
-        raise ValueError(f"data.sources[].name: unknown source '{name}', expected one of {sorted(SOURCES)}")
+        raise ValueError(f"data.sources[].name: unknown source '{name}', expected one of "
+                         f"{sorted([*SOURCES, *QA_DATASETS])}")
     if name == "gsm8k" and not path:
         raise ValueError("data.sources[gsm8k].path: required (a folder with train.jsonl / test.jsonl, a file, "
                          "or a URL)")

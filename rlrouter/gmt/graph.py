@@ -264,6 +264,13 @@ class GMTGraph:
             out[i, :len(r)] = torch.tensor(r)
         return out
 
+    def singles(self, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Every masked interaction as its own group: (N, 1) ids, the unit of the pointwise loss
+        (logs with one model per query, where no turn compares two candidates)."""
+        n = self.num_interactions
+        m = torch.ones(n, dtype=torch.bool) if mask is None else mask.to(torch.bool)
+        return torch.nonzero(m, as_tuple=True)[0].unsqueeze(1)
+
     # ------------------------------------------------------------------ growth (few-shot users)
     def extend(self, records: Sequence[GMTRecord], embed: EmbedFn | None = None,
                record_offset: int = 0) -> torch.Tensor:

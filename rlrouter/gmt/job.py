@@ -29,7 +29,7 @@ from rlrouter.gmt.graph import GMTGraph, build_graph
 from rlrouter.gmt.model import GMTModelConfig
 from rlrouter.gmt.simulate import SimConfig
 from rlrouter.gmt.train import (GroupBatch, Split, TrainConfig, build_model, evaluate, few_shot_curve, fit,
-                                load_checkpoint, save_checkpoint, temporal_split, to_jsonable)
+                                load_checkpoint, save_checkpoint, temporal_split, to_jsonable, training_groups)
 
 
 @dataclass
@@ -325,12 +325,12 @@ def run(cfg: Any) -> dict[str, Any]:
 
     model, _, ckpt_cfg = load_checkpoint(ckpt_dir)
     g, sp = prep.graph, prep.split
-    test_batch = GroupBatch.from_groups(g, g.groups(sp.test))
+    test_batch = GroupBatch.from_groups(g, training_groups(g, sp.test, job.train.loss))
     metrics: dict[str, Any] = {
         "graph": g.counts(), "multi_turn": g.multi_turn, "num_layers": model.cfg.num_layers,
         "split": {k: int(getattr(sp, k).sum()) for k in ("train", "val", "test")},
         "train": ckpt_cfg.get("train", {}), "ray": ray_metrics if job.ray.enabled else None,
-        "test": evaluate(model, g, sp.train | sp.val, test_batch),
+        "test": evaluate(model, g, sp.train | sp.val, test_batch, loss=job.train.loss),
         "seconds": {"prepare": t_prep, "train": t_train},
     }
     if prep.new_users:
@@ -338,7 +338,7 @@ def run(cfg: Any) -> dict[str, Any]:
         new[prep.new_users] = True
         new_split = temporal_split(g, 0.0, job.train.test_frac, users=torch.tensor(prep.new_users))
         metrics["few_shot"] = few_shot_curve(model, g, sp.train | sp.val, prep.new_users,
-                                             job.data.few_shot_ks, new_split.test)
+                                             job.data.few_shot_ks, new_split.test, loss=job.train.loss)
     if prep.sim_stats is not None:
         metrics["simulation"] = prep.sim_stats
     cfg_path = ckpt_dir / "config.json"

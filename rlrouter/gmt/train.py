@@ -5,6 +5,11 @@ logistic loss ``-log sigmoid(s_win - s_lose)``; for a turn with more than two ra
 cross-entropy with the unique top-rated candidate as the target. Ties carry no preference and are
 skipped (a pair with equal ratings; a larger group whose top rating is shared).
 
+Logs with one model per query (the seed's own example) hold no such comparison. ``loss: pointwise``
+trains them on each interaction alone: binary cross-entropy between ``sigmoid(score)`` and the
+feedback scaled to [0, 1] (``normalize_feedback``), validated by the AUC of score against "feedback
+above the mean". Issue 15.
+
 Each epoch hides a random ``target_frac`` of the training turns from the message-passing graph and
 predicts them from the rest, so a rating never flows into its own prediction. The checkpoint kept
 is the one with the best validation AUC. Checkpoints are a folder: ``model.safetensors`` (weights),
@@ -25,10 +30,11 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlrouter.gmt.graph import GMTGraph
+from rlrouter.gmt.graph import GMTGraph, normalize_feedback
 from rlrouter.gmt.model import GMTModelConfig, GMTRouterModel
 
 CHECKPOINT_FORMAT = "rlrouter.gmtrouter/v1"
+LOSSES = ("pairwise", "pointwise")
 
 
 @dataclass
@@ -51,8 +57,13 @@ class TrainConfig:
     """Per user, the share of latest conversations held out for testing."""
     threads: int = 0
     """torch intra-op threads (0 = leave torch's default)."""
+    loss: str = "pairwise"
+    """"pairwise": the paper's loss on turns comparing candidates; "pointwise": each interaction's
+    feedback alone, for logs with one model per query."""
 
     def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss: expected one of {LOSSES}, got {self.loss!r}")
         if self.epochs < 1:
             raise ValueError(f"epochs: expected >= 1, got {self.epochs}")
         if not self.lr > 0:
@@ -100,6 +111,41 @@ def preference_loss(scores: torch.Tensor, ratings: torch.Tensor, valid: torch.Te
     if not losses:
         return scores.sum() * 0.0
     return torch.cat(losses).mean()
+
+
+def pointwise_loss(scores: torch.Tensor, ratings: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Mean binary cross-entropy of ``sigmoid(score)`` against the feedback scaled to [0, 1], over
+    the valid members; scores, ratings, valid are (G, K) (K = 1 for ``GMTGraph.singles``)."""
+    if not bool(valid.any()):
+        return scores.sum() * 0.0
+    target = normalize_feedback(ratings[valid])  # (V,)
+    return torch.nn.functional.binary_cross_entropy_with_logits(scores[valid], target)
+
+
+def pointwise_metrics(scores: np.ndarray, ratings: np.ndarray, valid: np.ndarray) -> dict[str, float]:
+    """AUC of the scores against "good" = feedback above the evaluated set's mean feedback (so labels
+    on the -1..1 signal scale and 1-5 ratings both split), and accuracy: ``sigmoid(score)`` above the
+    scaled mean agrees with "good"."""
+    v = np.asarray(valid, dtype=bool)
+    s = np.asarray(scores, dtype=np.float64)[v]
+    if s.size == 0:
+        return {"pairs": 0, "accuracy": float("nan"), "auc": float("nan")}
+    f = normalize_feedback(torch.as_tensor(np.asarray(ratings)[v])).numpy().astype(np.float64)
+    good = f > f.mean()
+    predicted = 1.0 / (1.0 + np.exp(-s)) > f.mean()
+    return {"pairs": int(s.size), "accuracy": float((predicted == good).mean()), "auc": auc_score(good, s)}
+
+
+def objective(loss: str) -> tuple[Callable[..., torch.Tensor], Callable[..., dict[str, float]]]:
+    """(loss function, metrics function) of ``TrainConfig.loss``."""
+    if loss == "pointwise":
+        return pointwise_loss, pointwise_metrics
+    return preference_loss, pairwise_metrics
+
+
+def training_groups(graph: GMTGraph, mask: torch.Tensor, loss: str = "pairwise") -> torch.Tensor:
+    """The groups a loss learns from: comparison groups (pairwise) or single interactions (pointwise)."""
+    return graph.singles(mask) if loss == "pointwise" else graph.groups(mask)
 
 
 def auc_score(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -232,8 +278,9 @@ class GroupBatch:
 
 @torch.no_grad()
 def evaluate(model: GMTRouterModel, graph: GMTGraph, visible: torch.Tensor, batch: GroupBatch,
-             h: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
-    """Pairwise accuracy / AUC of ``batch`` with message passing over ``visible`` interactions."""
+             h: dict[str, torch.Tensor] | None = None, loss: str = "pairwise") -> dict[str, float]:
+    """Accuracy / AUC of ``batch`` (pairwise, or pointwise per ``loss``) with message passing over
+    ``visible`` interactions."""
     if len(batch) == 0:
         return {"pairs": 0, "accuracy": float("nan"), "auc": float("nan"), "loss": float("nan")}
     was = model.training
@@ -241,8 +288,9 @@ def evaluate(model: GMTRouterModel, graph: GMTGraph, visible: torch.Tensor, batc
     if h is None:
         h = model.encode(graph.x_dict(), graph.edge_index_dict(visible))
     s = model.score(h, batch.users, batch.queries, batch.llms)
-    out = pairwise_metrics(s.numpy(), batch.ratings.numpy(), batch.valid.numpy())
-    out["loss"] = float(preference_loss(s, batch.ratings, batch.valid))
+    loss_fn, metrics_fn = objective(loss)
+    out = metrics_fn(s.numpy(), batch.ratings.numpy(), batch.valid.numpy())
+    out["loss"] = float(loss_fn(s, batch.ratings, batch.valid))
     model.train(was)
     return out
 
@@ -268,7 +316,7 @@ def build_model(graph: GMTGraph, model_cfg: GMTModelConfig, seed: int = 0) -> GM
 
 
 def train_step(model: GMTRouterModel, graph: GMTGraph, train_mask: torch.Tensor, batch: GroupBatch,
-               target_frac: float, gen: torch.Generator) -> tuple[torch.Tensor, int]:
+               target_frac: float, gen: torch.Generator, loss: str = "pairwise") -> tuple[torch.Tensor, int]:
     """One forward pass: hide a random share of the training groups, predict them from the rest.
 
     Returns (loss, number of target groups). ``batch`` holds the training groups this rank owns.
@@ -281,7 +329,7 @@ def train_step(model: GMTRouterModel, graph: GMTGraph, train_mask: torch.Tensor,
     visible[targets.ids[targets.valid]] = False
     h = model.encode(graph.x_dict(), graph.edge_index_dict(visible))
     s = model.score(h, targets.users, targets.queries, targets.llms)  # (T, K)
-    return preference_loss(s, targets.ratings, targets.valid), n_target
+    return objective(loss)[0](s, targets.ratings, targets.valid), n_target
 
 
 def fit(graph: GMTGraph, split: Split, model_cfg: GMTModelConfig, cfg: TrainConfig,
@@ -299,11 +347,14 @@ def fit(graph: GMTGraph, split: Split, model_cfg: GMTModelConfig, cfg: TrainConf
         torch.set_num_threads(cfg.threads)
     model = model or build_model(graph, model_cfg, cfg.seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    all_train = GroupBatch.from_groups(graph, graph.groups(split.train))
-    val_batch = GroupBatch.from_groups(graph, graph.groups(split.val))
-    if len(all_train) == 0:
+    all_train = GroupBatch.from_groups(graph, training_groups(graph, split.train, cfg.loss))
+    val_batch = GroupBatch.from_groups(graph, training_groups(graph, split.val, cfg.loss))
+    if len(all_train) == 0 and cfg.loss == "pairwise":
         raise ValueError("training split holds no comparison groups (turns where one user rated "
-                         "two candidates differently): nothing to learn preferences from")
+                         "two candidates differently): nothing to learn preferences from. For logs with "
+                         "one model per query set gmt.train.loss=pointwise")
+    if len(all_train) == 0:
+        raise ValueError("training split holds no interactions")
     train_batch = all_train.subset(torch.arange(rank, len(all_train), world_size)) if world_size > 1 else all_train
     gen = torch.Generator().manual_seed(cfg.seed + 7919 * rank)
     best_auc, best_epoch, best_val, best_state = -1.0, 0, {}, None
@@ -313,14 +364,14 @@ def fit(graph: GMTGraph, split: Split, model_cfg: GMTModelConfig, cfg: TrainConf
     for epoch in range(1, cfg.epochs + 1):
         model.train()
         opt.zero_grad()
-        loss, _ = train_step(model, graph, split.train, train_batch, cfg.target_frac, gen)
+        loss, _ = train_step(model, graph, split.train, train_batch, cfg.target_frac, gen, cfg.loss)
         loss.backward()
         if sync_grads is not None:
             sync_grads(model)
         opt.step()
         row = {"epoch": epoch, "learner/loss": float(loss.detach())}
         if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
-            val = evaluate(model, graph, split.train, val_batch if len(val_batch) else all_train)
+            val = evaluate(model, graph, split.train, val_batch if len(val_batch) else all_train, loss=cfg.loss)
             row.update({"val/auc": val["auc"], "val/accuracy": val["accuracy"], "val/loss": val["loss"]})
             auc = val["auc"] if not math.isnan(val["auc"]) else -float(val["loss"])
             improved = auc > best_auc
@@ -413,19 +464,20 @@ def first_k_interactions(graph: GMTGraph, user: int, k: int, exclude: torch.Tens
 
 @torch.no_grad()
 def few_shot_curve(model: GMTRouterModel, graph: GMTGraph, base_visible: torch.Tensor,
-                   new_users: list[int], ks: list[int], test_mask: torch.Tensor) -> list[dict[str, float]]:
+                   new_users: list[int], ks: list[int], test_mask: torch.Tensor,
+                   loss: str = "pairwise") -> list[dict[str, float]]:
     """Accuracy/AUC on new users' test turns when each has only its first k interactions in the graph.
 
     The trained weights are not touched: the new users' sessions are added as visible edges and the
     user nodes are embedded by message passing alone (issue 6, "Few-shot adaptation").
     """
-    test_batch = GroupBatch.from_groups(graph, graph.groups(test_mask))
+    test_batch = GroupBatch.from_groups(graph, training_groups(graph, test_mask, loss))
     rows = []
     for k in ks:
         visible = base_visible.clone()
         for u in new_users:
             visible[first_k_interactions(graph, u, k, exclude=test_mask)] = True
-        m = evaluate(model, graph, visible, test_batch)
+        m = evaluate(model, graph, visible, test_batch, loss=loss)
         rows.append({"k": k, **m})
     return rows
 

@@ -15,8 +15,17 @@ environment inserted after each route::
   (lowercase, no punctuation, no articles, single spaces); token F1 as an option.
 * cost: raw cost = completion tokens x price of each routed candidate; its square root is min-max
   scaled between the 5th and 95th percentile of a sliding window of recent costs; reward = 1 - scaled.
-* combination (issue 2): a correct answer scores ``(1 + format)(1 - alpha) + alpha * cost``; a wrong
-  one scores ``format``.
+* combination, two by config (``formula``, issue 15):
+
+  - ``"router_r1"`` (the training default; what Router-R1's released code computes, issue 2): a correct
+    answer scores ``(1 + format)(1 - alpha) + alpha * cost``, a wrong one ``format``: cost is credited
+    only to correct answers, so a cheap wrong answer earns nothing;
+  - ``"additive"`` (the formula VSR's rl_driven page and the paper print, seed 001; the selector's
+    ``use_router_r1_rewards`` feedback): ``R = format + (1 - alpha) * outcome + alpha * cost``, every term
+    always counted.
+
+The protocol itself (tags, routes, the format rules) lives in :mod:`rlrouter.protocol`, shared with the
+rollout environment.
 """
 
 from __future__ import annotations
@@ -31,6 +40,17 @@ from typing import Any
 
 import numpy as np
 
+from rlrouter.protocol import (  # noqa: F401  (re-exported: the reward's public names)
+    TAGS,
+    Block,
+    FormatError,
+    RouteCall,
+    check_format,
+    extract_answer,
+    extract_routes,
+    parse_blocks,
+    read_route,
+)
 from rlrouter.rewards.base import (
     Reward,
     RewardConfigError,
@@ -40,153 +60,10 @@ from rlrouter.rewards.base import (
     mean_of,
 )
 
-TAGS = ("think", "search", "information", "answer")
-_TAG_RE = re.compile(r"<(/?)(think|search|information|answer)>")
-_INFO_RE = re.compile(r"<information>.*?</information>", re.DOTALL)
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_SEARCH_RE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 _PUNCTUATION = frozenset(string.punctuation)
 
-
-# ---------------------------------------------------------------- parsing
-
-
-@dataclass(frozen=True)
-class Block:
-    """One tagged span of a trajectory: the tag and its inner text."""
-
-    tag: str
-    content: str
-
-
-@dataclass(frozen=True)
-class Route:
-    """One call to a candidate, parsed from ``<search> model: query </search>``."""
-
-    model: str
-    query: str
-
-
-class FormatError(ValueError):
-    """Why a trajectory breaks the protocol (the reason is logged, the reward is just -1)."""
-
-
-def parse_blocks(text: str) -> list[Block]:
-    """Split a trajectory into tagged blocks, checking that tags are balanced and not nested.
-
-    ``<information>`` is opaque: it holds a candidate's raw answer, written by the environment, which
-    may itself contain ``<think>`` or ``<answer>`` strings; the policy is not to blame for those, so
-    the scan jumps to the matching ``</information>``. Raises :class:`FormatError`.
-    """
-    blocks: list[Block] = []
-    pos = 0
-    while True:
-        m = _TAG_RE.search(text, pos)
-        if m is None:
-            return blocks
-        closing, tag = m.group(1), m.group(2)
-        if closing:
-            raise FormatError(f"unbalanced: </{tag}> without an open <{tag}>")
-        end_tag = f"</{tag}>"
-        if tag == "information":
-            end = text.find(end_tag, m.end())
-            if end < 0:
-                raise FormatError("unbalanced: <information> is never closed")
-        else:
-            inner = _TAG_RE.search(text, m.end())
-            if inner is None:
-                raise FormatError(f"unbalanced: <{tag}> is never closed")
-            if inner.group(1) == "":
-                raise FormatError(f"nested: <{inner.group(2)}> inside <{tag}>")
-            if inner.group(2) != tag:
-                raise FormatError(f"unbalanced: </{inner.group(2)}> closes <{tag}>")
-            end = inner.start()
-        blocks.append(Block(tag, text[m.end():end]))
-        pos = end + len(end_tag)
-
-
-def parse_route(content: str, candidates: Iterable[str] | None = None) -> Route | None:
-    """Parse ``model: query``. With ``candidates`` the model must be one of them, matched exactly
-    (the longest name that fits wins, so names that themselves hold ':' such as ``llama3:8b`` work).
-    Without candidates the model is whatever precedes the first ':'. ``None`` if malformed."""
-    s = content.strip()
-    if candidates is None:
-        model, sep, query = s.partition(":")
-        model, query = model.strip(), query.strip()
-        return Route(model, query) if sep and model and query else None
-    best: Route | None = None
-    for name in candidates:
-        if not name or not s.startswith(name):
-            continue
-        rest = s[len(name):].lstrip()
-        if not rest.startswith(":"):
-            continue
-        query = rest[1:].strip()
-        if query and (best is None or len(name) > len(best.model)):
-            best = Route(name, query)
-    return best
-
-
-def check_format(text: str, candidates: Iterable[str] | None) -> None:
-    """Raise :class:`FormatError` naming the first rule the trajectory breaks.
-
-    Rules (issue 2, after Router-R1's prompt): starts with ``<think>`` and ends with ``</answer>``
-    (surrounding whitespace ignored); tags balanced and not nested; no empty ``<think>``; exactly one
-    ``<answer>``; every ``<search>`` is followed by exactly one ``<information>`` and every
-    ``<information>`` answers a ``<search>``; every route reads ``model: query`` with a known candidate.
-    One rule is ours: an empty ``<answer>`` fails too, since Router-R1's prompt forbids the bare
-    placeholder. Text between blocks is not judged: the issue's rules do not forbid it.
-    """
-    s = text.strip()
-    if not s:
-        raise FormatError("empty output")
-    if not s.startswith("<think>"):
-        raise FormatError("does not start with <think>")
-    if not s.endswith("</answer>"):
-        raise FormatError("does not end with </answer>")
-    blocks = parse_blocks(s)
-    known = None if candidates is None else list(candidates)
-    answers = 0
-    for i, b in enumerate(blocks):
-        if b.tag == "think" and not b.content.strip():
-            raise FormatError("empty <think>")
-        if b.tag == "answer":
-            answers += 1
-            if not b.content.strip():
-                raise FormatError("empty <answer>")
-        if b.tag == "search":
-            if i + 1 >= len(blocks) or blocks[i + 1].tag != "information":
-                raise FormatError("<search> is not followed by one <information>")
-            route = parse_route(b.content, known)
-            if route is None:
-                model = b.content.strip().partition(":")[0].strip()
-                if known is not None and ":" in b.content and model and model not in known:
-                    raise FormatError(f"unknown candidate '{model}'")
-                raise FormatError(f"route is not 'model: query': {b.content.strip()[:60]!r}")
-        if b.tag == "information" and (i == 0 or blocks[i - 1].tag != "search"):
-            raise FormatError("<information> without a <search> before it")
-    if answers != 1:
-        raise FormatError(f"{answers} <answer> blocks, expected exactly one")
-
-
-def extract_routes(text: str, candidates: Iterable[str] | None = None) -> list[Route | None]:
-    """Every ``<search>`` the policy wrote (not those inside ``<information>``), in order, parsed;
-    ``None`` where malformed. With ``candidates``, a known name is matched first (so names holding ':'
-    parse), then anything before the first ':'. Tolerant of bad formats: cost accounting and tool
-    budgets must work on any trajectory."""
-    known = None if candidates is None else list(candidates)
-    routes = []
-    for m in _SEARCH_RE.finditer(_INFO_RE.sub("", text)):
-        route = parse_route(m.group(1), known) if known is not None else None
-        routes.append(route or parse_route(m.group(1)))
-    return routes
-
-
-def extract_answer(text: str) -> str | None:
-    """The content of the last ``<answer>...</answer>`` written by the policy (not inside an
-    ``<information>`` block), stripped; ``None`` when there is none."""
-    matches = _ANSWER_RE.findall(_INFO_RE.sub("", text))
-    return matches[-1].strip() if matches else None
+Route = RouteCall
+"""A parsed ``<search> model: query </search>`` (the protocol module's ``RouteCall``)."""
 
 
 # ---------------------------------------------------------------- answer scoring (SQuAD)
@@ -285,7 +162,7 @@ class _Candidates:
 
 
 class RouterR1FormatReward:
-    """-1 if a trajectory breaks the Router-R1 protocol (:func:`check_format`), else 0.
+    """``penalty`` (-1) if a trajectory breaks the Router-R1 protocol (:func:`check_format`), else 0.
 
     ``candidates`` fixes the known candidate names; a ``candidates`` or ``candidate_models`` column
     overrides them per sample. With neither, any ``model`` before ':' is accepted.
@@ -294,7 +171,10 @@ class RouterR1FormatReward:
 
     __name__ = "router_r1_format"
 
-    def __init__(self, candidates: Sequence[Any] | None = None):
+    def __init__(self, candidates: Sequence[Any] | None = None, penalty: float = -1.0):
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not -math.inf < penalty <= 0:
+            raise RewardConfigError("penalty", f"expected a number <= 0, got {penalty!r}")
+        self.penalty = float(penalty)
         self._candidates = _Candidates(candidates, self.__name__)
         self.last_failures: list[str | None] = []
         self.last_metrics: dict[str, float] = {}
@@ -310,7 +190,7 @@ class RouterR1FormatReward:
                 rewards.append(0.0)
                 self.last_failures.append(None)
             except FormatError as e:
-                rewards.append(-1.0)
+                rewards.append(self.penalty)
                 self.last_failures.append(str(e))
         self.last_metrics = {"reward/format": mean_of(rewards)}
         return rewards
@@ -544,18 +424,28 @@ class RouterR1Score:
         return asdict(self)
 
 
-def combine(format_r: float, outcome: float, cost: float | None, alpha: float) -> float:
-    """Issue 2's combination: correct -> ``(1 + format)(1 - alpha) + alpha * cost``; wrong -> ``format``.
+FORMULAS = ("router_r1", "additive")
 
-    ``outcome`` in [0, 1] interpolates linearly between the two, so EM (0 or 1) gives exactly the rule
-    and F1 gives partial credit. ``cost`` ``None`` counts as 0 (only allowed when ``alpha == 0``).
+
+def combine(format_r: float, outcome: float, cost: float | None, alpha: float, formula: str = "router_r1") -> float:
+    """The total of one trajectory (module docstring). ``cost`` ``None`` counts as 0.
+
+    ``"router_r1"``: correct -> ``(1 + format)(1 - alpha) + alpha * cost``; wrong -> ``format``. ``outcome``
+    in [0, 1] interpolates linearly between the two, so EM (0 or 1) gives exactly the rule and F1 gives
+    partial credit. ``"additive"``: ``format + (1 - alpha) * outcome + alpha * cost``.
     """
-    correct_score = (1.0 + format_r) * (1.0 - alpha) + alpha * (0.0 if cost is None else cost)
+    c = 0.0 if cost is None else cost
+    if formula == "additive":
+        return format_r + (1.0 - alpha) * outcome + alpha * c
+    if formula != "router_r1":
+        raise RewardConfigError("formula", f"expected one of {FORMULAS}, got {formula!r}")
+    correct_score = (1.0 + format_r) * (1.0 - alpha) + alpha * c
     return format_r + outcome * (correct_score - format_r)
 
 
 class RouterR1Reward:
-    """The full Router-R1 reward: format, outcome and cost, combined with ``alpha`` (cost weight).
+    """The full Router-R1 reward: format, outcome and cost, combined with ``alpha`` (cost weight) by
+    ``formula`` (``"router_r1"``, the default, or ``"additive"``: see :func:`combine`).
 
     A sample whose ground truth is ``None`` counts as wrong (outcome 0): the policy's format is still
     judged, and no correctness is credited without a reference.
@@ -570,11 +460,17 @@ class RouterR1Reward:
 
     def __init__(self, alpha: float, candidates: Sequence[Any] | None = None, cost_window: int = 512,
                  metric: str = "em", prices: Mapping[str, float] | None = None,
-                 percentiles: Sequence[float] = (5.0, 95.0)):
+                 percentiles: Sequence[float] = (5.0, 95.0), formula: str = "router_r1",
+                 format_penalty: float = -1.0):
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
             raise RewardConfigError("alpha", f"expected a number in [0, 1], got {alpha!r}")
+        if formula not in FORMULAS:
+            raise RewardConfigError("formula", f"expected one of {FORMULAS}, got {formula!r}")
         self.alpha = float(alpha)
-        self.format_reward = RouterR1FormatReward(candidates)
+        self.formula = formula
+        if isinstance(format_penalty, bool) or not isinstance(format_penalty, (int, float)) or format_penalty > 0:
+            raise RewardConfigError("format_penalty", f"expected a number <= 0, got {format_penalty!r}")
+        self.format_reward = RouterR1FormatReward(candidates, penalty=format_penalty)
         self.outcome_reward = RouterR1OutcomeReward(metric)
         self.cost_reward = RouterR1CostReward(prices=prices, cost_window=cost_window,
                                               percentiles=percentiles, candidates=candidates)
@@ -593,7 +489,7 @@ class RouterR1Reward:
         for i in range(n):
             o = 0.0 if out[i] is None else out[i]
             scores.append(RouterR1Score(format=fmt[i], outcome=o, cost=cost[i],
-                                        total=combine(fmt[i], o, cost[i], self.alpha),
+                                        total=combine(fmt[i], o, cost[i], self.alpha, self.formula),
                                         failure=self.format_reward.last_failures[i]))
         self.last_scores = scores
         self.last_metrics = {

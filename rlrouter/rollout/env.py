@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from rlrouter.pool.base import Candidate, CandidateResponse
-from rlrouter.rollout.parsing import TrajectoryTokens, extract_answer, failed_call_error, format_information, parse_turn
+from rlrouter.protocol import extract_answer, failed_call_error, format_information, parse_turn
+from rlrouter.rollout.parsing import TrajectoryTokens
 from rlrouter.rollout.prompt import build_prompt, render_chat
 
 NO_ROUTE_ERROR = "Error: this turn made no call."

@@ -1,10 +1,10 @@
 """Reading one policy turn, and recording a trajectory token by token with its loss mask.
 
-Text side: the rollout engine stops generation at ``</search>`` or ``</answer>`` (keep the stop string
-in the output), so a turn's action sits at the end of the generated chunk. ``parse_turn`` finds it,
-checks ``MODEL: sub-query`` against the candidate names, and gives the error text that goes back to the
-policy inside ``<information>`` when something is wrong (issue 3, "Failures": nothing here raises on
-bad policy output).
+Text side (re-exported from :mod:`rlrouter.protocol`, which the reward reads too): the rollout engine
+stops generation at ``</search>`` or ``</answer>`` (keep the stop string in the output), so a turn's
+action sits at the end of the generated chunk. ``parse_turn`` finds it, checks ``MODEL: sub-query``
+against the candidate names, and gives the error text that goes back to the policy inside
+``<information>`` when something is wrong (issue 3, "Failures": nothing here raises on bad policy output).
 
 Token side: ``TrajectoryTokens`` keeps the segments in order (the prompt, each policy chunk with its
 rollout log-probs, each ``<information>`` block) and yields ``input_ids``, ``loss_mask`` and
@@ -15,143 +15,25 @@ were not sampled from the policy, so they are neither trained on nor counted in 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
-ActionKind = Literal["search", "answer", "none"]
-
-ERROR_PREFIX = "Error:"
-NO_ACTION_ERROR = (f"{ERROR_PREFIX} no action found. End each turn with <search>MODEL: sub-query</search> "
-                   "or <answer>...</answer>.")
-# the literal placeholders of the prompt's rule; a policy that copies them has not routed anything
-PLACEHOLDER_QUERIES = frozenset({"sub-query", "your-query", "query"})
-
-_CLOSE_TAG = re.compile(r"</(search|answer)>")
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_PROTOCOL_TAG = re.compile(r"<(/?)(search|answer|information|think)>")
-
-
-# ---------------------------------------------------------------- text: one turn
-
-
-@dataclass(frozen=True)
-class RouteCall:
-    """A well-formed ``<search>``: the candidate's name as the pool spells it, and the sub-query."""
-
-    model: str
-    query: str
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One parsed policy turn.
-
-    ``kind`` names the closing tag that ended the chunk (``none``: neither). ``text`` is the chunk cut
-    just after that tag, ``rest`` what followed it. ``error`` is set when the turn breaks the protocol:
-    it is the text to put in ``<information>`` and it counts against format. A ``search`` without error
-    carries its ``call``.
-    """
-
-    kind: ActionKind
-    text: str
-    content: str = ""
-    call: RouteCall | None = None
-    error: str | None = None
-    rest: str = ""
-    """What the chunk held after the closing tag: empty when the engine stopped at the tag."""
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def truncated(self) -> bool:
-        """True when text after the action was cut off (the engine did not stop at the tag)."""
-        return bool(self.rest.strip())
-
-
-def parse_route(content: str, candidate_names: Sequence[str]) -> RouteCall | str:
-    """Parse the inside of ``<search>``: ``MODEL: sub-query``. Returns a ``RouteCall`` or an error string.
-
-    The model must equal a candidate's name ignoring case (no fuzzy matching: the policy must learn
-    the names). Names are tried longest first and may themselves contain ``:``.
-    """
-    if not candidate_names:
-        raise ValueError("candidate_names: at least one candidate is required")
-    choices = ", ".join(candidate_names)
-    content = content.strip()
-    if not content:
-        return f"{ERROR_PREFIX} empty <search>. Write <search>MODEL: sub-query</search>, MODEL one of: {choices}."
-    lowered = content.lower()
-    for name in sorted(candidate_names, key=len, reverse=True):
-        if not lowered.startswith(name.lower()):
-            continue
-        rest = content[len(name):].lstrip()
-        if not rest.startswith(":"):
-            continue  # "gpt-4o: ..." must not match the candidate "gpt-4"
-        query = rest[1:].strip()
-        if not query or query.lower() in PLACEHOLDER_QUERIES:
-            return f"{ERROR_PREFIX} no sub-query after '{name}:'. Write the question for the candidate."
-        return RouteCall(model=name, query=query)
-    if ":" not in content:
-        return f"{ERROR_PREFIX} malformed <search>, expected 'MODEL: sub-query' with MODEL one of: {choices}."
-    model = content.split(":", 1)[0].strip()
-    if not model:
-        return f"{ERROR_PREFIX} missing MODEL before ':'. Choose one of: {choices}."
-    return f"{ERROR_PREFIX} unknown model '{model}'. Choose one of: {choices}."
-
-
-def parse_turn(chunk: str, candidate_names: Sequence[str]) -> Turn:
-    """Find the action that ends a generated chunk and check it.
-
-    The first ``</search>`` or ``</answer>`` ends the turn (as the engine's stop strings would); its
-    opening tag is the last one before it. An answer must not be empty; a search must name a candidate.
-    """
-    close = _CLOSE_TAG.search(chunk)
-    if close is None:
-        return Turn(kind="none", text=chunk, error=NO_ACTION_ERROR)
-    kind: ActionKind = close.group(1)  # type: ignore[assignment]
-    text, rest = chunk[:close.end()], chunk[close.end():]
-    open_at = text.rfind(f"<{kind}>", 0, close.start())
-    if open_at < 0:
-        return Turn(kind=kind, text=text, error=f"{ERROR_PREFIX} </{kind}> without <{kind}>.", rest=rest)
-    content = text[open_at + len(kind) + 2:close.start()].strip()
-    if kind == "answer":
-        error = None if content else f"{ERROR_PREFIX} empty <answer>. Put the final answer inside the tags."
-        return Turn(kind="answer", text=text, content=content, error=error, rest=rest)
-    route = parse_route(content, candidate_names)
-    if isinstance(route, str):
-        return Turn(kind="search", text=text, content=content, error=route, rest=rest)
-    return Turn(kind="search", text=text, content=content, call=route, rest=rest)
-
-
-def extract_answer(text: str) -> str | None:
-    """The content of the last ``<answer>...</answer>`` in ``text``, stripped; None if there is none."""
-    matches = _ANSWER.findall(text)
-    return matches[-1].strip() if matches else None
-
-
-def failed_call_error(model: str, reason: str) -> str:
-    """The ``<information>`` text for a route call the pool could not answer."""
-    return f"{ERROR_PREFIX} the call to {model} failed ({reason.strip() or 'no reason given'})."
-
-
-def format_information(text_or_error: str, max_chars: int | None = None) -> str:
-    """Wrap a candidate's reply (or an error text) as Router-R1's ``<information>`` block.
-
-    The candidate's own protocol tags are defused (``<answer>`` -> ``[answer]``): a reply must not end
-    the information block early, nor be read as the policy's answer by ``extract_answer``. ``max_chars``
-    cuts long replies so a small policy's context is not spent on one block.
-    """
-    body = _PROTOCOL_TAG.sub(lambda m: f"[{m.group(1)}{m.group(2)}]", text_or_error.strip())
-    if max_chars is not None and len(body) > max_chars:
-        body = body[:max_chars].rstrip() + " ..."
-    return f"\n\n<information>{body}</information>\n\n"
-
+# The text side lives in the one Router-R1 protocol module (issue 15), shared with the reward.
+from rlrouter.protocol import (  # noqa: F401  (re-exported: the environment and tests import them here)
+    ERROR_PREFIX,
+    NO_ACTION_ERROR,
+    PLACEHOLDER_QUERIES,
+    ActionKind,
+    RouteCall,
+    Turn,
+    extract_answer,
+    failed_call_error,
+    format_information,
+    parse_route,
+    parse_turn,
+)
 
 # ---------------------------------------------------------------- tokens: one trajectory
 

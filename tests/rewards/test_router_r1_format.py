@@ -10,7 +10,7 @@ from rlrouter.rewards.router_r1 import (
     RouterR1FormatReward,
     check_format,
     parse_blocks,
-    parse_route,
+    read_route,
 )
 
 CANDS = ["gpt-4", "mixtral-8x7b", "llama3:8b"]
@@ -109,10 +109,10 @@ def test_conversational_completions_are_read():
 
 
 def test_parse_route_prefers_the_longest_known_name():
-    assert parse_route(" llama3:8b : sum? ", ["llama3", "llama3:8b"]) == Route("llama3:8b", "sum?")
-    assert parse_route("gpt-4o: q", ["gpt-4"]) is None
-    assert parse_route("a: b: c") == Route("a", "b: c")
-    assert parse_route("no colon") is None
+    assert read_route(" llama3:8b : sum? ", ["llama3", "llama3:8b"]) == Route("llama3:8b", "sum?")
+    assert read_route("gpt-4o: q", ["gpt-4"]) is None
+    assert read_route("a: b: c") == Route("a", "b: c")
+    assert read_route("no colon") is None
 
 
 def test_parse_blocks_returns_contents_in_order():

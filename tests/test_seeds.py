@@ -1,0 +1,237 @@
+"""The seed documents as a user's input (issue 15): every example record, YAML block and command.
+
+The seeds are copied verbatim under ``tests/fixtures/seeds`` (from ``../shared/seeds``); the blocks
+are cut out of their text here, not retyped, so a seed's example is exactly what the project gets.
+Each either works or fails with an error that names the field and why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = ROOT / "tests" / "fixtures" / "seeds"
+
+
+def seed_text(prefix: str) -> str:
+    (path,) = SEEDS.glob(f"{prefix}_*.txt")
+    return path.read_text(encoding="utf-8")
+
+
+def fenced(prefix: str, lang: str) -> list[str]:
+    """The bodies of the seed's ```lang fenced blocks, in order."""
+    return re.findall(rf"```{lang}\n(.*?)```", seed_text(prefix), flags=re.DOTALL)
+
+
+def seed_json(prefix: str, heading: str) -> dict:
+    """The JSON block printed under ``### heading``."""
+    text = seed_text(prefix)
+    after = text[text.index(f"### {heading}"):]
+    return json.loads(re.search(r"```json\n(.*?)```", after, flags=re.DOTALL).group(1))
+
+
+def test_seed_copies_match_the_shared_folder():
+    shared = ROOT.parent / "shared" / "seeds"
+    if not shared.exists():
+        pytest.skip("../shared/seeds is absent")
+    for path in SEEDS.glob("*.txt"):
+        assert path.read_bytes() == (shared / path.name).read_bytes(), path.name
+
+
+# ---------------------------------------------------------------- data in: GMTRouter (seed 000)
+
+
+def test_gmtrouter_seed_record_is_accepted():
+    from rlrouter.data.formats import GMTRecord
+
+    rec = GMTRecord.from_dict(seed_json("000", "GMTRouter Format"))
+    assert rec.user_id == "user-123" and rec.preferred_models == ["deepseek-coder", "gpt-4"]
+    assert rec.interactions[0].user_feedback == 1.0  # "positive"
+    assert rec.interactions[0].timestamp == 1706300000.0
+    assert rec.context == {"description": "software developer, prefers detailed explanations"}
+
+
+@pytest.mark.parametrize("feedback, value", [("positive", 1.0), ("Neutral", 0.0), ("NEGATIVE", -1.0),
+                                             ("4", 4.0), (" 4.5 ", 4.5), (3, 3.0), (True, 1.0)])
+def test_feedback_forms_map_the_documented_way(feedback, value):
+    from rlrouter.data.formats import GMTRecord
+
+    raw = seed_json("000", "GMTRouter Format")
+    raw["interactions"][0]["user_feedback"] = feedback
+    assert GMTRecord.from_dict(raw).interactions[0].user_feedback == value
+
+
+@pytest.mark.parametrize("feedback, message", [("great", "expected a number, one of"), ("7", "must be in"),
+                                               ("nan", "must be in"), ([1], "expected int or float or bool or str")])
+def test_bad_feedback_names_the_field(feedback, message):
+    from rlrouter.data.formats import GMTRecord, RecordError
+
+    raw = seed_json("000", "GMTRouter Format")
+    raw["interactions"][0]["user_feedback"] = feedback
+    with pytest.raises(RecordError, match=message) as e:
+        GMTRecord.from_dict(raw)
+    assert e.value.field == "interactions[0].user_feedback"
+
+
+def test_context_forms():
+    from rlrouter.data.formats import GMTRecord, RecordError
+
+    raw = seed_json("000", "GMTRouter Format")
+    raw["context"] = {"role": "dev"}
+    assert GMTRecord.from_dict(raw).context == {"role": "dev"}
+    raw["context"] = 3
+    with pytest.raises(RecordError, match="expected an object or a string") as e:
+        GMTRecord.from_dict(raw)
+    assert e.value.field == "context"
+
+
+# ---------------------------------------------------------------- rlrouter validate: object, list, JSONL
+
+
+@pytest.mark.parametrize("fmt, heading", [("gmtrouter", "GMTRouter Format"), ("router_r1", "Router-R1 Format")])
+def test_validate_accepts_object_list_and_jsonl_and_says_which(tmp_path, capsys, fmt, heading):
+    from rlrouter.cli import main
+
+    rec = seed_json("000", heading)
+    files = {"one.json": (json.dumps(rec, indent=2), "JSON object", 1),
+             "many.json": (json.dumps([rec, rec]), "JSON list", 2),
+             "lines.jsonl": (json.dumps(rec) + "\n" + json.dumps(rec) + "\n", "JSONL", 2),
+             "pasted.jsonl": (json.dumps(rec, indent=2), "JSON object", 1)}
+    for name, (text, layout, n) in files.items():
+        (tmp_path / name).write_text(text)
+        assert main(["validate", str(tmp_path / name), "--format", fmt]) == 0
+        assert f"{name}: {layout}, {n} valid {fmt} records, 0 invalid" in capsys.readouterr().out
+
+
+def test_validate_names_file_record_and_field(tmp_path, capsys):
+    from rlrouter.cli import main
+
+    rec = seed_json("000", "GMTRouter Format")
+    rec["interactions"][0]["user_feedback"] = "meh"
+    (tmp_path / "bad.json").write_text(json.dumps(rec))
+    assert main(["validate", str(tmp_path / "bad.json"), "--format", "gmtrouter"]) == 1
+    err = capsys.readouterr().err
+    assert "bad.json:record 0: field 'interactions[0].user_feedback': expected a number" in err
+    (tmp_path / "scalar.json").write_text("3")
+    assert main(["validate", str(tmp_path / "scalar.json"), "--format", "gmtrouter"]) == 1
+    assert "expected a JSON object, a list of objects or JSONL" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- GMTRouter: one model per query
+
+
+def one_model_per_query_logs(n_users: int = 8, turns: int = 6) -> list[dict]:
+    """Seed-shaped logs: each query answered by one model, string feedback. Users split by taste:
+    even users like deepseek-coder on code, odd users like gpt-4; the other model gets "negative"."""
+    logs = []
+    for u in range(n_users):
+        inter = []
+        for t in range(turns):
+            model = "deepseek-coder" if (t + u) % 2 else "gpt-4"
+            liked = (model == "deepseek-coder") == (u % 2 == 0)
+            inter.append({"query": f"Help me debug this Python code, case {t}", "model_used": model,
+                          "user_feedback": "positive" if liked else "negative",
+                          "timestamp": 1706300000 + 3600 * t})
+        logs.append({"user_id": f"user-{u}", "interactions": inter, "preferred_models": ["deepseek-coder"],
+                     "context": "software developer, prefers detailed explanations"})
+    return logs
+
+
+def test_pointwise_loss_by_hand():
+    from rlrouter.gmt.train import pointwise_loss
+
+    scores = torch.tensor([[0.0], [2.0], [5.0]])
+    ratings = torch.tensor([[1.0], [-1.0], [0.0]])  # scaled to [0, 1]: 2/6, 0, 1/6
+    valid = torch.tensor([[True], [True], [False]])
+    t = torch.tensor([2 / 6, 0.0])
+    s = torch.tensor([0.0, 2.0])
+    expected = -(t * torch.log(torch.sigmoid(s)) + (1 - t) * torch.log(1 - torch.sigmoid(s))).mean()
+    assert float(pointwise_loss(scores, ratings, valid)) == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_one_model_per_query_logs_need_pointwise_and_train_with_it(tmp_path):
+    from rlrouter.data.formats import GMTRecord
+    from rlrouter.gmt.graph import build_graph
+    from rlrouter.gmt.model import GMTModelConfig
+    from rlrouter.gmt.train import TrainConfig, fit, temporal_split
+
+    def embed(texts: list[str]):  # a fixed random code per text: the loss, not MiniLM, is under test
+        return np.stack([np.random.default_rng(sum(map(ord, t))).normal(size=16) for t in texts]).astype("float32")
+
+    records = [GMTRecord.from_dict(r) for r in one_model_per_query_logs()]
+    graph = build_graph(records, embed=embed)
+    split = temporal_split(graph, 0.2, 0.2)
+    model_cfg = GMTModelConfig(hidden_dim=16, predictor_hidden=16, embed_dim=16)
+    with pytest.raises(ValueError, match="gmt.train.loss=pointwise"):
+        fit(graph, split, model_cfg, TrainConfig(epochs=2))
+    res = fit(graph, split, model_cfg, TrainConfig(epochs=12, eval_every=4, loss="pointwise", lr=1e-2))
+    assert res.best_val["pairs"] > 0 and 0.0 <= res.best_val["auc"] <= 1.0
+    first, last = res.history[0]["learner/loss"], res.history[-1]["learner/loss"]
+    assert last < first, (first, last)
+    with pytest.raises(ValueError, match="loss: expected one of"):
+        TrainConfig(loss="listwise")
+
+
+# ---------------------------------------------------------------- rewards say what they do (seed 001)
+
+CANDS = ["Qwen2.5-7B-Instruct", "LLaMA-3.1-70B-Instruct"]
+
+
+@pytest.mark.parametrize("route", ["qwen2.5-7b-instruct: capital of France?", "QWEN2.5-7B-INSTRUCT : capital?"])
+def test_env_and_reward_share_one_case_rule(route):
+    """What the environment routes is what the reward accepts: the same parser, the pool's spelling."""
+    from rlrouter.rewards.router_r1 import RouterR1FormatReward, extract_routes
+    from rlrouter.rollout.parsing import parse_turn
+
+    turn = parse_turn(f"<think>ask</think><search>{route}</search>", CANDS)
+    assert turn.ok and turn.call.model == "Qwen2.5-7B-Instruct"
+    text = f"<think>ask</think><search>{route}</search><information>Paris</information><think>ok</think>" \
+           "<answer>Paris</answer>"
+    assert RouterR1FormatReward(CANDS)(["q"], [text]) == [0.0]
+    assert extract_routes(text, CANDS)[0].model == "Qwen2.5-7B-Instruct"
+
+
+@pytest.mark.parametrize("text, why", [
+    ("<think>...</think><answer>Paris</answer>", "only '...'"),
+    ("<think> \u2026 </think><answer>Paris</answer>", "only '...'"),
+    ("<think>a</think><search>Qwen2.5-7B-Instruct:your-query</search><information>x</information>"
+     "<think>b</think><answer>Paris</answer>", "placeholder route query"),
+    ("<think>a</think><search>Qwen2.5-7B-Instruct: <your-query></search><information>x</information>"
+     "<think>b</think><answer>Paris</answer>", "placeholder route query"),
+])
+def test_format_matches_router_r1_released_reward(text, why):
+    from rlrouter.rewards.router_r1 import RouterR1FormatReward
+    from rlrouter.rollout.parsing import parse_turn
+
+    fmt = RouterR1FormatReward(CANDS)
+    assert fmt(["q"], [text]) == [-1.0] and why in fmt.last_failures[0]
+    if "search" in text:  # the environment refuses the same route, with the reason for the policy
+        assert not parse_turn(text.split("</search>")[0] + "</search>", CANDS).ok
+
+
+def test_both_formulas_by_config():
+    from rlrouter.rewards.router_r1 import RouterR1Reward, combine
+
+    wrong_cheap = dict(format_r=0.0, outcome=0.0, cost=1.0, alpha=0.3)
+    assert combine(**wrong_cheap) == 0.0  # Router-R1's code: no cost credit for a wrong answer
+    assert combine(**wrong_cheap, formula="additive") == pytest.approx(0.3)  # seed 001: R_f + .7 R_o + .3 R_c
+    assert combine(-1.0, 1.0, 0.5, 0.3, "additive") == pytest.approx(-1.0 + 0.7 + 0.15)
+    assert combine(-1.0, 1.0, 0.5, 0.3) == pytest.approx(0.15)  # (1 + f)(1 - a) + a c
+    good = "<think>a</think><answer>Paris</answer>"
+    r = RouterR1Reward(0.3, CANDS, formula="additive", format_penalty=-0.5)
+    s = r.score(["q"], ["<answer>Paris</answer>"], ground_truth=[["Paris"]], route_costs=[0.0])[0]  # no <think>
+    assert s.format == -0.5 and s.total == pytest.approx(-0.5 + 0.7 + 0.3 * s.cost)
+    assert RouterR1Reward(0.0, CANDS)([None], [good], ground_truth=[["Paris"]]) == [1.0]
+    from rlrouter.rewards.base import RewardConfigError
+
+    with pytest.raises(RewardConfigError, match="formula"):
+        RouterR1Reward(0.3, formula="multiplicative")
+    with pytest.raises(RewardConfigError, match="format_penalty"):
+        RouterR1Reward(0.3, format_penalty=1.0)
