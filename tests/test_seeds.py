@@ -179,6 +179,101 @@ def test_one_model_per_query_logs_need_pointwise_and_train_with_it(tmp_path):
         TrainConfig(loss="listwise")
 
 
+# ---------------------------------------------------------------- data in: Router-R1 records (seed 000)
+
+FIXTURES = ROOT / "tests" / "fixtures"
+SEED_POOL = "pool.candidates=[{name: gpt-4, price_in: 30.0, price_out: 60.0}, " \
+            "{name: Mistral-7B, price_in: 0.25, price_out: 0.25}]"
+
+
+def compose_cfg(config: str, tmp_path: Path, overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config, overrides=[f"paths.root_dir={tmp_path}", *overrides,
+                                         f"hydra.runtime.output_dir={tmp_path}"], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def test_router_r1_seed_record_trains_through_data_records(tmp_path):
+    """The seed's record file, as the user wrote it, becomes the training job's data; its own
+    candidates restrict and price the question's routes (renamed to the pool's spelling)."""
+    from rlrouter.data.build import load_split
+    from rlrouter.learner.job import ensure_data
+
+    rec = seed_json("000", "Router-R1 Format")
+    (tmp_path / "train.json").write_text(json.dumps(rec, indent=2))
+    (tmp_path / "val.jsonl").write_text(json.dumps({**rec, "query": "Capital of Italy?", "ground_truth": "Rome"}))
+    cfg = compose_cfg("train_router_r1", tmp_path, [
+        "data=records", f"data.train_files={tmp_path / 'train.json'}", f"data.val_files=[{tmp_path / 'val.jsonl'}]",
+        SEED_POOL])
+    train_path, test_path = ensure_data(cfg)
+    (row,) = load_split(train_path)
+    assert row["query"] == "What is the capital of France?" and row["ground_truth"] == ["Paris"]
+    assert [(c["name"], c["cost"]) for c in row["candidate_models"]] == [("gpt-4", 30.0), ("Mistral-7B", 0.5)]
+    assert row["optimal_model"] == "Mistral-7B"
+    assert [r["query"] for r in load_split(test_path)] == ["Capital of Italy?"]
+
+
+def test_records_candidate_outside_the_pool_names_file_record_and_field(tmp_path):
+    from rlrouter.data.io import DataFileError
+    from rlrouter.data.job import prepare
+
+    (tmp_path / "train.json").write_text(json.dumps([seed_json("000", "Router-R1 Format")] * 3))
+    cfg = compose_cfg("prepare_data", tmp_path, ["data=records", f"data.train_files={tmp_path / 'train.json'}"])
+    with pytest.raises(DataFileError, match=r"train.json:record 0: field 'candidate_models\[0\].name': 'gpt-4' "
+                                            r"is not a candidate of the pool"):
+        prepare(cfg)
+
+
+def test_records_without_val_files_hold_questions_out(tmp_path):
+    from rlrouter.data.build import load_split
+    from rlrouter.data.job import prepare
+
+    rows = [json.loads(line) for line in (FIXTURES / "flashrag" / "nq" / "train.jsonl").read_text().splitlines()]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train_router.parquet")  # QA rows, ToolRL-style parquet
+    cfg = compose_cfg("prepare_data", tmp_path, ["data=records", f"data.train_files={tmp_path / 'train_router.parquet'}",
+                                                 "data.test_size=3", SEED_POOL])
+    stats = prepare(cfg)
+    assert stats["train"]["rows"] == 9 and stats["test"]["rows"] == 3
+    train, test = load_split(stats["train"]["path"]), load_split(stats["test"]["path"])
+    assert not {r["query"] for r in train} & {r["query"] for r in test}
+    assert {c["name"] for c in train[0]["candidate_models"]} == {"gpt-4", "Mistral-7B"}  # QA rows: every candidate
+
+
+def test_nq_hotpotqa_mix_from_the_recorded_fixture(tmp_path):
+    from rlrouter.data.job import prepare
+
+    cfg = compose_cfg("prepare_data", tmp_path, [
+        "data=nq_hotpotqa", f"data.sources.0.path={FIXTURES / 'flashrag' / 'nq'}",
+        f"data.sources.1.path={FIXTURES / 'flashrag' / 'hotpotqa'}", "data.train_size=16", "data.test_size=4",
+        SEED_POOL])
+    stats = prepare(cfg)
+    assert stats["sources"]["nq"] == {"available": 12, "usable": 12, "train": 8, "test": 2}
+    assert stats["sources"]["hotpotqa"]["train"] == 8
+
+
+def test_qa_source_offline_says_how_to_point_at_a_copy(monkeypatch):
+    import datasets
+
+    from rlrouter.data.qa import load_qa
+
+    def refuse(*a, **k):
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(datasets, "get_dataset_split_names", refuse)
+    with pytest.raises(RuntimeError, match=r"data.sources\[nq\]: cannot fetch RUC-NLPIR/FlashRAG_datasets/nq .*"
+                                           r"Set data.sources\[nq\].path"):
+        load_qa("nq")
+    with pytest.raises(ValueError, match="unknown QA dataset"):
+        load_qa("squad")
+
+
 # ---------------------------------------------------------------- rewards say what they do (seed 001)
 
 CANDS = ["Qwen2.5-7B-Instruct", "LLaMA-3.1-70B-Instruct"]

@@ -1,4 +1,5 @@
-"""The data-preparation job: config -> BuildConfig -> train/test parquet (called by jobs/prepare_data.py)."""
+"""The data-preparation job: config -> BuildConfig (or the user's record files, ``data=records``) ->
+train/test parquet (called by jobs/prepare_data.py and, when the parquet is missing, by training)."""
 
 from __future__ import annotations
 
@@ -44,10 +45,25 @@ def load_logged(cfg: DictConfig):
     return load_routellm(src)
 
 
+def records_config(cfg: DictConfig):
+    """``data=records``: the user's own files (``rlrouter.data.records``)."""
+    from rlrouter.data.records import RecordsConfig
+
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    known = {f for f in RecordsConfig.__dataclass_fields__}
+    return RecordsConfig(**{k: v for k, v in data.items() if k in known})
+
+
 def prepare(cfg: DictConfig) -> dict[str, Any]:
-    bc = build_config(cfg)
-    logged = load_logged(cfg) if any(c.logged_as for c in bc.candidates) else None
-    stats = build(bc, logged)
+    if cfg.data.get("train_files") is not None:
+        from rlrouter.data.records import build_records
+
+        pool = {c.name: c.price_out for c in candidate_specs(OmegaConf.to_container(cfg.pool, resolve=True))}
+        stats = build_records(records_config(cfg), pool)
+    else:
+        bc = build_config(cfg)
+        logged = load_logged(cfg) if any(c.logged_as for c in bc.candidates) else None
+        stats = build(bc, logged)
     log.info("data: %s", json.dumps(stats))
     print(f"train set: {stats['train']['path']} ({stats['train']['rows']} rows)")
     print(f"test set:  {stats['test']['path']} ({stats['test']['rows']} rows)")
