@@ -330,3 +330,98 @@ def test_both_formulas_by_config():
         RouterR1Reward(0.3, formula="multiplicative")
     with pytest.raises(RewardConfigError, match="format_penalty"):
         RouterR1Reward(0.3, format_penalty=1.0)
+
+
+# ---------------------------------------------------------------- configs in: VSR's rl_driven (seeds 000, 001)
+
+
+def vsr_block() -> str:
+    """Seed 001's ``Configuration`` block. The page was saved as text and lost its indentation, so the
+    three levels are put back (algorithm > type, rl_driven > keys); no key or value is touched."""
+    text = seed_text("001")
+    body = text[text.index("Configuration\n\nalgorithm:") + len("Configuration\n\n"):text.index("\n\nParameters")]
+    out = []
+    for line in body.splitlines():
+        if not line.strip():
+            out.append("")
+        elif line.startswith("algorithm:"):
+            out.append(line)
+        elif line.startswith(("type:", "rl_driven:")):
+            out.append("  " + line)
+        else:
+            out.append("    " + line)
+    return "\n".join(out)
+
+
+def seed_001_keys() -> dict[str, str]:
+    """Key -> printed default of seed 001's parameter table."""
+    text = seed_text("001")
+    table = text[text.index("ParameterTypeDefaultDescription"):]
+    return dict(re.findall(r"^([a-z_0-9]+?)(?:float|bool|string)(\S*?)[A-Z]", table, flags=re.MULTILINE))
+
+
+def test_vsr_rl_driven_block_loads_as_printed():
+    from rlrouter.selector.config import SelectorConfig
+
+    raw = yaml.safe_load(vsr_block())
+    assert raw["algorithm"]["type"] == "rl_driven" and len(raw["algorithm"]["rl_driven"]) == 19
+    cfg = SelectorConfig.from_dict(raw)
+    block = raw["algorithm"]["rl_driven"]
+    for key, value in block.items():
+        got = getattr(cfg, key)
+        if key == "auto_save_interval":
+            assert got == 30.0
+        elif key == "router_r1_server_url":
+            assert value == "" and got is None  # "" means unset
+        else:
+            assert got == value, key
+    assert cfg.use_router_r1_rewards is False and SelectorConfig().use_router_r1_rewards is False
+    # the parameter table's defaults are ours too
+    defaults = SelectorConfig()
+    for key, printed in seed_001_keys().items():
+        if printed in ("true", "false"):
+            assert getattr(defaults, key) is (printed == "true"), key
+        elif printed and printed[0].isdigit() and key != "auto_save_interval":
+            assert getattr(defaults, key) == float(printed), key
+
+
+def test_vsr_decision_with_router_model_path_loads():
+    from rlrouter.selector.config import SelectorConfig
+
+    (block,) = [b for b in fenced("000", "yaml") if "decisions:" in b]
+    cfg = SelectorConfig.from_dict(yaml.safe_load(block))
+    assert cfg.router_model_path == "/path/to/router_r1/best_model.pt"
+    assert cfg.use_thompson_sampling and cfg.enable_personalization
+
+
+@pytest.mark.parametrize("raw, field", [
+    ({"algorithm": {"type": "static", "rl_driven": {}}}, "algorithm.type"),
+    ({"algorithm": {"rl_driven": {}}}, "algorithm.type"),
+    ({"algorithm": {"type": "rl_driven", "rl_driven": {"exploration_rate": 2}}}, "algorithm.rl_driven.exploration_rate"),
+    ({"algorithm": {"type": "rl_driven", "rl_driven": {"min_sample": 3}}}, "algorithm.rl_driven.min_sample"),
+    ({"decisions": [{"name": "a", "algorithm": {"type": "rl_driven", "rl_driven": {"min_samples": -1}}}]},
+     "decisions[0].algorithm.rl_driven.min_samples"),
+    ({"decisions": [{"name": "a", "algorithm": {"type": "static"}}]}, "decisions"),
+    ({"algorithm": {"type": "rl_driven", "rl_driven": {"router_r1_server_url": "ftp://x"}}},
+     "algorithm.rl_driven.router_r1_server_url"),
+])
+def test_vsr_block_errors_name_the_field(raw, field):
+    from rlrouter.selector.config import SelectorConfig, SelectorConfigError
+
+    with pytest.raises(SelectorConfigError) as e:
+        SelectorConfig.from_dict(raw)
+    assert e.value.field == field
+
+
+def test_min_samples_tries_every_candidate_before_exploiting():
+    from rlrouter.selector import Selector, SelectorConfig
+    from rlrouter.selector.selector import SelectionRequest
+
+    sel = Selector(SelectorConfig(min_samples=2, seed=0, cost_awareness=False), ["a", "b", "c"])
+    picked = []
+    for _ in range(6):
+        d = sel.select(SelectionRequest(candidates=["a", "b", "c"]))
+        picked.append((d.model, d.mode))
+        sel.feedback(d.request_id, outcome="win" if d.model == "a" else "loss")
+    assert sorted(m for m, _ in picked) == ["a", "a", "b", "b", "c", "c"] and {m for _, m in picked} == {"min_samples"}
+    assert sel.select(SelectionRequest(candidates=["a", "b", "c"])).mode == "thompson"

@@ -1,7 +1,9 @@
 """The online selector's configuration: the vLLM Semantic Router ``rl_driven`` fields and defaults.
 
 Every field of VSR's ``RLDrivenConfig`` that issue 4 names exists here with the issue's default
-(``session_context_weight`` is 0.5 as the issue asks; VSR ships 0.3). A few fields go beyond VSR and
+(``session_context_weight`` is 0.5 as the issue asks; VSR ships 0.3), and VSR's documented block
+(seed 001) loads as printed: :meth:`SelectorConfig.from_vsr` takes ``algorithm: {type: rl_driven,
+rl_driven: {...}}`` or a ``decisions:`` list holding one (seed 000). A few fields go beyond VSR and
 say so: the contextual linear Thompson sampler (``use_contextual`` and its priors), the Router-R1
 HTTP timeout, the category blend and the bound on pending decisions. Validation names the field.
 """
@@ -19,6 +21,7 @@ class SelectorConfigError(ValueError):
 
     def __init__(self, field_path: str, message: str):
         self.field = field_path
+        self.message = message
         super().__init__(f"selector config field '{field_path}': {message}")
 
 
@@ -78,13 +81,22 @@ class SelectorConfig:
     auto_save_interval: float = 30.0
     """Seconds between snapshots (a number or a duration string such as "30s")."""
 
+    min_samples: int = 0
+    """VSR: Thompson sampling needs samples before it exploits. While some candidate has fewer than this
+    many feedbacks (global scope), ``select`` picks among the least-tried (mode ``min_samples``); 0: off."""
+
     # --- Router-R1 rewards (VSR, arXiv:2506.09033) ---
-    use_router_r1_rewards: bool = True
-    """Feedback may carry a Router-R1 reward (or its inputs); it updates the posterior fractionally."""
+    use_router_r1_rewards: bool = False
+    """Feedback may carry a Router-R1 reward (or its inputs); it updates the posterior fractionally.
+    Off by default, as in VSR (seed 001)."""
     cost_reward_alpha: float = 0.3
-    """R = R_format + (1 - alpha) R_outcome + alpha R_cost."""
+    """R = R_format + (1 - alpha) R_outcome + alpha R_cost: the seed's additive formula, every term counted
+    (``rlrouter.rewards.router_r1.combine(formula="additive")``; training uses Router-R1's code instead)."""
     format_reward_penalty: float = -1.0
-    """R_format of a badly formatted trajectory (the other terms are then dropped)."""
+    """R_format of a badly formatted trajectory; the other terms are still added."""
+    router_model_path: str | None = None
+    """VSR (seed 000): a trained Router-R1 checkpoint (``outputs/<run>/checkpoints/step_N``) whose policy
+    makes the LLM-routing decision; serving it needs a ``router_r1`` deployment (docs/serve.md)."""
 
     # --- LLM routing through a Router-R1 server (VSR) ---
     enable_llm_routing: bool = False
@@ -134,6 +146,8 @@ class SelectorConfig:
         self._check_number("contextual_noise", 0.0, math.inf)
         self._check_number("llm_routing_timeout_s", 1e-3, math.inf)
         self.auto_save_interval = parse_duration(self.auto_save_interval, "auto_save_interval")
+        if self.router_r1_server_url == "":  # VSR's printed default: unset
+            self.router_r1_server_url = None
         if self.llm_routing_fallback not in ("thompson", "error"):
             raise SelectorConfigError("llm_routing_fallback",
                                       f"expected 'thompson' or 'error', got {self.llm_routing_fallback!r}")
@@ -144,6 +158,12 @@ class SelectorConfig:
                 and self.router_r1_server_url.startswith(("http://", "https://"))):
             raise SelectorConfigError("router_r1_server_url",
                                       f"expected an http(s) URL, got {self.router_r1_server_url!r}")
+        if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int) or self.min_samples < 0:
+            raise SelectorConfigError("min_samples", f"expected an integer >= 0, got {self.min_samples!r}")
+        if self.router_model_path == "":
+            self.router_model_path = None
+        if self.router_model_path is not None and not isinstance(self.router_model_path, str):
+            raise SelectorConfigError("router_model_path", f"expected a path or null, got {self.router_model_path!r}")
         for f in ("max_aggregation_rounds", "max_pending_decisions"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -169,13 +189,58 @@ class SelectorConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SelectorConfig:
-        """Build from a plain mapping (Hydra / YAML); an unknown key is an error naming it."""
+        """Build from a plain mapping (Hydra / YAML); an unknown key is an error naming it. VSR's nested
+        shapes (``algorithm:``, ``type:``, ``decisions:``) are read by :meth:`from_vsr`."""
         d = dict(d or {})
+        if {"algorithm", "type", "decisions"} & set(d):
+            return cls.from_vsr(d)
         known = {f.name for f in fields(cls)}
         for key in d:
             if key not in known:
                 raise SelectorConfigError(key, f"unknown field; known fields: {sorted(known)}")
         return cls(**d)
+
+    @classmethod
+    def from_vsr(cls, d: dict[str, Any] | None, path: str = "") -> SelectorConfig:
+        """VSR's YAML as printed (seeds 000 and 001): ``algorithm: {type: rl_driven, rl_driven: {...}}``,
+        the ``algorithm`` mapping itself, or ``decisions: [{name, algorithm: ...}]`` with one rl_driven
+        decision. Plain fields (``from_dict``) pass through. Errors name the dotted path."""
+        d = dict(d or {})
+        if "decisions" in d:
+            decisions = d["decisions"]
+            if not isinstance(decisions, list) or not decisions:
+                raise SelectorConfigError(f"{path}decisions", "expected a non-empty list of decisions")
+            rl = [i for i, x in enumerate(decisions)
+                  if isinstance(x, dict) and isinstance(x.get("algorithm"), dict)
+                  and x["algorithm"].get("type") == "rl_driven"]
+            if len(rl) != 1:
+                raise SelectorConfigError(f"{path}decisions", f"expected exactly one decision with algorithm.type "
+                                                              f"rl_driven, found {len(rl)}")
+            return cls.from_vsr(decisions[rl[0]]["algorithm"], f"{path}decisions[{rl[0]}].algorithm.")
+        if "algorithm" in d:
+            if set(d) != {"algorithm"}:
+                raise SelectorConfigError(f"{path}{sorted(set(d) - {'algorithm'})[0]}", "unknown key beside 'algorithm'")
+            if not isinstance(d["algorithm"], dict):
+                raise SelectorConfigError(f"{path}algorithm", "expected a mapping with type and rl_driven")
+            return cls.from_vsr(d["algorithm"], f"{path}algorithm.")
+        if "type" not in d:
+            if path.endswith("algorithm."):  # inside an algorithm block the type is required
+                raise SelectorConfigError(f"{path}type", "missing; expected 'rl_driven'")
+            return cls.from_dict(d)
+        if d["type"] != "rl_driven":
+            raise SelectorConfigError(f"{path}type", f"expected 'rl_driven' (this selector), got {d['type']!r}")
+        extra = sorted(set(d) - {"type", "rl_driven"})
+        if extra:
+            raise SelectorConfigError(f"{path}{extra[0]}", "unknown key; expected type and rl_driven")
+        body = d.get("rl_driven") or {}
+        if not isinstance(body, dict):
+            raise SelectorConfigError(f"{path}rl_driven", f"expected a mapping, got {type(body).__name__}")
+        if {"algorithm", "type", "decisions"} & set(body):
+            raise SelectorConfigError(f"{path}rl_driven", "nested algorithm blocks are not allowed here")
+        try:
+            return cls.from_dict(body)
+        except SelectorConfigError as e:
+            raise SelectorConfigError(f"{path}rl_driven.{e.field}", e.message) from None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -70,7 +70,8 @@ def simulate(policy: str, rewards: np.ndarray, models: Sequence[str], order: np.
             raise ValueError("embeddings: the contextual policy needs one embedding per logged query")
         base = config.to_dict() if config is not None else {}
         base.update(seed=seed, storage_path=None, use_contextual=policy == "contextual",
-                    use_thompson_sampling=policy != "epsilon_greedy", max_pending_decisions=16)
+                    use_thompson_sampling=policy != "epsilon_greedy", max_pending_decisions=16,
+                    use_router_r1_rewards=True)  # the replay's feedback is the reward
         sel = Selector(SelectorConfig.from_dict(base), list(models))
         index = {name: j for j, name in enumerate(models)}
         choices = np.empty(len(order), dtype=np.int64)

@@ -55,7 +55,7 @@ IMPLICIT_LABELS = ("satisfied", "need_clarification", "wrong_answer", "want_diff
 # clarification is neither a win nor a loss: it counts as a tie (half a success).
 IMPLICIT_OUTCOME = {"satisfied": "win", "need_clarification": "tie", "wrong_answer": "loss",
                     "want_different": "loss"}
-MODES = ("thompson", "epsilon_greedy", "contextual", "llm_routing", "multi_round", "arena")
+MODES = ("thompson", "epsilon_greedy", "contextual", "llm_routing", "multi_round", "arena", "min_samples")
 _PRIOR = Beta(1.0, 1.0)
 
 
@@ -240,6 +240,11 @@ class Selector:
             x = self._context(req)
             self.state.selections += 1
             cfg = self.config
+            under = self._under_sampled(cands)
+            if under:
+                model = self._random_candidate(under)
+                return self._remember(model, "min_samples", cands, req, {model: 0.5}, [model], x, explored=True,
+                                      detail={"min_samples": cfg.min_samples})
             if x is not None or cfg.use_thompson_sampling:
                 mode, scores = self._scores(cands, req, x, sample=True)
                 model = max(cands, key=scores.__getitem__)
@@ -253,6 +258,16 @@ class Selector:
             mode, scores = self._scores(cands, req, None, sample=False)
             model = max(cands, key=scores.__getitem__)
             return self._remember(model, mode, cands, req, scores, [model], x, detail={"epsilon": eps})
+
+    def _under_sampled(self, cands: list[str]) -> list[str]:
+        """Candidates with the fewest global feedbacks, when that is below ``min_samples`` (VSR: the
+        posterior cannot be exploited before it has seen enough samples); empty otherwise."""
+        n = self.config.min_samples
+        if n <= 0:
+            return []
+        counts = {m: (p.interactions if (p := self.state.global_.get(m)) is not None else 0) for m in cands}
+        least = min(counts.values())
+        return [m for m in cands if counts[m] == least] if least < n else []
 
     def _random_candidate(self, cands: list[str]) -> str:
         """VSR ``selectRandomModel``: uniform, or half the time from the cheapest third when cost-aware."""

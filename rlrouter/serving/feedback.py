@@ -37,7 +37,9 @@ class FeedbackRole:
         if self._reward_fn is None:
             from rlrouter.rewards.router_r1 import RouterR1Reward
 
-            self._reward_fn = RouterR1Reward(alpha=self.ctx.cfg.cost_reward_alpha, candidates=self.ctx.candidates)
+            # the formula VSR documents (seed 001), every term counted; training keeps Router-R1's code
+            self._reward_fn = RouterR1Reward(alpha=self.ctx.cfg.cost_reward_alpha, candidates=self.ctx.candidates,
+                                             formula="additive", format_penalty=self.ctx.cfg.format_reward_penalty)
         return self._reward_fn
 
     async def feedback(self, body: FeedbackRequest, principal: Principal) -> FeedbackResponse:
@@ -72,7 +74,8 @@ class FeedbackRole:
                                 confidence=confidence, reward=reward)
 
     def _router_r1_reward(self, body: FeedbackRequest) -> float:
-        """Router-R1 reward (rlrouter.rewards) of the trajectory; a format failure gives the configured penalty."""
+        """Router-R1 reward of the trajectory: R = R_format + (1 - alpha) R_outcome + alpha R_cost, R_format the
+        configured penalty when the format fails."""
         rr = body.router_r1
         assert rr is not None
         cfg = self.ctx.cfg
@@ -86,6 +89,4 @@ class FeedbackRole:
             score = self.reward_fn().score([None], [rr.completion], **cols)[0]
         except (KeyError, ValueError, TypeError) as e:
             raise ApiError(422, f"field 'router_r1': {e}", "router_r1") from None
-        if score.format < 0:
-            return float(cfg.format_reward_penalty)
         return float(score.total)

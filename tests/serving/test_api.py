@@ -134,8 +134,8 @@ def test_implicit_feedback(env):
     assert b["kind"] == "implicit" and b["label"] == "satisfied" and b["applied"][0]["d_alpha"] == pytest.approx(0.4)
 
 
-def test_router_r1_reward_feedback(env):
-    client, _, _ = env
+def test_router_r1_reward_feedback(tmp_path, pool):
+    client, _, _ = make_client(tmp_path, pool, use_router_r1_rewards=True)  # off by default, as in VSR
     good = "<think>easy</think>\n<search>mixtral-8x7b-instruct: 2+2?</search>\n<information>4</information>\n<answer>4</answer>"
     rid = client.post("/route", json={"query": "2+2?"}, headers=ALICE).json()["request_id"]
     r = client.post("/feedback", json={"request_id": rid, "router_r1": {"completion": good, "ground_truth": ["4"],
@@ -146,7 +146,9 @@ def test_router_r1_reward_feedback(env):
     rid = client.post("/route", json={"query": "2+2?"}, headers=ALICE).json()["request_id"]
     r = client.post("/feedback", json={"request_id": rid, "router_r1": {"completion": "just 4", "ground_truth": ["4"],
                                                                          "route_costs": 0.0}}, headers=ALICE)
-    assert r.json()["reward"] == -1.0 and r.json()["applied"][0]["d_beta"] == 1.0  # format penalty: a loss
+    # the seed's additive R: format -1 + 0.7 * outcome 0 + 0.3 * cost reward 1 (the batch's only cost) = -0.7,
+    # clipped to 0: a loss
+    assert r.json()["reward"] == pytest.approx(-0.7) and r.json()["applied"][0]["d_beta"] == 1.0
     r = client.post("/feedback", json={"request_id": rid, "router_r1": {"completion": good, "ground_truth": ["4"]}},
                     headers=ALICE)
     assert r.status_code in (409, 422)
