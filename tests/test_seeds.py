@@ -425,3 +425,49 @@ def test_min_samples_tries_every_candidate_before_exploiting():
         sel.feedback(d.request_id, outcome="win" if d.model == "a" else "loss")
     assert sorted(m for m, _ in picked) == ["a", "a", "b", "b", "c", "c"] and {m for _, m in picked} == {"min_samples"}
     assert sel.select(SelectionRequest(candidates=["a", "b", "c"])).mode == "thompson"
+
+
+# ---------------------------------------------------------------- configs in: the intent classifier (seed 004)
+
+
+def seed_custom_reward():
+    """The seed's ``custom_reward``, executed from the seed's own text."""
+    (code,) = [b for b in fenced("004", "python") if "def custom_reward" in b]
+    namespace: dict = {}
+    exec(code.split("# Pass to trainer")[0], namespace)  # the definition; the trainer call is the seed's API
+    return namespace["custom_reward"]
+
+
+def test_seed_custom_reward_signature_works():
+    from rlrouter.intent.reward import resolve_reward
+
+    fn = resolve_reward(seed_custom_reward())
+    # the PPO loop's call: predicted labels as completions, gold labels and confidences as columns
+    out = fn(["q1", "q2", "q3"], ["math", "law", "math"], labels=["math", "math", None], confidences=[0.9, 0.8, 0.5])
+    assert out[0] == pytest.approx(1.0) and out[1] == pytest.approx(-0.4)  # 0 - 0.5 * 1 * 0.8
+    assert out[2] is None  # no gold label: not applicable
+
+
+def test_seed_rl_training_block_loads_and_disabled_rl_falls_back(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rlrouter.intent.job import IntentJobConfig
+
+    (block,) = [b for b in fenced("004", "yaml") if "rl_training:" in b]
+    seed_rl = OmegaConf.create(block).classifier.rl_training  # Hydra reads 1e-05 as a float
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train_intent", overrides=[f"output_dir={tmp_path}"])
+    cfg.rl_training = OmegaConf.merge(cfg.rl_training, seed_rl)
+    with pytest.warns(UserWarning, match="rl_training.enabled is false: mode 'supervised_then_rl' falls back"):
+        job = IntentJobConfig.from_cfg(cfg)
+    assert job.phases == ("supervised",) and not job.rl_enabled
+    assert (job.rl.learning_rate, job.rl.gamma, job.rl.batch_size, job.rl.update_epochs, job.rl.reward_metric) == \
+        (1e-05, 0.99, 16, 4, "accuracy")
+    cfg.rl_training.enabled = True
+    assert IntentJobConfig.from_cfg(cfg).phases == ("supervised", "rl")
+    cfg.rl_training.reward_metric = "custom"
+    from rlrouter.intent.reward import resolve_reward
+
+    with pytest.raises(ValueError, match="rl_training.reward_metric: 'custom' needs the function"):
+        resolve_reward(IntentJobConfig.from_cfg(cfg).rl.reward_metric)

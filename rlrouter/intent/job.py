@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -120,7 +121,10 @@ class IntentJobConfig:
         if self.mode not in MODES:
             raise ValueError(f"mode: expected one of {MODES}, got '{self.mode}'")
         if self.mode != "supervised" and not self.rl_enabled:
-            raise ValueError(f"rl_training.enabled: is false but mode '{self.mode}' runs the RL phase")
+            # the seed's behaviour (004): RL switched off in the config leaves the supervised phase
+            warnings.warn(f"rl_training.enabled is false: mode '{self.mode}' falls back to 'supervised' "
+                          f"(set rl_training.enabled=true to run the RL phase)", stacklevel=2)
+            self.mode = "supervised"
         if self.mode == "rl_only":
             if not self.init_from:
                 raise ValueError("init_from: rl_only starts from a supervised adapter; set init_from")

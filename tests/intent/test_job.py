@@ -104,8 +104,9 @@ def test_rl_only_starts_from_the_supervised_adapter(small_run, tmp_path):
 def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ValueError, match="init_from"):
         IntentJobConfig.from_cfg(compose(["mode=rl_only", f"output_dir={tmp_path}"]))
-    with pytest.raises(ValueError, match="rl_training.enabled"):
-        IntentJobConfig.from_cfg(compose(["rl_training.enabled=false", f"output_dir={tmp_path}"]))
+    with pytest.warns(UserWarning, match="rl_training.enabled is false: mode 'supervised_then_rl' falls back"):
+        assert IntentJobConfig.from_cfg(compose(["rl_training.enabled=false", f"output_dir={tmp_path}"])).phases \
+            == ("supervised",)
     with pytest.raises(ValueError, match="rl_training.algorithm"):
         IntentJobConfig.from_cfg(compose(["rl_training.algorithm=grpo", f"output_dir={tmp_path}"]))
     with pytest.raises(ValueError, match="rl_training.minibatch_size"):
