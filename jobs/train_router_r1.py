@@ -7,12 +7,13 @@ Embedded (no RAY_ADDRESS): starts a local Ray cluster. Submitted:
 import hydra
 from omegaconf import DictConfig
 
+from rlrouter.data.job import apply_epochs
 from rlrouter.learner.job import run
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_router_r1")
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    run(apply_epochs(cfg))
 
 
 if __name__ == "__main__":  # vLLM spawns processes: the entry point needs the guard

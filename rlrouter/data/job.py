@@ -68,3 +68,36 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     print(f"train set: {stats['train']['path']} ({stats['train']['rows']} rows)")
     print(f"test set:  {stats['test']['path']} ({stats['test']['rows']} rows)")
     return stats
+
+
+def apply_epochs(cfg: DictConfig) -> DictConfig:
+    """``+train.total_epochs=N`` (verl's ``trainer.total_epochs``, the seed's ``--num_epochs``) as steps.
+
+    Users of Router-R1 and verl count in passes over their data; the training loop counts steps of
+    ``train.prompts_per_step`` prompts. When ``total_epochs`` is set, the training split is built (or
+    found) first and ``total_steps = ceil(total_epochs * rows / prompts_per_step)``; the key is then
+    removed so the loop's config stays its own. ``None`` leaves ``total_steps`` as configured.
+    """
+    import math
+
+    from omegaconf import open_dict
+
+    epochs = cfg.train.get("total_epochs")
+    with open_dict(cfg):
+        cfg.train.pop("total_epochs", None)
+    if epochs is None:
+        return cfg
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or epochs <= 0:
+        raise ValueError(f"train.total_epochs: must be a number > 0 or null, got {epochs!r}")
+    from datasets import Dataset
+
+    from rlrouter.learner.job import ensure_data
+
+    train_path, _ = ensure_data(cfg)
+    rows = Dataset.from_parquet(str(train_path)).num_rows
+    steps = max(1, math.ceil(epochs * rows / cfg.train.prompts_per_step))
+    log.info("train.total_epochs=%s over %d rows of %d prompts per step: total_steps=%d",
+             epochs, rows, cfg.train.prompts_per_step, steps)
+    print(f"train: {epochs} epoch(s) of {rows} rows at {cfg.train.prompts_per_step} prompts/step = {steps} steps")
+    cfg.train.total_steps = steps
+    return cfg

@@ -1,0 +1,81 @@
+"""A Hugging Face ``generate`` rollout backend: ToolRL's ``actor_rollout_ref.rollout.name=hf`` (seed 002).
+
+It implements the engine side the environment needs, ``generate_ids(prompts, specs)`` (token ids in,
+generated ids out, stop strings kept in the output), with plain ``transformers`` on any device: no vLLM,
+so it runs where vLLM does not (a container without it, a Mac, Windows/WSL). It is much slower than
+vLLM, as the seed says of verl's hf rollout. Each request is generated on its own, so its stop strings,
+temperature and seed are its own (``torch.Generator``-free: the global RNG is seeded per request).
+``update_weights`` takes the same named tensors the learner pushes to vLLM workers.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from rlrouter.rollout.env import SamplingSpec
+
+
+class HFGenerator:
+    """``generate_ids`` on a ``transformers`` causal LM (the same call ``RouterEnv`` makes of vLLM)."""
+
+    def __init__(self, model: str | Any, tokenizer: Any = None, dtype: str = "float32", device: str = "cpu"):
+        from rlrouter.models import load_causal_lm, load_tokenizer
+
+        if isinstance(model, str):
+            self.model = load_causal_lm(model, dtype=dtype, device=device)
+            self.tokenizer = tokenizer or load_tokenizer(model)
+        else:
+            if tokenizer is None:
+                raise ValueError("tokenizer: required when model is a loaded module")
+            self.model, self.tokenizer = model, tokenizer
+        self.model.eval()
+        self.device = device
+        self.stats = {"generated_tokens": 0, "generate_s": 0.0}
+        self._stops: dict[tuple[str, ...], Any] = {}
+
+    def _stop_criteria(self, stop: tuple[str, ...]) -> Any:
+        """One ``StopStringCriteria`` per stop set: building it scans the whole vocabulary (seconds)."""
+        if stop not in self._stops:
+            from transformers import StopStringCriteria, StoppingCriteriaList
+
+            self._stops[stop] = StoppingCriteriaList([StopStringCriteria(self.tokenizer, list(stop))])
+        return self._stops[stop]
+
+    def generate_ids(self, prompts: list[list[int]], specs: list[SamplingSpec]) -> list[list[int]]:
+        """Token ids in, generated token ids out; generation ends at a stop string (kept) or max_tokens."""
+        import torch
+
+        if len(prompts) != len(specs):
+            raise ValueError(f"specs: {len(specs)} sampling specs for {len(prompts)} prompts")
+        t0 = time.perf_counter()
+        out = []
+        eos = self.tokenizer.eos_token_id
+        for ids, spec in zip(prompts, specs):
+            torch.manual_seed(spec.seed)
+            sample = spec.temperature > 0
+            kwargs: dict[str, Any] = {"max_new_tokens": spec.max_tokens, "do_sample": sample,
+                                      "pad_token_id": self.tokenizer.pad_token_id or eos}
+            if sample:
+                kwargs.update(temperature=spec.temperature, top_p=spec.top_p, top_k=0)
+            if spec.stop:
+                kwargs["stopping_criteria"] = self._stop_criteria(tuple(spec.stop))
+            x = torch.tensor([ids], dtype=torch.long, device=self.device)
+            with torch.no_grad():
+                y = self.model.generate(x, attention_mask=torch.ones_like(x), **kwargs)
+            out.append([int(t) for t in y[0, len(ids):].tolist()])
+        self.stats["generate_s"] += time.perf_counter() - t0
+        self.stats["generated_tokens"] += sum(len(o) for o in out)
+        return out
+
+    def update_weights(self, named_tensors: Sequence[tuple[str, Any]], version: int = 0, last: bool = True) -> float:
+        """Load pushed weights (full names, as the learner sends them to vLLM); returns seconds taken."""
+        t0 = time.perf_counter()
+        state = self.model.state_dict()
+        unknown = [name for name, _ in named_tensors if name not in state]
+        if unknown:
+            raise KeyError(f"update_weights: {len(unknown)} tensor(s) not in the model, e.g. {unknown[:3]}")
+        with __import__("torch").no_grad():
+            for name, tensor in named_tensors:
+                state[name].copy_(tensor)
+        return time.perf_counter() - t0

@@ -1,0 +1,49 @@
+"""The HF ``generate`` rollout backend (ToolRL's rollout.name=hf) driving the real environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlrouter.rollout.env import EnvConfig, RouterEnv, SamplingSpec
+from tests.rollout.test_env import FakePool
+
+
+@pytest.fixture(scope="module")
+def gen():
+    from rlrouter.rollout.hf_backend import HFGenerator
+
+    return HFGenerator("smollm2-135m-instruct")
+
+
+def test_stop_strings_seeds_and_greedy(gen):
+    tok = gen.tokenizer
+    ids = tok.encode("Count: one, two, three, four, five, six, seven,", add_special_tokens=False)
+    greedy = SamplingSpec(max_tokens=12, stop=[","], temperature=0.0, top_p=1.0, seed=0)
+    (out,) = gen.generate_ids([ids], [greedy])
+    text = tok.decode(out, skip_special_tokens=True)
+    assert "," in text and len(out) < 12, text  # stopped at the stop string, which is kept
+    hot = SamplingSpec(max_tokens=8, stop=[], temperature=1.0, top_p=1.0, seed=7)
+    a, b = gen.generate_ids([ids, ids], [hot, hot])
+    assert a == b and len(a) == 8  # same seed, same sample; no stop string: max_tokens
+    with pytest.raises(ValueError, match="specs"):
+        gen.generate_ids([ids], [])
+
+
+def test_router_env_runs_on_the_hf_backend(gen):
+    env = RouterEnv(EnvConfig(max_turns=1, max_new_tokens=16, max_total_tokens=2048), gen.tokenizer, FakePool(),
+                    gen.generate_ids)
+    trajs = env.run([{"id": "q", "query": "What is 6 * 7?"}], n_samples=2, seed=0)
+    assert len(trajs) == 2 and all(t.turns >= 1 and t.tokens.num_policy_tokens > 0 for t in trajs)
+    assert gen.stats["generated_tokens"] > 0
+
+
+def test_update_weights_loads_pushed_tensors(gen):
+    import torch
+
+    name, weight = next(iter(gen.model.state_dict().items()))
+    original = weight.clone()
+    gen.update_weights([(name, torch.zeros_like(weight))])
+    assert float(gen.model.state_dict()[name].abs().sum()) == 0.0
+    gen.update_weights([(name, original)])
+    with pytest.raises(KeyError, match="not in the model"):
+        gen.update_weights([("no.such.weight", original)])
