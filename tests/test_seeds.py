@@ -246,6 +246,26 @@ def test_records_without_val_files_hold_questions_out(tmp_path):
     assert {c["name"] for c in train[0]["candidate_models"]} == {"gpt-4", "Mistral-7B"}  # QA rows: every candidate
 
 
+def test_epochs_as_a_unit(tmp_path):
+    """verl's trainer.total_epochs / the seed's --num_epochs: steps from the built training split."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rlrouter.data.job import apply_epochs
+    from rlrouter.learner.loop import TrainConfig
+
+    rows = [json.loads(line) for line in (FIXTURES / "flashrag" / "nq" / "train.jsonl").read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    base = ["data=records", f"data.train_files={tmp_path / 'train.parquet'}", "data.test_size=3", SEED_POOL,
+            "train.prompts_per_step=4"]
+    cfg = apply_epochs(compose_cfg("train_router_r1", tmp_path, [*base, "+train.total_epochs=2"]))
+    assert cfg.train.total_steps == 5 and "total_epochs" not in cfg.train  # ceil(2 * 9 rows / 4)
+    TrainConfig(**{k: v for k, v in cfg.train.items() if k != "warmup_demos"})  # the loop's config takes it
+    assert apply_epochs(compose_cfg("train_router_r1", tmp_path, base)).train.total_steps == 8  # unset: as configured
+    with pytest.raises(ValueError, match="train.total_epochs: must be a number > 0"):
+        apply_epochs(compose_cfg("train_router_r1", tmp_path, [*base, "+train.total_epochs=0"]))
+
+
 def test_nq_hotpotqa_mix_from_the_recorded_fixture(tmp_path):
     from rlrouter.data.job import prepare
 
