@@ -241,7 +241,7 @@ def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
 def build_app(args: dict[str, Any] | None = None) -> serve.Application:
     """Serve application builder (``serve run serve.app:build_app config=...``)."""
     cfg = load_config(args)
-    SelectorConfig.from_dict(cfg["selector"])  # fail here, naming the field, not inside a replica
+    sel_cfg = SelectorConfig.from_dict(cfg["selector"])  # fail here, naming the field, not inside a replica
     serving = ServingConfig.from_dict(cfg.get("serving"))
     keys = serving.startup_keys()  # none, or a placeholder without dev: refused here, saying why
     cfg["api_key_digests"] = ApiKeyAuth(keys).digests()  # replicas get digests, never the keys
@@ -254,6 +254,11 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
     if r1.get("import_path"):
         mod, _, attr = r1["import_path"].partition(":")
         policy = getattr(importlib.import_module(mod), attr).bind(**(r1.get("args") or {}))
+    elif sel_cfg.router_model_path:  # VSR's router_model_path (seed 000): serve that checkpoint as the policy
+        from serve.router_r1 import RouterR1Deployment
+
+        policy = RouterR1Deployment.bind(**{"pool": cfg["pool"]["candidates"], **(r1.get("args") or {}),
+                                            "checkpoint": sel_cfg.router_model_path})
     from serve.routers import GMTRouterDeployment, IntentDeployment
 
     gmt_ck = (cfg.get("gmtrouter") or {}).get("checkpoint")

@@ -548,3 +548,57 @@ def test_readme_commands_compose():
             except Exception as e:  # noqa: BLE001 - re-raised with the command
                 raise AssertionError(f"`python {script}{args}` does not compose: {e}") from None
             assert cfg is not None
+
+
+# ---------------------------------------------------------------- serving: router_model_path drives /route
+
+
+class ScriptedPolicy:
+    """A loaded Router-R1 policy's interface (``serve.router_r1.RouterR1Deployment`` through its handle)."""
+
+    name = "router-r1:step_9"
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.queries = []
+
+    async def route(self, query):
+        from rlrouter.serving.router_r1_client import RouterR1Answer
+
+        self.queries.append(query)
+        a = self.answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return RouterR1Answer(a, "<think>cheap is fine</think>", "")
+
+
+def test_router_model_path_decides_route_in_process():
+    """With router_model_path and no server URL, /route asks the app's own policy: no HTTP loop."""
+    import asyncio
+
+    from rlrouter.selector import Selector, SelectorConfig
+    from rlrouter.serving.config import ServingConfig
+    from rlrouter.serving.service import LocalSelectorClient, RouterService
+
+    (block,) = [b for b in fenced("000", "yaml") if "decisions:" in b]
+    raw = yaml.safe_load(block)
+    raw["decisions"][0]["algorithm"]["rl_driven"].update(enable_llm_routing=True, router_r1_server_url="")
+    cfg = SelectorConfig.from_dict({**raw, "decisions": raw["decisions"]})
+    cfg.seed = 0
+    policy = ScriptedPolicy(["mistral-7b", None, RuntimeError("replica died")])
+    svc = RouterService(LocalSelectorClient(Selector(cfg, ["gpt-4", "mistral-7b"])), cfg, ServingConfig(),
+                        ["gpt-4", "mistral-7b"], router_r1_policy=policy)
+
+    async def decide():
+        return await svc.decide("What is the capital of France?", "user-123", None, None, None)
+
+    first = asyncio.run(decide())
+    assert (first["model"], first["mode"]) == ("mistral-7b", "llm_routing")
+    assert policy.queries == ["What is the capital of France?"]
+    for why in ("answered without routing", "RuntimeError: replica died"):
+        fell_back = asyncio.run(decide())  # the configured fallback: thompson, saying why
+        assert fell_back["mode"] == "thompson" and why in fell_back["fallback_reason"]
+    from rlrouter.selector.config import SelectorConfigError
+
+    with pytest.raises(SelectorConfigError, match="router_r1_server_url.*or router_model_path"):
+        SelectorConfig(enable_llm_routing=True)

@@ -95,8 +95,9 @@ class SelectorConfig:
     format_reward_penalty: float = -1.0
     """R_format of a badly formatted trajectory; the other terms are still added."""
     router_model_path: str | None = None
-    """VSR (seed 000): a trained Router-R1 checkpoint (``outputs/<run>/checkpoints/step_N``) whose policy
-    makes the LLM-routing decision; serving it needs a ``router_r1`` deployment (docs/serve.md)."""
+    """VSR (seed 000): a trained Router-R1 checkpoint (``outputs/<run>/checkpoints/step_N``). The Serve app
+    loads it as its ``router_r1`` deployment, and with ``enable_llm_routing`` (and no server URL) it
+    decides ``/route`` in-process."""
 
     # --- LLM routing through a Router-R1 server (VSR) ---
     enable_llm_routing: bool = False
@@ -151,8 +152,11 @@ class SelectorConfig:
         if self.llm_routing_fallback not in ("thompson", "error"):
             raise SelectorConfigError("llm_routing_fallback",
                                       f"expected 'thompson' or 'error', got {self.llm_routing_fallback!r}")
-        if self.enable_llm_routing and not self.router_r1_server_url:
-            raise SelectorConfigError("router_r1_server_url", "required when enable_llm_routing is true")
+        if self.router_model_path == "":
+            self.router_model_path = None
+        if self.enable_llm_routing and not self.router_r1_server_url and not self.router_model_path:
+            raise SelectorConfigError("router_r1_server_url", "required when enable_llm_routing is true "
+                                      "(or router_model_path, a checkpoint this app serves itself)")
         if self.router_r1_server_url is not None and not (
                 isinstance(self.router_r1_server_url, str)
                 and self.router_r1_server_url.startswith(("http://", "https://"))):
@@ -160,8 +164,6 @@ class SelectorConfig:
                                       f"expected an http(s) URL, got {self.router_r1_server_url!r}")
         if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int) or self.min_samples < 0:
             raise SelectorConfigError("min_samples", f"expected an integer >= 0, got {self.min_samples!r}")
-        if self.router_model_path == "":
-            self.router_model_path = None
         if self.router_model_path is not None and not isinstance(self.router_model_path, str):
             raise SelectorConfigError("router_model_path", f"expected a path or null, got {self.router_model_path!r}")
         for f in ("max_aggregation_rounds", "max_pending_decisions"):

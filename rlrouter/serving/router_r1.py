@@ -2,6 +2,7 @@
 
 - LLM routing (``enable_llm_routing`` + ``router_r1_server_url``): a Router-R1 server picks the
   candidate, with a timeout; a failure falls back to the bandit or is a 503 (``llm_routing_fallback``).
+  Without a server URL, the app's own policy (``router_model_path``, seed 000) picks it in-process.
 - ``/router_r1/route`` speaks the Router-R1 server protocol of the vLLM Semantic Router, backed by a
   Router-R1 policy deployment when one is configured, else by the selector (and says which).
 
@@ -24,6 +25,7 @@ from rlrouter.serving.context import ServiceContext
 from rlrouter.serving.errors import ApiError
 from rlrouter.serving.router_r1_client import (
     HTTPRouterR1Client,
+    InProcessRouterR1,
     RouterR1Policy,
     RouterR1Unavailable,
     match_candidate,
@@ -70,6 +72,9 @@ class RouterR1Role:
         self.llm_router: RouterR1Policy | None = None
         if cfg.enable_llm_routing and cfg.router_r1_server_url:
             self.llm_router = HTTPRouterR1Client(cfg.router_r1_server_url, cfg.llm_routing_timeout_s)
+        elif cfg.enable_llm_routing and policy is not None:
+            # router_model_path (seed 000): the app's own policy decides /route in-process
+            self.llm_router = InProcessRouterR1(policy)
 
     async def llm_route(self, query: str, cands: list[str], req: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
         """LLM routing: ``(decision, None)``, or ``(None, why)`` when it failed and the bandit should decide."""

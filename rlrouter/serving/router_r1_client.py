@@ -46,6 +46,27 @@ def match_candidate(selected: str, candidates: list[str]) -> str | None:
     return None
 
 
+class InProcessRouterR1:
+    """A policy this app already holds (the ``router_r1`` deployment, e.g. from ``router_model_path``) as
+    the LLM router of ``/route``: no HTTP round trip back into the app, no auth exemption. Any failure,
+    and a policy that answers without routing, is :class:`RouterR1Unavailable` (the caller falls back)."""
+
+    def __init__(self, policy: RouterR1Policy):
+        self.policy = policy
+        self.name = policy.name
+
+    async def route(self, query: str) -> RouterR1Answer:
+        try:
+            ans = await self.policy.route(query)
+        except RouterR1Unavailable:
+            raise
+        except Exception as e:  # noqa: BLE001 - a dead replica or a broken checkpoint: fall back, say why
+            raise RouterR1Unavailable(f"{self.name}: {type(e).__name__}: {e}") from None
+        if not ans.selected_model:
+            raise RouterR1Unavailable(f"{self.name}: the policy answered without routing to a candidate")
+        return ans
+
+
 class HTTPRouterR1Client:
     def __init__(self, base_url: str, timeout_s: float = 5.0, api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
