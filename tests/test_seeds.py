@@ -602,3 +602,39 @@ def test_router_model_path_decides_route_in_process():
 
     with pytest.raises(SelectorConfigError, match="router_r1_server_url.*or router_model_path"):
         SelectorConfig(enable_llm_routing=True)
+
+
+# ---------------------------------------------------------------- serving: the concurrent arena (seed 001)
+
+
+@pytest.mark.parametrize("aggregation", ["vote", "confidence"])
+def test_concurrent_arena_on_route_and_chat(tmp_path, shared_data, aggregation):
+    """``type: concurrent``: /route names every candidate; model "auto" calls them all at once and
+    aggregates by the configured method."""
+    from fastapi.testclient import TestClient
+
+    from rlrouter.pool.pool import CandidatePool
+    from rlrouter.selector import Selector, SelectorConfig
+    from rlrouter.serving.api import create_app, install
+    from rlrouter.serving.auth import ApiKeyAuth
+    from rlrouter.serving.config import ServingConfig
+    from rlrouter.serving.service import LocalSelectorClient, RouterService
+
+    pool = CandidatePool.from_config(yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text()))
+    cfg = SelectorConfig.from_dict({"algorithm": {"type": "concurrent", "concurrent": {"seed": 0}}})
+    assert cfg.concurrent
+    serving = ServingConfig(api_keys=[{"key": "k", "user_id": "alice"}], aggregation=aggregation)
+    svc = RouterService(LocalSelectorClient(Selector(cfg, pool.names)), cfg, serving, pool.names, pool=pool)
+    install(svc, ApiKeyAuth(serving.keys({})))
+    client, auth = TestClient(create_app()), {"Authorization": "Bearer k"}
+    r = client.post("/route", json={"query": "What is 6 * 7?"}, headers=auth).json()
+    assert r["mode"] == "arena" and sorted(r["models"]) == sorted(pool.names)
+    table = pool.backend(pool.names[0]).table
+    prompt = table.prompts[table.source.index("gsm8k")]
+    r = client.post("/v1/chat/completions", json={"model": "auto", "messages": [{"role": "user", "content": prompt}]},
+                    headers=auth)
+    assert r.status_code == 200, r.text
+    meta = r.json()["x_rlrouter"]
+    assert meta["aggregation"] == aggregation and set(meta["answers"]) == set(pool.names)
+    with pytest.raises(Exception, match="algorithm.concurrent.exploration_rate"):
+        SelectorConfig.from_dict({"algorithm": {"type": "concurrent", "concurrent": {"exploration_rate": 3}}})

@@ -114,6 +114,9 @@ class SelectorConfig:
     """Route to the top-k candidates by Thompson draw, call them in parallel, aggregate."""
     max_aggregation_rounds: int = 3
     """k of multi-round aggregation (capped by the number of candidates)."""
+    concurrent: bool = False
+    """VSR's ``type: concurrent`` (arena): ``/route`` and ``model: auto`` call every candidate at once and
+    aggregate the answers by ``serving.aggregation`` (vote or confidence)."""
 
     # --- contextual (beyond VSR) ---
     use_contextual: bool = False
@@ -135,7 +138,7 @@ class SelectorConfig:
 
     def __post_init__(self) -> None:
         for f in ("use_thompson_sampling", "enable_personalization", "cost_awareness", "use_router_r1_rewards",
-                  "enable_llm_routing", "enable_multi_round_aggregation", "use_contextual"):
+                  "enable_llm_routing", "enable_multi_round_aggregation", "use_contextual", "concurrent"):
             if not isinstance(getattr(self, f), bool):
                 raise SelectorConfigError(f, f"expected true/false, got {getattr(self, f)!r}")
         for f in ("exploration_rate", "exploration_decay", "min_exploration", "personalization_blend",
@@ -214,10 +217,10 @@ class SelectorConfig:
                 raise SelectorConfigError(f"{path}decisions", "expected a non-empty list of decisions")
             rl = [i for i, x in enumerate(decisions)
                   if isinstance(x, dict) and isinstance(x.get("algorithm"), dict)
-                  and x["algorithm"].get("type") == "rl_driven"]
+                  and x["algorithm"].get("type") in ("rl_driven", "concurrent")]
             if len(rl) != 1:
                 raise SelectorConfigError(f"{path}decisions", f"expected exactly one decision with algorithm.type "
-                                                              f"rl_driven, found {len(rl)}")
+                                                              f"rl_driven or concurrent, found {len(rl)}")
             return cls.from_vsr(decisions[rl[0]]["algorithm"], f"{path}decisions[{rl[0]}].algorithm.")
         if "algorithm" in d:
             if set(d) != {"algorithm"}:
@@ -229,20 +232,23 @@ class SelectorConfig:
             if path.endswith("algorithm."):  # inside an algorithm block the type is required
                 raise SelectorConfigError(f"{path}type", "missing; expected 'rl_driven'")
             return cls.from_dict(d)
-        if d["type"] != "rl_driven":
-            raise SelectorConfigError(f"{path}type", f"expected 'rl_driven' (this selector), got {d['type']!r}")
-        extra = sorted(set(d) - {"type", "rl_driven"})
+        kind = d["type"]
+        if kind not in ("rl_driven", "concurrent"):
+            raise SelectorConfigError(f"{path}type", f"expected 'rl_driven' or 'concurrent', got {kind!r}")
+        extra = sorted(set(d) - {"type", kind})
         if extra:
-            raise SelectorConfigError(f"{path}{extra[0]}", "unknown key; expected type and rl_driven")
-        body = d.get("rl_driven") or {}
+            raise SelectorConfigError(f"{path}{extra[0]}", f"unknown key; expected type and {kind}")
+        body = d.get(kind) or {}
         if not isinstance(body, dict):
-            raise SelectorConfigError(f"{path}rl_driven", f"expected a mapping, got {type(body).__name__}")
+            raise SelectorConfigError(f"{path}{kind}", f"expected a mapping, got {type(body).__name__}")
         if {"algorithm", "type", "decisions"} & set(body):
-            raise SelectorConfigError(f"{path}rl_driven", "nested algorithm blocks are not allowed here")
+            raise SelectorConfigError(f"{path}{kind}", "nested algorithm blocks are not allowed here")
+        if kind == "concurrent":  # the arena, with the selector's knobs for its scores and feedback
+            body = {**body, "concurrent": True}
         try:
             return cls.from_dict(body)
         except SelectorConfigError as e:
-            raise SelectorConfigError(f"{path}rl_driven.{e.field}", e.message) from None
+            raise SelectorConfigError(f"{path}{kind}.{e.field}", e.message) from None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -51,7 +51,10 @@ class Routing:
         return dec
 
     def how(self) -> str:
-        """Single decision, or top-k when multi-round aggregation is on."""
+        """Single decision, top-k when multi-round aggregation is on, every candidate for VSR's
+        ``type: concurrent`` (arena)."""
+        if self.ctx.cfg.concurrent:
+            return "all"
         return "top_k" if self.ctx.cfg.enable_multi_round_aggregation else "single"
 
     async def route(self, body: RouteRequest, principal: Principal) -> RouteResponse:
