@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from rlrouter.rollout.env import SamplingSpec
+from rlrouter.rollout.env import SampledTokens, SamplingSpec
 
 
 class HFGenerator:
@@ -42,8 +42,10 @@ class HFGenerator:
             self._stops[stop] = StoppingCriteriaList([StopStringCriteria(self.tokenizer, list(stop))])
         return self._stops[stop]
 
-    def generate_ids(self, prompts: list[list[int]], specs: list[SamplingSpec]) -> list[list[int]]:
-        """Token ids in, generated token ids out; generation ends at a stop string (kept) or max_tokens."""
+    def generate_ids(self, prompts: list[list[int]], specs: list[SamplingSpec]) -> list[SampledTokens]:
+        """Token ids in, generated token ids out, each with its log-prob under the sampling distribution
+        (after temperature and top-p, as vLLM's processed log-probs); generation ends at a stop string
+        (kept) or ``max_tokens``."""
         import torch
 
         if len(prompts) != len(specs):
@@ -62,8 +64,12 @@ class HFGenerator:
                 kwargs["stopping_criteria"] = self._stop_criteria(tuple(spec.stop))
             x = torch.tensor([ids], dtype=torch.long, device=self.device)
             with torch.no_grad():
-                y = self.model.generate(x, attention_mask=torch.ones_like(x), **kwargs)
-            out.append([int(t) for t in y[0, len(ids):].tolist()])
+                res = self.model.generate(x, attention_mask=torch.ones_like(x), return_dict_in_generate=True,
+                                          output_scores=True, **kwargs)
+            new = res.sequences[0, len(ids):]  # (T,)
+            scores = torch.stack(res.scores)[:, 0, :].float()  # (T, V): the processed logits of each step
+            lps = torch.log_softmax(scores, dim=-1).gather(1, new.unsqueeze(1)).squeeze(1)
+            out.append(SampledTokens([int(t) for t in new.tolist()], [min(0.0, float(v)) for v in lps.tolist()]))
         self.stats["generate_s"] += time.perf_counter() - t0
         self.stats["generated_tokens"] += sum(len(o) for o in out)
         return out

@@ -25,6 +25,7 @@ def test_stop_strings_seeds_and_greedy(gen):
     hot = SamplingSpec(max_tokens=8, stop=[], temperature=1.0, top_p=1.0, seed=7)
     a, b = gen.generate_ids([ids, ids], [hot, hot])
     assert a == b and len(a) == 8  # same seed, same sample; no stop string: max_tokens
+    assert a.logprobs == b.logprobs and all(lp <= 0 for lp in a.logprobs)
     with pytest.raises(ValueError, match="specs"):
         gen.generate_ids([ids], [])
 
@@ -34,6 +35,10 @@ def test_router_env_runs_on_the_hf_backend(gen):
                     gen.generate_ids)
     trajs = env.run([{"id": "q", "query": "What is 6 * 7?"}], n_samples=2, seed=0)
     assert len(trajs) == 2 and all(t.turns >= 1 and t.tokens.num_policy_tokens > 0 for t in trajs)
+    import math
+
+    policy_lps = [lp for t in trajs for lp, m in zip(t.tokens.old_logprobs, t.tokens.loss_mask) if m]
+    assert policy_lps and all(math.isfinite(lp) and lp <= 0 for lp in policy_lps)  # the engine's, not NaN
     assert gen.stats["generated_tokens"] > 0
 
 
