@@ -212,6 +212,8 @@ def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
     if path.resolve() != DEFAULT_CONFIG.resolve():
         # a variant file sets only what differs from rl_driven.yaml
         for key, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if key == "selector" and isinstance(value, dict):  # VSR's algorithm/decisions shape, as printed
+                value = SelectorConfig.flat_fields(value)
             cfg[key] = {**(cfg.get(key) or {}), **value} if isinstance(value, dict) else value
     pool_src = args.pop("pool", cfg.pop("pool", None)) or str(DEFAULT_POOL)
     if isinstance(pool_src, str):
@@ -220,7 +222,10 @@ def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
     cfg["pool"] = pool_src
     for key in ("selector", "serving", "router_r1", "gmtrouter", "intent"):
         if key in args:
-            cfg[key] = {**(cfg.get(key) or {}), **(args.pop(key) or {})}
+            value = args.pop(key) or {}
+            if key == "selector":
+                value = SelectorConfig.flat_fields(value)
+            cfg[key] = {**(cfg.get(key) or {}), **value}
     if "dev" in args:  # `serve run serve.app:build_app dev=true` passes text
         dev = args.pop("dev")
         cfg["serving"] = {**(cfg.get("serving") or {}), "dev": dev is True or str(dev).lower() in ("1", "true")}

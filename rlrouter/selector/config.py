@@ -197,7 +197,7 @@ class SelectorConfig:
         """Build from a plain mapping (Hydra / YAML); an unknown key is an error naming it. VSR's nested
         shapes (``algorithm:``, ``type:``, ``decisions:``) are read by :meth:`from_vsr`."""
         d = dict(d or {})
-        if {"algorithm", "type", "decisions"} & set(d):
+        if _VSR_KEYS & set(d):
             return cls.from_vsr(d)
         known = {f.name for f in fields(cls)}
         for key in d:
@@ -206,49 +206,62 @@ class SelectorConfig:
         return cls(**d)
 
     @classmethod
-    def from_vsr(cls, d: dict[str, Any] | None, path: str = "") -> SelectorConfig:
+    def from_vsr(cls, d: dict[str, Any] | None) -> SelectorConfig:
         """VSR's YAML as printed (seeds 000 and 001): ``algorithm: {type: rl_driven, rl_driven: {...}}``,
         the ``algorithm`` mapping itself, or ``decisions: [{name, algorithm: ...}]`` with one rl_driven
-        decision. Plain fields (``from_dict``) pass through. Errors name the dotted path."""
-        d = dict(d or {})
-        if "decisions" in d:
-            decisions = d["decisions"]
-            if not isinstance(decisions, list) or not decisions:
-                raise SelectorConfigError(f"{path}decisions", "expected a non-empty list of decisions")
-            rl = [i for i, x in enumerate(decisions)
-                  if isinstance(x, dict) and isinstance(x.get("algorithm"), dict)
-                  and x["algorithm"].get("type") in ("rl_driven", "concurrent")]
-            if len(rl) != 1:
-                raise SelectorConfigError(f"{path}decisions", f"expected exactly one decision with algorithm.type "
-                                                              f"rl_driven or concurrent, found {len(rl)}")
-            return cls.from_vsr(decisions[rl[0]]["algorithm"], f"{path}decisions[{rl[0]}].algorithm.")
-        if "algorithm" in d:
-            if set(d) != {"algorithm"}:
-                raise SelectorConfigError(f"{path}{sorted(set(d) - {'algorithm'})[0]}", "unknown key beside 'algorithm'")
-            if not isinstance(d["algorithm"], dict):
-                raise SelectorConfigError(f"{path}algorithm", "expected a mapping with type and rl_driven")
-            return cls.from_vsr(d["algorithm"], f"{path}algorithm.")
-        if "type" not in d:
-            if path.endswith("algorithm."):  # inside an algorithm block the type is required
-                raise SelectorConfigError(f"{path}type", "missing; expected 'rl_driven'")
-            return cls.from_dict(d)
-        kind = d["type"]
-        if kind not in ("rl_driven", "concurrent"):
-            raise SelectorConfigError(f"{path}type", f"expected 'rl_driven' or 'concurrent', got {kind!r}")
-        extra = sorted(set(d) - {"type", kind})
-        if extra:
-            raise SelectorConfigError(f"{path}{extra[0]}", f"unknown key; expected type and {kind}")
-        body = d.get(kind) or {}
-        if not isinstance(body, dict):
-            raise SelectorConfigError(f"{path}{kind}", f"expected a mapping, got {type(body).__name__}")
-        if {"algorithm", "type", "decisions"} & set(body):
-            raise SelectorConfigError(f"{path}{kind}", "nested algorithm blocks are not allowed here")
-        if kind == "concurrent":  # the arena, with the selector's knobs for its scores and feedback
-            body = {**body, "concurrent": True}
+        (or ``concurrent``) decision. Plain fields pass through. Errors name the dotted path."""
+        path, body = _vsr_body(dict(d or {}), "")
         try:
             return cls.from_dict(body)
         except SelectorConfigError as e:
-            raise SelectorConfigError(f"{path}{kind}.{e.field}", e.message) from None
+            raise SelectorConfigError(f"{path}{e.field}", e.message) from None
+
+    @staticmethod
+    def flat_fields(d: dict[str, Any] | None) -> dict[str, Any]:
+        """The plain fields a VSR-shaped mapping sets (only those it gives), for merging config files."""
+        return _vsr_body(dict(d or {}), "")[1]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+_VSR_KEYS = {"algorithm", "type", "decisions"}
+
+
+def _vsr_body(d: dict[str, Any], path: str) -> tuple[str, dict[str, Any]]:
+    """(dotted path of the block, its plain fields) of a VSR-shaped mapping; a plain one is returned as is."""
+    if "decisions" in d:
+        decisions = d["decisions"]
+        if not isinstance(decisions, list) or not decisions:
+            raise SelectorConfigError(f"{path}decisions", "expected a non-empty list of decisions")
+        ours = [i for i, x in enumerate(decisions)
+                if isinstance(x, dict) and isinstance(x.get("algorithm"), dict)
+                and x["algorithm"].get("type") in ("rl_driven", "concurrent")]
+        if len(ours) != 1:
+            raise SelectorConfigError(f"{path}decisions", f"expected exactly one decision with algorithm.type "
+                                                          f"rl_driven or concurrent, found {len(ours)}")
+        return _vsr_body(dict(decisions[ours[0]]["algorithm"]), f"{path}decisions[{ours[0]}].algorithm.")
+    if "algorithm" in d:
+        if set(d) != {"algorithm"}:
+            raise SelectorConfigError(f"{path}{sorted(set(d) - {'algorithm'})[0]}", "unknown key beside 'algorithm'")
+        if not isinstance(d["algorithm"], dict):
+            raise SelectorConfigError(f"{path}algorithm", "expected a mapping with type and rl_driven")
+        return _vsr_body(dict(d["algorithm"]), f"{path}algorithm.")
+    if "type" not in d:
+        if path.endswith("algorithm."):  # inside an algorithm block the type is required
+            raise SelectorConfigError(f"{path}type", "missing; expected 'rl_driven' or 'concurrent'")
+        return "", d
+    kind = d["type"]
+    if kind not in ("rl_driven", "concurrent"):
+        raise SelectorConfigError(f"{path}type", f"expected 'rl_driven' or 'concurrent', got {kind!r}")
+    extra = sorted(set(d) - {"type", kind})
+    if extra:
+        raise SelectorConfigError(f"{path}{extra[0]}", f"unknown key; expected type and {kind}")
+    body = d.get(kind) or {}
+    if not isinstance(body, dict):
+        raise SelectorConfigError(f"{path}{kind}", f"expected a mapping, got {type(body).__name__}")
+    if _VSR_KEYS & set(body):
+        raise SelectorConfigError(f"{path}{kind}", "nested algorithm blocks are not allowed here")
+    if kind == "concurrent":  # the arena, with the selector's knobs for its scores and feedback
+        body = {**body, "concurrent": True}
+    return f"{path}{kind}.", dict(body)
