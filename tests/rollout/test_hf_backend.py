@@ -30,6 +30,7 @@ def test_stop_strings_seeds_and_greedy(gen):
         gen.generate_ids([ids], [])
 
 
+@pytest.mark.slow  # a few hundred prompt tokens per turn through plain transformers on CPU
 def test_router_env_runs_on_the_hf_backend(gen):
     env = RouterEnv(EnvConfig(max_turns=1, max_new_tokens=16, max_total_tokens=2048), gen.tokenizer, FakePool(),
                     gen.generate_ids)
