@@ -261,7 +261,8 @@ def test_epochs_as_a_unit(tmp_path):
     cfg = apply_epochs(compose_cfg("train_router_r1", tmp_path, [*base, "+train.total_epochs=2"]))
     assert cfg.train.total_steps == 5 and "total_epochs" not in cfg.train  # ceil(2 * 9 rows / 4)
     TrainConfig(**{k: v for k, v in cfg.train.items() if k != "warmup_demos"})  # the loop's config takes it
-    assert apply_epochs(compose_cfg("train_router_r1", tmp_path, base)).train.total_steps == 8  # unset: as configured
+    configured = compose_cfg("train_router_r1", tmp_path, base).train.total_steps
+    assert apply_epochs(compose_cfg("train_router_r1", tmp_path, base)).train.total_steps == configured  # unset
     with pytest.raises(ValueError, match="train.total_epochs: must be a number > 0"):
         apply_epochs(compose_cfg("train_router_r1", tmp_path, [*base, "+train.total_epochs=0"]))
 
@@ -590,7 +591,7 @@ def test_router_model_path_decides_route_in_process():
                         ["gpt-4", "mistral-7b"], router_r1_policy=policy)
 
     async def decide():
-        return await svc.decide("What is the capital of France?", "user-123", None, None, None)
+        return await svc.routing.decide("What is the capital of France?", "user-123", None, None, None)
 
     first = asyncio.run(decide())
     assert (first["model"], first["mode"]) == ("mistral-7b", "llm_routing")
