@@ -137,19 +137,28 @@ def main() -> None:
     ap.add_argument("--holdout", type=int, default=10)
     ap.add_argument("--intent", default=None, help="an intent classifier checkpoint (adds the intent router)")
     ap.add_argument("--out", default=str(ROOT / "outputs" / "unseen_subjects"))
+    ap.add_argument("--reuse", action="store_true", help="summarise a seed's existing report.json under --out "
+                                                          "instead of running it again")
     ap.add_argument("--parallel", action="store_true", help="one process per seed (on a shared machine this wins "
                                                              "CPU share; each process loads its own torch)")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    if args.parallel:
+    done = {}
+    if args.reuse:
+        for s in args.seeds:
+            path = Path(args.out) / f"seed{s}" / "report.json"
+            if path.exists():
+                done[s] = json.loads(path.read_text())
+    todo = [s for s in args.seeds if s not in done]
+    if args.parallel and todo:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=len(args.seeds)) as pool:
-            futs = {s: pool.submit(run_seed, s, args.holdout, args.intent, Path(args.out) / f"seed{s}")
-                    for s in args.seeds}
-            reports = {s: f.result() for s, f in futs.items()}
+            futs = {s: pool.submit(run_seed, s, args.holdout, args.intent, Path(args.out) / f"seed{s}") for s in todo}
+            done.update({s: f.result() for s, f in futs.items()})
     else:
-        reports = {s: run_seed(s, args.holdout, args.intent, Path(args.out) / f"seed{s}") for s in args.seeds}
+        done.update({s: run_seed(s, args.holdout, args.intent, Path(args.out) / f"seed{s}") for s in todo})
+    reports = {s: done[s] for s in args.seeds}
     summary = summarize(reports)
     summary["command"] = "python benchmarks/bench_unseen_subjects.py " + " ".join(
         [f"--seeds {' '.join(map(str, args.seeds))}", f"--holdout {args.holdout}"]
