@@ -187,3 +187,54 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     for name in ("reward_curve.png", "route_shares.png", "accuracy_vs_cost.png", "held_out_curve.png"):
         assert (out / name).stat().st_size > 1000
     assert report["wall_s"] > 0
+
+
+@pytest.mark.timeout(900)
+def test_driver_copes_with_a_killed_learner_rank(ray_cluster, group, items, tmp_path, pool_cfg):
+    """SIGKILL the Ray Train rank after step 1: Ray Train restarts it from the step-1 checkpoint, the
+    driver's pending call raises WorkersRestarted, the loop resumes there and finishes; the rollout
+    worker ends up serving the final policy version."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    from rlrouter.distributed.resources import ResourceSpec
+    from rlrouter.learner.group import LearnerGroup
+    from rlrouter.learner.loop import TrainConfig, run_training
+
+    names = [c["name"] for c in pool_cfg["candidates"]]
+    out = tmp_path / "killed"
+    cfg = TrainConfig(total_steps=3, prompts_per_step=2, n_samples=2, checkpoint_every=1, progress=False, seed=4,
+                      out_dir=str(out), learner={"lr": 1e-3, "micro_batch_size": 2})
+    killed: list[int] = []
+
+    def kill_after_step_1() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not killed:
+            if (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().strip():
+                for p in psutil.Process(os.getpid()).children(recursive=True):
+                    try:
+                        if "ray::RayTrainWorker" in " ".join(p.cmdline()):
+                            os.kill(p.pid, signal.SIGKILL)
+                            killed.append(p.pid)
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        continue
+            time.sleep(0.2)
+
+    th = threading.Thread(target=kill_after_step_1, daemon=True)
+    th.start()
+    learners = LearnerGroup(cfg, ResourceSpec(learner={"num_workers": 1, "num_cpus": 1}), max_failures=1)
+    try:
+        last = run_training(cfg, group, learners, names, items)
+    finally:
+        learners.close()
+    th.join(timeout=5)
+    assert killed, "no Ray Train worker was found to kill"
+    assert last["step"] == 3
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps[0] == 1 and steps[-1] == 3 and set(steps) == {1, 2, 3}
+    assert group.version == 3  # restored version 1 (or 2) + the steps trained after the restart
+    assert group.worker_serials() == [group.serial]
