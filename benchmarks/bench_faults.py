@@ -86,7 +86,7 @@ class Injector(threading.Thread):
                     # generation to be under way, so the kill lands mid-batch
                     procs, deadline = [], time.monotonic() + 120
                     while not procs and time.monotonic() < deadline:
-                        procs = my_ray_processes(r"ray::_Worker\.rollout")
+                        procs = my_ray_processes(r"ray::_Worker\.checked")
                         time.sleep(0.2)
                     mid_batch = bool(procs)
                     procs = procs or my_ray_processes(r"ray::_Worker\b")

@@ -38,7 +38,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from rlrouter.gmt.baselines import BestSingle, GlobalThompson, PerUserBeta, QueryMLP  # noqa: E402
-from rlrouter.gmt.job import DataConfig, GMTJobConfig, RayConfig, prepare  # noqa: E402
+from rlrouter.distributed.resources import ResourceSpec  # noqa: E402
+from rlrouter.gmt.job import DataConfig, GMTJobConfig, prepare  # noqa: E402
 from rlrouter.gmt.model import GMTModelConfig  # noqa: E402
 from rlrouter.gmt.simulate import SimConfig  # noqa: E402
 from rlrouter.gmt.train import (GroupBatch, TrainConfig, evaluate, first_k_interactions, fit,  # noqa: E402
@@ -58,7 +59,7 @@ def run_seed(seed: int, args) -> dict:
                        model=GMTModelConfig(),
                        train=TrainConfig(epochs=args.epochs, seed=seed, eval_every=2, patience=40,
                                          threads=args.threads),
-                       ray=RayConfig(enabled=False))
+                       resources=ResourceSpec(ray_train=False))
     with tempfile.TemporaryDirectory() as tmp:
         prep = prepare(job, Path(tmp))
     g, sp = prep.graph, prep.split

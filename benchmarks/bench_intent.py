@@ -147,7 +147,7 @@ def main() -> None:
         return
     from rlrouter.intent.job import run
 
-    extra = [*args.overrides, *(["ray.enabled=false"] if args.no_ray else [])]
+    extra = [*args.overrides, *(["resources=in_process"] if args.no_ray else [])]
     t0 = time.perf_counter()
     main_overrides = [*MAIN, *extra, f"output_dir={RUN_DIR / 'main'}"]
     if args.skip_main:

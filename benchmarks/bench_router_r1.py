@@ -140,18 +140,28 @@ class Context:
 
         return render_chat(self.tokenizer, build_prompt(question, self.cand_objs, max_turns)) + prefill
 
-    def resources(self):
-        from rlrouter.distributed.resources import ResourceSpec
+    def train(self):
+        from rlrouter.learner.job import train_config
 
-        return ResourceSpec(**container(self.cfg.resources))
+        return train_config(self.cfg, train_path=self.train_path)
+
+    def resources(self):
+        from rlrouter.learner.job import resource_spec
+
+        return resource_spec(self.cfg)
 
     def engine(self, enable_lora: bool) -> dict[str, Any]:
-        # as rlrouter.learner.job.run builds it: LoRA in the engine only for the lora transport
-        return {**container(self.cfg.rollout.engine), "max_lora_rank": max(int(self.cfg.learner.lora_r), 8),
-                "enable_lora": enable_lora}
+        # the job's own builder: LoRA in the engine only for the lora transport
+        from rlrouter.learner.job import engine_config
+
+        train = self.train()
+        train.sync = "lora" if enable_lora else "tensors"
+        return engine_config(self.cfg, train)
 
     def env(self, **changes: Any) -> dict[str, Any]:
-        return {**container(self.cfg.rollout.env), "temperature": float(self.cfg.learner.temperature), **changes}
+        from rlrouter.learner.job import env_config
+
+        return env_config(self.cfg, self.train(), **changes)
 
 
 def actor_threads(group) -> list[dict[str, Any]]:
@@ -283,16 +293,14 @@ PHASES = ("generate_s", "route_s", "reward_s", "learn_s", "sync_s")
 
 def _train_config(ctx: Context, sizes: Sizes, out_dir: Path, transport: str, steps: int,
                   warmup_steps: int = 0, extra: dict[str, Any] | None = None):
-    from rlrouter.learner.loop import TrainConfig
+    from dataclasses import replace
 
-    train = {k: v for k, v in container(ctx.cfg.train).items() if k != "warmup_demos"}
-    learner = container(ctx.cfg.learner)
-    learner.update(model=ctx.model, micro_batch_size=sizes.micro_batch_size)
-    train.update(total_steps=steps, prompts_per_step=sizes.prompts_per_step, n_samples=sizes.n_samples,
-                 checkpoint_every=steps, sync=transport, progress=False, warmup_steps=warmup_steps,
-                 out_dir=str(out_dir), train_path=str(ctx.train_path), learner=learner, **(extra or {}))
-    learner.setdefault("grpo", {})["group_size"] = sizes.n_samples
-    return TrainConfig(**train)
+    train = ctx.train()  # the job's builder, then the bench's sizes
+    learner = {**train.learner, "micro_batch_size": sizes.micro_batch_size,
+               "grpo": {**train.learner.get("grpo", {}), "group_size": sizes.n_samples}}
+    return replace(train, total_steps=steps, prompts_per_step=sizes.prompts_per_step, n_samples=sizes.n_samples,
+                   checkpoint_every=steps, sync=transport, progress=False, warmup_steps=warmup_steps,
+                   out_dir=str(out_dir), learner=learner, **(extra or {}))
 
 
 def run_ours(ctx: Context, sizes: Sizes, transport: str, out_dir: Path) -> dict[str, Any]:
@@ -341,7 +349,7 @@ def run_ours(ctx: Context, sizes: Sizes, transport: str, out_dir: Path) -> dict[
 def run_trl(ctx: Context, sizes: Sizes, out_dir: Path) -> dict[str, Any]:
     env = ctx.env(max_turns=0)
     items = ctx.train_items[: sizes.prompts_per_step * sizes.steps]
-    spec = {"model": ctx.model, "seed": int(ctx.cfg.train.seed), "alpha": float(ctx.cfg.train.alpha),
+    spec = {"model": ctx.model, "seed": int(ctx.cfg.train.seed), "alpha": float(ctx.cfg.reward.alpha),
             "candidates": ctx.candidates, "prefill": env["prefill"],
             "prompts": [ctx.prompt_text(it["query"], None, env["prefill"]) for it in items],
             "ground_truth": [list(it["ground_truth"]) for it in items],

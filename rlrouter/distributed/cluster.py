@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -18,11 +19,17 @@ def connect(num_cpus: int | None = None, num_gpus: int | None = None, env_vars: 
         return {"mode": "existing", "address": ray.get_runtime_context().gcs_address}
     env = {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
            "TOKENIZERS_PARALLELISM": "false", **(env_vars or {})}
+    for k in ("TRANSFORMERS_OFFLINE", "RLROUTER_CACHE"):
+        if k in os.environ:
+            env.setdefault(k, os.environ[k])
     if os.environ.get("RAY_ADDRESS"):
         # a submitted job's runtime env may set these already; Ray refuses to merge a conflicting value
         env = {k: v for k, v in env.items() if k not in os.environ}
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env={"env_vars": env})
         return {"mode": "submitted", "address": os.environ["RAY_ADDRESS"]}
+    # workers import rlrouter from this checkout, wherever the job was started from
+    root = str(Path(__file__).resolve().parents[2])
+    env.setdefault("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep))
     ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard,
              runtime_env={"env_vars": env})
     return {"mode": "embedded", "address": ray.get_runtime_context().gcs_address}

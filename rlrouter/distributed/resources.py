@@ -50,6 +50,8 @@ class ResourceSpec:
     """Must be false: rollout and learner on the same GPUs (vLLM sleep mode) is not built (issue 14)."""
     strategy: str = "PACK"
     """Placement strategy for the rollout bundles: PACK (fewest nodes) or SPREAD."""
+    ray_train: bool = True
+    """False: the learner runs in this process as one rank (GMTRouter and intent jobs; tests, debugging)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.rollout, dict):

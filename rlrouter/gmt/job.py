@@ -3,9 +3,10 @@
 1. Records: a file of GMTRouter records (``data.source=records``; errors name file, line and field)
    or the simulated personalization set (``data.source=simulated``, see ``simulate.py``).
 2. The graph is built once in the driver (MiniLM embeddings, cached on disk by text hash).
-3. Training runs on Ray Train (``TorchTrainer``, gloo) with ``ray.num_workers`` ranks: each rank
-   predicts its own share of the hidden target turns, and the gradients are averaged in one
-   flattened all-reduce per step. With ``ray.enabled=false`` the same loop runs in this process.
+3. Training runs on Ray Train through the shared launcher (``rlrouter.distributed.launcher``) with
+   ``resources.learner.num_workers`` ranks: each rank predicts its own share of the hidden target
+   turns, and the gradients are averaged in one flattened all-reduce per step. With
+   ``resources=in_process`` the same loop runs in this process.
 4. Rank 0 reports the best-validation-AUC model as a checkpoint folder the Serve app loads
    (``GMTRouterScorer.load``), with every interaction of the log set in its graph.
 5. The driver measures test pairwise accuracy / AUC and, when some users were held out entirely,
@@ -15,7 +16,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from rlrouter.distributed.resources import ResourceSpec, RoleSpec
 from rlrouter.gmt.graph import GMTGraph, build_graph
 from rlrouter.gmt.model import GMTModelConfig
 from rlrouter.gmt.simulate import SimConfig
@@ -63,40 +64,25 @@ class DataConfig:
 
 
 @dataclass
-class RayConfig:
-    enabled: bool = True
-    """False: train in this process (one rank), same loop."""
-    num_workers: int = 2
-    backend: str = "gloo"
-    cpus_per_worker: float = 1.0
-    """Also each worker's torch thread count."""
-    storage_path: str | None = None
-    """Where Ray Train keeps checkpoints; None = <output_dir>/ray."""
-
-    def __post_init__(self) -> None:
-        if self.num_workers < 1:
-            raise ValueError(f"ray.num_workers: expected >= 1, got {self.num_workers}")
-        if self.backend not in ("gloo", "nccl"):
-            raise ValueError(f"ray.backend: expected 'gloo' or 'nccl', got '{self.backend}'")
-        if self.cpus_per_worker <= 0:
-            raise ValueError(f"ray.cpus_per_worker: expected > 0, got {self.cpus_per_worker}")
-
-
-@dataclass
 class GMTJobConfig:
     seed: int = 0
     output_dir: str = "outputs/train_gmtrouter"
     data: DataConfig = field(default_factory=DataConfig)
     model: GMTModelConfig = field(default_factory=GMTModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    ray: RayConfig = field(default_factory=RayConfig)
+    resources: ResourceSpec = field(default_factory=lambda: ResourceSpec(learner=RoleSpec(num_workers=2)))
+    """``resources.learner``: the Ray Train ranks (``ray_train: false``: one rank in this process)."""
+    learner_failures: int = 0
+    """Ray Train FailureConfig.max_failures (a restarted group trains again from the start)."""
+    ray: dict[str, Any] = field(default_factory=dict)
+    """The cluster (``conf/ray/``): ``rlrouter.distributed.cluster.connect``'s arguments."""
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> "GMTJobConfig":
         """From a Hydra config shaped like ``conf/train_gmtrouter.yaml`` (or a plain dict)."""
         d = _plain(cfg)
         gmt = d.pop("gmt", {}) or {}
-        known = {"seed", "output_dir", "ray"}
+        known = {"seed", "output_dir", "resources", "learner_failures", "ray"}
         extra = sorted(set(d) - known)
         if extra:
             raise ValueError(f"{extra[0]}: unknown key in the GMTRouter config (expected {sorted(known | {'gmt'})})")
@@ -109,7 +95,8 @@ class GMTJobConfig:
                    data=_build(DataConfig, {**data, "sim": sim}, "gmt.data"),
                    model=_build(GMTModelConfig, gmt.get("model"), "gmt.model"),
                    train=_build(TrainConfig, gmt.get("train"), "gmt.train"),
-                   ray=_build(RayConfig, d.get("ray"), "ray"))
+                   resources=_build(ResourceSpec, d.get("resources"), "resources"),
+                   learner_failures=int(d.get("learner_failures", 0)), ray=dict(d.get("ray") or {}))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -242,23 +229,22 @@ def train_worker(job: GMTJobConfig, graph: GMTGraph, split: Split, ckpt_dir: Pat
 
 def _ray_train_loop(config: dict[str, Any]) -> None:
     import ray
-    import ray.train
+
+    from rlrouter.distributed.launcher import RayTrainSession, setup_worker_threads
 
     job = _job_from_dict(config["job"])
-    torch.set_num_threads(max(1, int(job.ray.cpus_per_worker)))
+    setup_worker_threads(job.resources.learner.num_cpus)
+    session = RayTrainSession(use_gpu=job.resources.use_gpu)
     tensors, meta, masks = ray.get(config["graph_ref"])
     graph = GMTGraph.from_tensors(tensors, meta)
     split = Split(**masks)
-    ctx = ray.train.get_context()
-    rank, ws = ctx.get_world_rank(), ctx.get_world_size()
     with tempfile.TemporaryDirectory(prefix="gmt_ckpt_") as tmp:
-        summary = train_worker(job, graph, split, Path(tmp), rank=rank, world_size=ws)
+        summary = train_worker(job, graph, split, Path(tmp), rank=session.rank, world_size=session.world_size)
         metrics = {"best_epoch": float(summary["best_epoch"]), "val/auc": float(summary["val"].get("auc", 0.0)),
                    "val/accuracy": float(summary["val"].get("accuracy", 0.0)),
                    "train_seconds": float(summary["train_seconds"])}
         # Ray Train V2 returns metrics only with a checkpoint; only rank 0 wrote one.
-        ckpt = ray.train.Checkpoint.from_directory(tmp) if rank == 0 else None
-        ray.train.report(metrics, checkpoint=ckpt)
+        session.report(metrics, tmp if session.rank == 0 else None)
 
 
 def _job_from_dict(d: dict[str, Any]) -> GMTJobConfig:
@@ -266,35 +252,23 @@ def _job_from_dict(d: dict[str, Any]) -> GMTJobConfig:
     data["sim"] = SimConfig(**data["sim"])
     return GMTJobConfig(seed=d["seed"], output_dir=d["output_dir"], data=DataConfig(**data),
                         model=GMTModelConfig(**d["model"]), train=TrainConfig(**d["train"]),
-                        ray=RayConfig(**d["ray"]))
+                        resources=ResourceSpec(**d["resources"]), learner_failures=d["learner_failures"],
+                        ray=d["ray"])
 
 
 def _train_on_ray(job: GMTJobConfig, prep: Prepared, dest: Path) -> dict[str, Any]:
     import ray
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
 
-    if not ray.is_initialized():
-        env = {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "RLROUTER_CACHE")
-               if k in os.environ}
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
-        ray.init(include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
+    from rlrouter.distributed.cluster import connect
+    from rlrouter.distributed.launcher import RunSpec, fit
+
+    connect(**job.ray)
     tensors, meta = prep.graph.to_tensors()
     masks = {"train": prep.split.train, "val": prep.split.val, "test": prep.split.test}
     graph_ref = ray.put((tensors, meta, masks))
-    storage = Path(job.ray.storage_path or Path(job.output_dir) / "ray").resolve()
-    trainer = TorchTrainer(
-        _ray_train_loop,
-        train_loop_config={"job": job.to_dict(), "graph_ref": graph_ref},
-        torch_config=TorchConfig(backend=job.ray.backend),
-        scaling_config=ScalingConfig(num_workers=job.ray.num_workers, use_gpu=job.ray.backend == "nccl",
-                                     resources_per_worker={"CPU": job.ray.cpus_per_worker}),
-        run_config=RunConfig(storage_path=str(storage), name=f"train_gmtrouter_{int(time.time())}"),
-    )
-    result = trainer.fit()
-    if getattr(result, "error", None):
-        raise result.error
+    result = fit(_ray_train_loop, {"job": job.to_dict(), "graph_ref": graph_ref}, job.resources,
+                 RunSpec(name=f"train_gmtrouter_{int(time.time())}", max_failures=job.learner_failures,
+                         storage_path=str(Path(job.output_dir) / "ray_train")))
     if result.checkpoint is None:
         raise RuntimeError("Ray Train returned no checkpoint: rank 0 saved no model")
     if dest.exists():
@@ -315,7 +289,7 @@ def run(cfg: Any) -> dict[str, Any]:
     prep = prepare(job, out_dir)
     t_prep = time.perf_counter() - t0
     ckpt_dir = out_dir / "checkpoint"
-    if job.ray.enabled:
+    if job.resources.ray_train:
         ray_metrics = _train_on_ray(job, prep, ckpt_dir)
     else:
         if ckpt_dir.exists():
@@ -329,7 +303,7 @@ def run(cfg: Any) -> dict[str, Any]:
     metrics: dict[str, Any] = {
         "graph": g.counts(), "multi_turn": g.multi_turn, "num_layers": model.cfg.num_layers,
         "split": {k: int(getattr(sp, k).sum()) for k in ("train", "val", "test")},
-        "train": ckpt_cfg.get("train", {}), "ray": ray_metrics if job.ray.enabled else None,
+        "train": ckpt_cfg.get("train", {}), "ray": ray_metrics if job.resources.ray_train else None,
         "test": evaluate(model, g, sp.train | sp.val, test_batch, loss=job.train.loss),
         "seconds": {"prepare": t_prep, "train": t_train},
     }

@@ -1,8 +1,9 @@
 """The intent-classifier training job: ``run(cfg)``, which ``jobs/train_intent.py`` wraps.
 
 Modes (issue 7): ``supervised``, ``rl_only`` (PPO from the supervised adapter in ``init_from``) and
-``supervised_then_rl``. Training runs on Ray Train (``TorchTrainer``, gloo, ``ray.num_workers``
-workers) or in this process when ``ray.enabled`` is false; both call the same :func:`train_worker`.
+``supervised_then_rl``. Training runs on Ray Train through the shared launcher
+(``rlrouter.distributed.launcher``: ``resources.learner`` ranks, gloo on CPU, NCCL on GPU) or in this
+process when ``resources.ray_train`` is false; both call the same :func:`train_worker`.
 The adapters come back as a Ray Train checkpoint and land side by side under
 ``<output_dir>/adapters/{supervised,rl}``; the driver then loads each with :class:`IntentClassifier`
 and writes the supervised-vs-RL table on the held-out test split.
@@ -11,7 +12,6 @@ and writes the supervised-vs-RL table on the held-out test split.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
+from rlrouter.distributed.resources import ResourceSpec, RoleSpec
 from rlrouter.intent.data import IntentExample, Splits, load_labelled_file, load_mmlu, stratified_splits
 from rlrouter.intent.metrics import accuracy, expected_calibration_error, macro_f1
 from rlrouter.intent.model import EncoderConfig
@@ -62,29 +63,6 @@ class DataConfig:
 
 
 @dataclass
-class RayConfig:
-    """Ray Train resources."""
-
-    enabled: bool = True
-    """False: train in this process (one rank), same code path otherwise."""
-    num_workers: int = 2
-    backend: str = "gloo"
-    """torch.distributed backend; gloo on CPU."""
-    cpus_per_worker: float = 1.0
-    """Also the torch thread count of each worker."""
-    storage_path: str | None = None
-    """Where Ray Train keeps checkpoints; None = <output_dir>/ray."""
-
-    def __post_init__(self) -> None:
-        if self.num_workers < 1:
-            raise ValueError(f"ray.num_workers: must be >= 1, got {self.num_workers}")
-        if self.backend not in ("gloo", "nccl"):
-            raise ValueError(f"ray.backend: expected 'gloo' or 'nccl', got '{self.backend}'")
-        if self.cpus_per_worker <= 0:
-            raise ValueError(f"ray.cpus_per_worker: must be > 0, got {self.cpus_per_worker}")
-
-
-@dataclass
 class EvalConfig:
     batch_size: int = 32
     """Batch of the timed inference (ms/query)."""
@@ -114,7 +92,12 @@ class IntentJobConfig:
     supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
     rl_enabled: bool = True
     rl: PPOConfig = field(default_factory=PPOConfig)
-    ray: RayConfig = field(default_factory=RayConfig)
+    resources: ResourceSpec = field(default_factory=lambda: ResourceSpec(learner=RoleSpec(num_workers=2)))
+    """``resources.learner``: the Ray Train ranks (``ray_train: false``: one rank in this process)."""
+    learner_failures: int = 0
+    """Ray Train FailureConfig.max_failures (a restarted group trains again from the start)."""
+    ray: dict[str, Any] = field(default_factory=dict)
+    """The cluster (``conf/ray/``): ``rlrouter.distributed.cluster.connect``'s arguments."""
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
@@ -139,7 +122,7 @@ class IntentJobConfig:
         """From a Hydra config (or a plain dict) shaped like ``conf/train_intent.yaml``."""
         d = _plain(cfg)
         known = {"mode", "seed", "output_dir", "init_from", "model", "data", "supervised", "rl_training",
-                 "ray", "eval"}
+                 "resources", "learner_failures", "ray", "eval"}
         extra = sorted(set(d) - known)
         if extra:
             raise ValueError(f"{extra[0]}: unknown key in the intent config (expected {sorted(known)})")
@@ -154,7 +137,8 @@ class IntentJobConfig:
                    data=_build(DataConfig, d.get("data"), "data"),
                    supervised=_build(SupervisedConfig, d.get("supervised"), "supervised"),
                    rl_enabled=enabled, rl=_build(PPOConfig, rl, "rl_training"),
-                   ray=_build(RayConfig, d.get("ray"), "ray"), eval=_build(EvalConfig, d.get("eval"), "eval"))
+                   resources=_build(ResourceSpec, d.get("resources"), "resources"),
+                   learner_failures=int(d.get("learner_failures", 0)), ray=dict(d.get("ray") or {}), eval=_build(EvalConfig, d.get("eval"), "eval"))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -164,7 +148,7 @@ class IntentJobConfig:
         d = dict(d)
         return cls(**{**d, "model": EncoderConfig(**d["model"]), "data": DataConfig(**d["data"]),
                       "supervised": SupervisedConfig(**d["supervised"]), "rl": PPOConfig(**d["rl"]),
-                      "ray": RayConfig(**d["ray"]), "eval": EvalConfig(**d["eval"])})
+                      "resources": ResourceSpec(**d["resources"]), "eval": EvalConfig(**d["eval"])})
 
 
 def _plain(cfg: Any) -> dict[str, Any]:
@@ -231,7 +215,7 @@ def train_worker(job: IntentJobConfig, splits: Splits, out_dir: Path,
     """One rank's work: the phases of ``job.mode``. Rank 0 saves adapters under ``out_dir/<phase>``."""
     import torch
 
-    from rlrouter.intent.dist import rank_and_world
+    from rlrouter.distributed.launcher import rank_and_world
     from rlrouter.intent.model import IntentModel
     from rlrouter.intent.ppo import train_ppo
     from rlrouter.intent.reward import resolve_reward
@@ -273,22 +257,19 @@ def train_worker(job: IntentJobConfig, splits: Splits, out_dir: Path,
 
 def _ray_train_loop(config: dict[str, Any]) -> None:
     """``train_loop_per_worker`` of the TorchTrainer: train, then report the adapters as a checkpoint."""
-    import ray.train
-    import torch
+    from rlrouter.distributed.launcher import RayTrainSession, setup_worker_threads
 
     job = IntentJobConfig.from_dict(config["job"])
-    torch.set_num_threads(max(1, int(job.ray.cpus_per_worker)))
+    setup_worker_threads(job.resources.learner.num_cpus)
+    session = RayTrainSession(use_gpu=job.resources.use_gpu)
     splits = Splits(train=_rows_to_examples(config["train"]), val=_rows_to_examples(config["val"]),
                     test=_rows_to_examples(config["test"]), labels=tuple(config["labels"]))
-    rank = ray.train.get_context().get_world_rank()
     with tempfile.TemporaryDirectory(prefix="intent_ckpt_") as tmp:
         # rank 0 prints each validation / PPO row: the worker log shows a long run's progress
-        log = (lambda row: print(json.dumps(row), flush=True)) if rank == 0 else None
+        log = (lambda row: print(json.dumps(row), flush=True)) if session.rank == 0 else None
         summary = train_worker(job, splits, Path(tmp), log=log)
-        metrics = _flat_metrics(summary)
         # Ray Train V2 hands metrics back only with a checkpoint; only rank 0 has the files
-        ckpt = ray.train.Checkpoint.from_directory(tmp) if rank == 0 else None
-        ray.train.report(metrics, checkpoint=ckpt)
+        session.report(_flat_metrics(summary), tmp if session.rank == 0 else None)
 
 
 def _flat_metrics(summary: dict[str, Any]) -> dict[str, float]:
@@ -306,30 +287,15 @@ def _flat_metrics(summary: dict[str, Any]) -> dict[str, float]:
 
 
 def _train_on_ray(job: IntentJobConfig, splits: Splits, dest: Path) -> None:
-    import ray
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from rlrouter.distributed.cluster import connect
+    from rlrouter.distributed.launcher import RunSpec, fit
 
-    if not ray.is_initialized():
-        env = {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "RLROUTER_CACHE")
-               if k in os.environ}
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
-        ray.init(include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
-    storage = Path(job.ray.storage_path or Path(job.output_dir) / "ray").resolve()
-    trainer = TorchTrainer(
-        _ray_train_loop,
-        train_loop_config={"job": job.to_dict(), "labels": list(splits.labels),
-                           "train": _examples_to_rows(splits.train), "val": _examples_to_rows(splits.val),
-                           "test": _examples_to_rows(splits.test)},
-        torch_config=TorchConfig(backend=job.ray.backend),
-        scaling_config=ScalingConfig(num_workers=job.ray.num_workers, use_gpu=job.ray.backend == "nccl",
-                                     resources_per_worker={"CPU": job.ray.cpus_per_worker}),
-        run_config=RunConfig(storage_path=str(storage), name=f"train_intent_{int(time.time())}"),
-    )
-    result = trainer.fit()
-    if getattr(result, "error", None):
-        raise result.error
+    connect(**job.ray)
+    config = {"job": job.to_dict(), "labels": list(splits.labels), "train": _examples_to_rows(splits.train),
+              "val": _examples_to_rows(splits.val), "test": _examples_to_rows(splits.test)}
+    result = fit(_ray_train_loop, config, job.resources,
+                 RunSpec(name=f"train_intent_{int(time.time())}", max_failures=job.learner_failures,
+                         storage_path=str(Path(job.output_dir) / "ray_train")))
     if result.checkpoint is None:
         raise RuntimeError("Ray Train returned no checkpoint: the workers saved no adapters")
     result.checkpoint.to_directory(str(dest))
@@ -408,7 +374,7 @@ def run(cfg: Any) -> dict[str, Any]:
     if staging.exists():
         shutil.rmtree(staging)
     t_train = time.perf_counter()
-    if job.ray.enabled:
+    if job.resources.ray_train:
         _train_on_ray(job, splits, staging)
     else:
         staging.mkdir(parents=True)

@@ -28,7 +28,7 @@ import torch
 from torch.distributions import Categorical
 
 from rlrouter.intent.data import IntentExample
-from rlrouter.intent.dist import all_reduce_sum, rank_and_world, shard, unwrap, wrap_ddp
+from rlrouter.distributed.launcher import all_reduce_sum, rank_and_world, shard, unwrap, wrap_ddp
 from rlrouter.intent.model import IntentModel
 
 RewardFn = Callable[..., list[float | None]]

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from rlrouter.intent.data import IntentExample
-from rlrouter.intent.dist import all_reduce_sum, rank_and_world, shard, unwrap, wrap_ddp
+from rlrouter.distributed.launcher import all_reduce_sum, rank_and_world, shard, unwrap, wrap_ddp
 from rlrouter.intent.model import IntentModel
 
 

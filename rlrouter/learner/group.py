@@ -1,44 +1,249 @@
-"""LearnerGroup: the learner ranks as a Ray Train ``TorchTrainer`` (gloo DDP on CPU, NCCL / FSDP on GPU).
+"""The learner ranks as one object the driver calls: ``LearnerGroup`` (Ray Train) or ``LocalLearners``.
 
-The trainer runs ``rlrouter.learner.loop.train_loop_per_worker`` on every rank with the
-RolloutGroup's handle in its config, so each rank drives rollouts for its own shard. Ray Train's
-``FailureConfig`` restarts a failed learner from the last checkpoint (issue 8).
+Both answer the same calls, each taking the batch already split into one shard per rank:
+``start`` (restore, report where the ranks stand), ``sft_step``, ``train_step``, ``sync_payload``
+(from rank 0), ``save_checkpoint`` and ``close``. A rank (``LearnerRank``) keeps the model, the
+optimizer and the DDP state between calls; the driver (``rlrouter.learner.loop.run_training``) owns
+the loop, the rollouts and the rewards.
+
+``LearnerGroup`` runs its ranks under Ray Train (``rlrouter.distributed.launcher``): gloo on CPU,
+NCCL on GPU, ``FailureConfig`` restarts from the last checkpoint. The ranks are long-lived and
+commanded through ``rlrouter.distributed.commanded``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import logging
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlrouter.distributed.resources import ResourceSpec, learner_scaling_config
-from rlrouter.learner.loop import TrainConfig, train_loop_per_worker
+import numpy as np
+
+from rlrouter.distributed.resources import ResourceSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RankState:
+    """Where a rank stands after it started: the checkpoint it restored (if any)."""
+
+    step: int = 0
+    version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """The driver's state saved with the checkpoint (the reward's cost window)."""
+    checkpoint: str | None = None
+
+
+def mean_metrics(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Ranks' metrics combined: the mean, the max for ``*_max`` keys."""
+    keys = sorted({k for m in per_rank for k in m})
+    out = {}
+    for k in keys:
+        vals = [float(m[k]) for m in per_rank if k in m]
+        out[k] = max(vals) if k.endswith("_max") else float(np.mean(vals))
+    return out
+
+
+class LearnerRank:
+    """One learner rank: a ``Learner`` plus the commands the driver sends it."""
+
+    def __init__(self, train: Any, session: Any):
+        import torch
+
+        from rlrouter.learner.learner import Learner
+
+        torch.manual_seed(train.seed)
+        self.train, self.session = train, session
+        self.learner = Learner(train.learner_cfg, rank=session.rank, world_size=session.world_size,
+                               device=session.device)
+
+    def restore(self) -> RankState:
+        """The run's last Ray Train checkpoint, else ``train.resume_from``, else a fresh start."""
+        from rlrouter.learner.checkpoint import load_checkpoint
+
+        path = self.session.checkpoint_to_resume() or self.train.resume_from
+        if not path:
+            if self.train.init_from:
+                from rlrouter.learner.checkpoint import load_weights
+
+                load_weights(self.train.init_from, self.learner)
+                log.info("rank %d: policy weights from %s", self.session.rank, self.train.init_from)
+            return RankState()
+        state = load_checkpoint(path, self.learner)
+        log.info("rank %d resumed from %s at step %d", self.session.rank, path, state["step"])
+        return RankState(step=int(state["step"]), version=self.learner.version, extra=state.get("extra", {}),
+                         checkpoint=str(path))
+
+    def sft_step(self, shard: list[Any], lr: float | None) -> dict[str, float]:
+        return self.learner.sft_step(shard, lr=lr)
+
+    def train_step(self, shard: list[Any], rewards: list[float], pad_to: int) -> dict[str, float]:
+        return self.learner.train_step(shard, rewards, pad_to=pad_to)
+
+    def reset_reference(self) -> None:
+        self.learner.set_reference_to_current()
+
+    def sync_payload(self, kind: str, bucket_mb: float) -> Any:
+        from rlrouter.sync.transports import make_payload
+
+        return make_payload(kind, self.learner, self.learner.version, bucket_mb)
+
+    def save_checkpoint(self, path: str, step: int, extra: dict[str, Any], metrics: dict[str, float]) -> None:
+        from rlrouter.learner.checkpoint import save_checkpoint
+
+        if self.session.rank == 0:
+            save_checkpoint(path, self.learner, step, extra=extra)
+        self.session.report({"step": step, **metrics}, path if self.session.rank == 0 else None)
+
+    def fingerprint(self) -> str:
+        """A hash of the trainable weights: DDP ranks must agree on it."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for k, v in sorted(self.learner.trainable_state().items()):
+            h.update(k.encode())
+            h.update(v.detach().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
+
+class LocalLearners:
+    """The learner group in this process: one rank, no Ray (tests, debugging)."""
+
+    world_size = 1
+
+    def __init__(self, train: Any, device: str = "cpu"):
+        from rlrouter.distributed.launcher import Session
+
+        self.rank = LearnerRank(train, Session(device))
+
+    def start(self) -> RankState:
+        return self.rank.restore()
+
+    def sft_step(self, shards: list[list[Any]], lr: float | None) -> dict[str, float]:
+        return self.rank.sft_step(shards[0], lr)
+
+    def train_step(self, shards: list[list[Any]], rewards: list[list[float]], pad_to: int) -> dict[str, float]:
+        return self.rank.train_step(shards[0], rewards[0], pad_to)
+
+    def reset_reference(self) -> None:
+        self.rank.reset_reference()
+
+    def sync_payload(self, kind: str, bucket_mb: float) -> Any:
+        return self.rank.sync_payload(kind, bucket_mb)
+
+    def save_checkpoint(self, path: str, step: int, extra: dict[str, Any], metrics: dict[str, float]) -> None:
+        self.rank.save_checkpoint(path, step, extra, metrics)
+
+    def fingerprints(self) -> list[str]:
+        return [self.rank.fingerprint()]
+
+    def close(self) -> None:
+        return None
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """Ray Train entry of one learner rank: restore, then serve the driver's commands."""
+    from rlrouter.distributed.commanded import serve_commands
+    from rlrouter.distributed.launcher import RayTrainSession, setup_worker_threads
+    from rlrouter.learner.loop import TrainConfig
+
+    setup_worker_threads(config["num_cpus"])
+    train = TrainConfig(**config["train"])
+    session = RayTrainSession(use_gpu=config["use_gpu"])
+    rank = LearnerRank(train, session)
+    state = rank.restore()
+
+    def handle(method: str, *args: Any) -> Any:
+        out = getattr(rank, method)(*args)
+        if method == "sync_payload":
+            import ray
+
+            # by reference: the driver fetches it once, the mailbox never holds the tensors
+            return [ray.put(out)]
+        return out
+
+    serve_commands(config["mailbox"], session.rank, state, handle)
 
 
 class LearnerGroup:
-    def __init__(self, train: TrainConfig, resources: ResourceSpec, max_failures: int = 2,
+    """``resources.learner.num_workers`` learner ranks on Ray Train, commanded by this (driver) process."""
+
+    def __init__(self, train: Any, resources: ResourceSpec, max_failures: int = 2,
                  storage_path: str | None = None, run_name: str = "router_r1"):
+        from rlrouter.distributed.launcher import RunSpec
+
         self.train = train
         self.resources = resources
-        self.max_failures = max_failures
-        self.storage_path = str(Path(storage_path or Path(train.out_dir) / "ray_train").resolve())
-        self.run_name = run_name
+        self.world_size = resources.learner.num_workers
+        self.run = RunSpec(name=run_name, max_failures=max_failures,
+                           storage_path=str(storage_path or Path(train.out_dir) / "ray_train"))
+        self._workers: Any = None
 
-    def fit(self, rollout_group: Any, candidates: Sequence[str], items: Sequence[dict[str, Any]],
+    def _start_workers(self) -> Any:
+        from rlrouter.distributed.commanded import CommandedWorkers
+        from rlrouter.distributed.launcher import make_trainer
+
+        def trainer(mailbox: Any) -> Any:
+            config = {"train": asdict(self.train), "mailbox": mailbox, "use_gpu": self.resources.use_gpu,
+                      "num_cpus": self.resources.learner.num_cpus}
+            return make_trainer(train_loop_per_worker, config, self.resources, self.run)
+
+        return CommandedWorkers(trainer, self.world_size)
+
+    def start(self) -> RankState:
+        """Start the ranks (first call) or wait for a restarted group; where rank 0 stands."""
+        if self._workers is None:
+            self._workers = self._start_workers()
+        return self._workers.wait_ready()[0]
+
+    def _all(self, method: str, *per_rank: Sequence[Any]) -> list[Any]:
+        return self._workers.call([(method, *[a[r] for a in per_rank]) for r in range(self.world_size)])
+
+    def sft_step(self, shards: list[list[Any]], lr: float | None) -> dict[str, float]:
+        return mean_metrics(self._all("sft_step", shards, [lr] * self.world_size))
+
+    def train_step(self, shards: list[list[Any]], rewards: list[list[float]], pad_to: int) -> dict[str, float]:
+        return mean_metrics(self._all("train_step", shards, rewards, [pad_to] * self.world_size))
+
+    def reset_reference(self) -> None:
+        self._workers.call([("reset_reference",)] * self.world_size)
+
+    def sync_payload(self, kind: str, bucket_mb: float) -> Any:
+        import ray
+
+        out = self._workers.call([("sync_payload", kind, bucket_mb)] + [None] * (self.world_size - 1))
+        return ray.get(out[0][0])
+
+    def save_checkpoint(self, path: str, step: int, extra: dict[str, Any], metrics: dict[str, float]) -> None:
+        n = self.world_size
+        self._all("save_checkpoint", [path] * n, [step] * n, [extra] * n, [metrics] * n)
+
+    def fingerprints(self) -> list[str]:
+        return self._workers.call([("fingerprint",)] * self.world_size)
+
+    def close(self) -> Any:
+        """Let the ranks finish; the Ray Train ``Result``."""
+        if self._workers is None:
+            return None
+        workers, self._workers = self._workers, None
+        return workers.stop()
+
+    def fit(self, rollout: Any, candidates: Sequence[str], items: Sequence[dict[str, Any]],
             demos: Sequence[Any] = (), eval_items: Sequence[dict[str, Any]] = ()) -> Any:
-        from ray.train import CheckpointConfig, FailureConfig, RunConfig
-        from ray.train.torch import TorchConfig, TorchTrainer
+        """The whole training run driven from here (``run_training``); the Ray Train ``Result``."""
+        from rlrouter.learner.loop import run_training
 
-        backend = "nccl" if self.resources.use_gpu else "gloo"
-        trainer = TorchTrainer(
-            train_loop_per_worker,
-            train_loop_config={"train": asdict(self.train), "rollout_group": rollout_group,
-                               "candidates": list(candidates), "items": list(items),
-                               "demos": list(demos), "eval_items": list(eval_items)},
-            torch_config=TorchConfig(backend=backend),
-            scaling_config=learner_scaling_config(self.resources),
-            run_config=RunConfig(name=self.run_name, storage_path=self.storage_path,
-                                 failure_config=FailureConfig(max_failures=self.max_failures),
-                                 checkpoint_config=CheckpointConfig(num_to_keep=3)),
-        )
-        return trainer.fit()
+        try:
+            self.last = run_training(self.train, rollout, self, candidates, items, demos, eval_items)
+        except BaseException:
+            self._abort()
+            raise
+        return self.close()
+
+    def _abort(self) -> None:
+        try:
+            self.close()
+        except Exception as e:  # noqa: BLE001 - the original error matters more
+            log.warning("closing the learner group after a failure: %s", e)

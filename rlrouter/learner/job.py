@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlrouter.distributed.resources import ResourceSpec
-from rlrouter.learner.loop import TrainConfig
+from rlrouter.learner.loop import TrainConfig, build_reward, held_out_reward
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,46 @@ def ensure_data(cfg: DictConfig) -> tuple[Path, Path]:
 
         prepare(cfg)
     return d / "train.parquet", d / "test.parquet"
+
+
+def train_config(cfg: DictConfig, out_dir: str | Path | None = None, train_path: str | Path = "") -> TrainConfig:
+    """The run's ``TrainConfig``: ``train``, the ``reward`` group and the ``learner`` (with the policy)."""
+    train = {k: v for k, v in _container(cfg.train).items() if k != "warmup_demos"}
+    return TrainConfig(**{**train, "out_dir": str(out_dir or cfg.out_dir), "train_path": str(train_path),
+                          "reward": _container(cfg.reward),
+                          "learner": {**_container(cfg.learner), "model": cfg.model}})
+
+
+def engine_config(cfg: DictConfig, train: TrainConfig) -> dict[str, Any]:
+    """The rollout engine's config; what it must share with the learner is derived here, once: the LoRA
+    rank it must accept and whether it serves adapters (the ``lora`` sync transport)."""
+    return {**_container(cfg.rollout.engine), "max_lora_rank": max(train.learner_cfg.lora_r, 8),
+            "enable_lora": train.sync == "lora"}
+
+
+def env_config(cfg: DictConfig, train: TrainConfig, **changes: Any) -> dict[str, Any]:
+    """The rollout environment's config; it samples at the learner's temperature (the log-probs of the
+    update are taken from the same tempered distribution)."""
+    return {**_container(cfg.rollout.env), "temperature": train.learner_cfg.temperature, **changes}
+
+
+def demonstrations(cfg: DictConfig, train: TrainConfig, pool: Any, items: list[dict[str, Any]],
+                   env: dict[str, Any]) -> list[Any]:
+    """The cold start's demonstrations as token sequences (none when ``train.warmup_steps`` is 0)."""
+    if not train.warmup_steps:
+        return []
+    from rlrouter.models import load_tokenizer
+    from rlrouter.rollout.demos import build_demonstrations, demo_tokens
+    from rlrouter.rollout.env import EnvConfig
+
+    tok = load_tokenizer(cfg.model)
+    cands = [pool.get(n) for n in pool.names]
+    return [demo_tokens(d, tok, cands, EnvConfig(**env))
+            for d in build_demonstrations(items, pool, cfg.train.warmup_demos, seed=train.seed)]
+
+
+def resource_spec(cfg: DictConfig) -> ResourceSpec:
+    return ResourceSpec(**_container(cfg.resources))
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -58,38 +98,26 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     pool_cfg = _container(cfg.pool)
     pool = CandidatePool.from_config(pool_cfg)
     candidates = pool.names
-    resources = ResourceSpec(**_container(cfg.resources))
+    resources = resource_spec(cfg)
+    train = train_config(cfg, out, train_path)
+    build_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
     cluster = connect(num_cpus=cfg.ray.num_cpus, num_gpus=cfg.ray.num_gpus,
                       include_dashboard=cfg.ray.include_dashboard)
     print(f"ray: {cluster['mode']} cluster at {cluster['address']}")
-    train_cfg = {k: v for k, v in _container(cfg.train).items() if k != "warmup_demos"}
-    train = TrainConfig(**{**train_cfg, "out_dir": str(out), "train_path": str(train_path),
-                           "learner": {**_container(cfg.learner), "model": cfg.model}})
     if cfg.resume:
         train.resume_from = latest_checkpoint(out)
         print(f"resume: {train.resume_from or 'no checkpoint yet, starting fresh'}")
-    engine = {**_container(cfg.rollout.engine), "max_lora_rank": max(train.learner_cfg.lora_r, 8)}
-    engine["enable_lora"] = train.sync == "lora"
-    env = {**_container(cfg.rollout.env), "temperature": train.learner_cfg.temperature}
-    group = RolloutGroup(cfg.model, engine, env, pool_cfg, resources, max_restarts=cfg.rollout.max_restarts)
+    env = env_config(cfg, train)
+    group = RolloutGroup(cfg.model, engine_config(cfg, train), env, pool_cfg, resources,
+                         max_restarts=cfg.rollout.max_restarts)
     print(f"rollout: {len(group)} vLLM worker(s) ready in {group.ready_s:.1f}s")
     report: dict[str, Any] = {"config": _container(cfg), "cluster": cluster, "results": {}}
     eval_seed = cfg.eval.seed
     if not train.resume_from and cfg.eval.get("untrained", True):
         base = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
-        report["results"]["policy_untrained"] = held_out_summary(base, candidates, train.alpha, train.cost_window,
-                                                                 train.outcome_metric)
+        report["results"]["policy_untrained"] = held_out_summary(base, candidates, **held_out_reward(train))
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
-    demos = []
-    if train.warmup_steps and not train.resume_from and not train.init_from:
-        from rlrouter.models import load_tokenizer
-        from rlrouter.rollout.demos import build_demonstrations, demo_tokens
-        from rlrouter.rollout.env import EnvConfig
-
-        tok = load_tokenizer(cfg.model)
-        cands = [pool.get(n) for n in candidates]
-        demos = [demo_tokens(d, tok, cands, EnvConfig(**env))
-                 for d in build_demonstrations(train_items, pool, cfg.train.warmup_demos, seed=train.seed)]
+    demos = demonstrations(cfg, train, pool, train_items, env) if not (train.resume_from or train.init_from) else []
     t0 = time.perf_counter()
     result = LearnerGroup(train, resources, max_failures=cfg.learner_failures).fit(group, candidates, train_items,
                                                                                   demos, eval_items=test_items)
@@ -97,8 +125,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if getattr(result, "error", None):
         raise RuntimeError(f"training failed: {result.error}")
     trained = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
-    report["results"]["policy_trained"] = held_out_summary(trained, candidates, train.alpha, train.cost_window,
-                                                           train.outcome_metric)
+    report["results"]["policy_trained"] = held_out_summary(trained, candidates, **held_out_reward(train))
     print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
     report["results"].update(baseline_summaries(pool, test_items, seed=eval_seed))
     metrics = read_jsonl(out / "metrics.jsonl")

@@ -1,31 +1,31 @@
-"""The Router-R1 training loop: rollout -> reward -> update -> sync, step after step (issue 3).
+"""The Router-R1 training loop, owned by the driver: rollout -> reward -> update -> sync (issues 3, 13).
 
-``run_training`` reads top to bottom and needs no Ray: ``rollout`` is anything with
-``rollout(items, n_samples, seed, step)`` and ``sync(payload)`` (a ``RolloutGroup``, or a local worker
-in tests), and a ``Session`` hides whether it runs under Ray Train. ``train_loop_per_worker`` is the
-Ray Train entry that wires the two.
+``run_training`` reads top to bottom, as verl's ``RayPPOTrainer.fit`` does. The driver draws the
+step's prompts (a pure function of seed and step: the data cursor), rolls them out through the
+``RolloutGroup``, scores them, hands each learner rank its shard in ONE ``train_step`` call
+(the ranks keep model, optimizer and DDP state; DDP averages the gradients), takes the new
+weights from rank 0 and syncs the rollout workers. Rollout workers are driven by nobody else.
 
-Every rank draws the same batch of items (a pure function of seed and step: that is the data cursor)
-and trains on its own shard; DDP averages the gradients; rank 0 pushes the new weights to the
-rollout workers and writes metrics and checkpoints.
+``learners`` is a ``LearnerGroup`` (Ray Train ranks) or ``LocalLearners`` (this process, no Ray);
+``rollout`` is a ``RolloutGroup`` or a ``LocalRollout``. If the learner ranks restart (a rank died,
+Ray Train ``FailureConfig``), the loop resumes from the checkpoint they restored.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from rlrouter.learner.learner import Learner, LearnerConfig
+from rlrouter.learner.learner import LearnerConfig
+from rlrouter.progress import Progress
 from rlrouter.rollout.env import Trajectory
-from rlrouter.sync.transports import SyncPayload, make_payload
+from rlrouter.sync.transports import SyncPayload
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,9 @@ class TrainConfig:
     n_samples: int = 4
     """Trajectories per prompt (GRPO's group size; 1 is plain PPO)."""
     seed: int = 0
-    alpha: float = 0.3
-    """Cost weight of the Router-R1 reward: (1 + format)(1 - alpha) + alpha * cost for a correct answer."""
-    cost_window: int = 512
-    outcome_metric: str = "em"
+    reward: dict[str, Any] = field(default_factory=lambda: {"name": "router_r1", "alpha": 0.3})
+    """The reward (``conf/reward/``), built by ``rlrouter.rewards.registry``: ``router_r1`` alone or
+    ``combined`` with others (e.g. ``tool_budget``); the candidates are filled in from the pool."""
     checkpoint_every: int = 5
     """K: a checkpoint every K steps (and at the end)."""
     sync: str = "tensors"
@@ -58,9 +57,7 @@ class TrainConfig:
     """A checkpoint whose policy weights start this run (optimizer and step fresh, no cold start): RL
     arms that share one saved cold start (``total_steps=0``)."""
     progress: bool = True
-    budget: dict[str, Any] | None = None
-    """ToolRL-style budget reward (``budget_B``, ``cost_weights``), added to the Router-R1 reward."""
-    budget_weight: float = 1.0
+    """A progress bar for the cold start and RL (plain step lines when stdout is not a terminal)."""
     warmup_steps: int = 0
     """Cold-start supervised steps on demonstrations before RL (``rlrouter.rollout.demos``); 0 = none."""
     warmup_batch: int = 8
@@ -82,82 +79,21 @@ class TrainConfig:
 
     @property
     def learner_cfg(self) -> LearnerConfig:
-        return LearnerConfig(**self.learner)
+        """The learner's config; GRPO's group size is derived here from ``n_samples`` (one place)."""
+        learner = dict(self.learner)
+        if learner.get("algo", "grpo") == "grpo":
+            grpo = dict(learner.get("grpo") or {})
+            if grpo.setdefault("group_size", self.n_samples) != self.n_samples:
+                raise ValueError(f"learner.grpo.group_size={grpo['group_size']} must equal train.n_samples="
+                                 f"{self.n_samples}: GRPO normalises within each prompt's samples")
+            learner["grpo"] = grpo
+        return LearnerConfig(**learner)
 
 
 class Rollout(Protocol):
     def rollout(self, items: Sequence[dict], n_samples: int, seed: int, step: int) -> list[Trajectory]: ...
 
     def sync(self, payload: SyncPayload) -> float: ...
-
-
-class Session:
-    """Where the loop reports to: plain (one process) or Ray Train (``RayTrainSession``)."""
-
-    rank = 0
-    world_size = 1
-
-    def checkpoint_to_resume(self) -> str | None:
-        return None
-
-    def report(self, metrics: dict[str, float], checkpoint_dir: str | None) -> None:
-        pass
-
-    def barrier(self) -> None:
-        pass
-
-    def all_reduce_mean(self, values: dict[str, float]) -> dict[str, float]:
-        return values
-
-    def all_reduce_max(self, value: int) -> int:
-        return value
-
-
-class RayTrainSession(Session):
-    def __init__(self) -> None:
-        import ray.train
-
-        ctx = ray.train.get_context()
-        self.rank, self.world_size = ctx.get_world_rank(), ctx.get_world_size()
-        self._train = ray.train
-
-    def checkpoint_to_resume(self) -> str | None:
-        ckpt = self._train.get_checkpoint()
-        if ckpt is None:
-            return None
-        local = tempfile.mkdtemp(prefix="rlrouter-resume-")
-        return ckpt.to_directory(local)
-
-    def report(self, metrics: dict[str, float], checkpoint_dir: str | None) -> None:
-        ckpt = self._train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        self._train.report(metrics, checkpoint=ckpt)
-
-    def barrier(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.barrier()
-
-    def all_reduce_mean(self, values: dict[str, float]) -> dict[str, float]:
-        import torch
-        import torch.distributed as dist
-
-        if not dist.is_initialized() or self.world_size == 1:
-            return values
-        keys = sorted(values)
-        t = torch.tensor([values[k] for k in keys], dtype=torch.float64)
-        dist.all_reduce(t)
-        return {k: float(v) / self.world_size for k, v in zip(keys, t.tolist())}
-
-    def all_reduce_max(self, value: int) -> int:
-        import torch
-        import torch.distributed as dist
-
-        if not dist.is_initialized() or self.world_size == 1:
-            return value
-        t = torch.tensor([value], dtype=torch.long)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
 
 
 def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
@@ -197,18 +133,56 @@ def trajectory_metrics(trajs: Sequence[Trajectory], scores: Sequence[Any], candi
     return m
 
 
-def score_trajectories(reward: Any, trajs: Sequence[Trajectory], budget: Any = None,
-                       budget_weight: float = 1.0) -> list[Any]:
-    """Router-R1 scores of a batch; with ``budget`` its weighted reward is added to each total."""
+def score_trajectories(reward: Any, trajs: Sequence[Trajectory]) -> list[Any]:
+    """Each trajectory's ``RouterR1Score``: the Router-R1 components (format, outcome, cost) and, as
+    ``total``, what the whole reward config gives (with ``combined``, the weighted sum)."""
     prompts, texts = [t.item["query"] for t in trajs], [t.text for t in trajs]
-    scores = reward.score(prompts, texts, ground_truth=[list(t.item["ground_truth"]) for t in trajs],
-                          route_costs=[t.cost for t in trajs])
-    if budget is not None:
-        extra = budget(prompts, texts, tool_calls=[[r.model for r in t.routes] for t in trajs])
-        for s, b in zip(scores, extra):
-            if b is not None:
-                s.total += budget_weight * b
-    return scores
+    totals = reward(prompts, texts, ground_truth=[list(t.item["ground_truth"]) for t in trajs],
+                    route_costs=[t.cost for t in trajs], tool_calls=[[r.model for r in t.routes] for t in trajs])
+    parts = router_r1_part(reward).last_scores
+    return [replace(s, total=float(t if t is not None else s.total)) for s, t in zip(parts, totals)]
+
+
+def router_r1_part(reward: Any) -> Any:
+    """The ``RouterR1Reward`` in a reward (itself, or one of a ``combined``'s functions)."""
+    from rlrouter.rewards.router_r1 import RouterR1Reward
+
+    if isinstance(reward, RouterR1Reward):
+        return reward
+    for fn in getattr(reward, "functions", ()):
+        if isinstance(fn, RouterR1Reward):
+            return fn
+    raise ValueError("train.reward: Router-R1 training needs a 'router_r1' reward (alone or in 'combined'); "
+                     "it supplies the format, outcome and cost the loop logs")
+
+
+def build_reward(cfg: TrainConfig, candidates: Sequence[str]) -> Any:
+    """The run's reward, built through the registry, with the pool's candidates filled in."""
+    from rlrouter.rewards.registry import build_reward as build, with_params
+
+    reward = build(with_params(cfg.reward, "router_r1", candidates=list(candidates)), "train.reward")
+    router_r1_part(reward)
+    return reward
+
+
+def held_out_reward(cfg: TrainConfig) -> dict[str, Any]:
+    """The Router-R1 reward settings of the run (``alpha``, ``cost_window``, ``metric``), for the
+    held-out evaluation (``rlrouter.eval.router_r1.held_out_summary``)."""
+    from rlrouter.rewards.registry import _to_plain
+
+    def find(c: Any) -> dict[str, Any] | None:
+        c = _to_plain(c)
+        if isinstance(c, (list, tuple)):
+            return next((f for f in map(find, c) if f is not None), None)
+        if isinstance(c, dict) and c.get("name") == "router_r1":
+            return {**(c.get("params") or {}), **c}
+        if isinstance(c, dict) and c.get("name") == "combined":
+            return find(c.get("functions") or [])
+        return None
+
+    r = find(cfg.reward) or {}
+    return {"alpha": float(r.get("alpha", 0.0)), "cost_window": int(r.get("cost_window", 512)),
+            "metric": str(r.get("metric", "em"))}
 
 
 def held_out_metrics(cfg: TrainConfig, rollout: Rollout, candidates: Sequence[str],
@@ -218,145 +192,120 @@ def held_out_metrics(cfg: TrainConfig, rollout: Rollout, candidates: Sequence[st
 
     t0 = time.perf_counter()
     trajs = rollout.rollout(list(eval_items), 1, cfg.eval_seed, -1, temperature=0.0)
-    s = held_out_summary(trajs, candidates, cfg.alpha, cfg.cost_window, cfg.outcome_metric)
+    s = held_out_summary(trajs, candidates, **held_out_reward(cfg))
     return {"eval/format_valid": s["format_valid"], "eval/mean_reward": s["mean_reward"],
             "eval/accuracy": s["accuracy"], "eval/cost_per_query": s["cost_per_query"],
             "eval/calls_per_query": s["calls_per_query"], "time/eval_s": time.perf_counter() - t0}
 
 
-def run_training(cfg: TrainConfig, rollout: Rollout, session: Session, candidates: Sequence[str],
+def run_training(cfg: TrainConfig, rollout: Rollout, learners: Any, candidates: Sequence[str],
                  items: Sequence[dict[str, Any]], demos: Sequence[Any] = (),
                  eval_items: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Train the policy for ``cfg.total_steps`` steps; returns the last step's metrics."""
-    import torch
+    from rlrouter.distributed.commanded import WorkersRestarted
 
-    from rlrouter.learner.checkpoint import load_checkpoint, save_checkpoint
+    restarts = 0
+    while True:
+        try:
+            return _train(cfg, rollout, learners, candidates, items, demos, eval_items, restarts)
+        except WorkersRestarted:
+            restarts += 1
+            log.warning("learner ranks restarted (%d); resuming from their checkpoint", restarts)
+
+
+def _train(cfg: TrainConfig, rollout: Rollout, learners: Any, candidates: Sequence[str],
+           items: Sequence[dict[str, Any]], demos: Sequence[Any], eval_items: Sequence[dict[str, Any]],
+           restarts: int) -> dict[str, Any]:
     from rlrouter.metrics import MetricsLogger
-    from rlrouter.rewards.router_r1 import RouterR1Reward
 
-    torch.manual_seed(cfg.seed)
-    rank, world = session.rank, session.world_size
-    learner = Learner(cfg.learner_cfg, rank=rank, world_size=world)
-    reward = RouterR1Reward(cfg.alpha, candidates=list(candidates), cost_window=cfg.cost_window,
-                            metric=cfg.outcome_metric)
-    budget = None
-    if cfg.budget:
-        from rlrouter.rewards.budget import ToolBudgetReward
-
-        budget = ToolBudgetReward(**cfg.budget)
-    start = 0
-    resume = session.checkpoint_to_resume() or cfg.resume_from
-    if resume:
-        state = load_checkpoint(resume, learner)
-        start = int(state["step"])
-        reward.load_state_dict(state["extra"]["reward"])
-        if rank == 0:
-            # the engines serve the base weights after a (re)start: give them the checkpoint's policy
-            rollout.sync(make_payload(cfg.sync, learner, learner.version, cfg.sync_bucket_mb))
-        log.info("resumed from %s at step %d", resume, start)
-    out = Path(cfg.out_dir)
-    if not resume:
-        if cfg.init_from:
-            from rlrouter.learner.checkpoint import load_weights
-
-            load_weights(cfg.init_from, learner)
-            log.info("policy weights from %s", cfg.init_from)
-        elif cfg.warmup_steps and demos:
-            _cold_start(cfg, learner, demos, session, out)
-            # the cold-start checkpoint: where RL starts, and a start for other runs (``init_from``)
-            if rank == 0:
-                save_checkpoint(out / "checkpoints" / "step_000000", learner, 0,
-                                extra={"reward": reward.state_dict()})
-            session.barrier()
-        learner.set_reference_to_current()  # the KL reference is the policy RL starts from
-        if rank == 0:
-            # the engines may serve other weights (a reused group, a cold start): start from ours
-            rollout.sync(make_payload(cfg.sync, learner, learner.version, cfg.sync_bucket_mb))
-    session.barrier()
-    logger = MetricsLogger(out, run_name=out.name, append=start > 0) if rank == 0 else None
-    evaluate = rank == 0 and cfg.eval_every > 0 and len(eval_items) > 0
-    if evaluate and start == 0 and logger is not None:
-        logger.log(0, held_out_metrics(cfg, rollout, candidates, eval_items))  # the cold-start level
-    bar = None
-    if rank == 0 and cfg.progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=cfg.total_steps, initial=start, desc="router-r1", unit="step", dynamic_ncols=True)
-    last: dict[str, Any] = {}
+    world = learners.world_size
     per_rank = cfg.prompts_per_step // world
     if per_rank < 1:
         raise ValueError(f"train.prompts_per_step={cfg.prompts_per_step} < learner ranks ({world})")
-    for step in range(start, cfg.total_steps):
-        t_step = time.perf_counter()
-        idx = batch_indices(len(items), per_rank * world, step, cfg.seed)
-        mine = [items[i] for i in idx[rank * per_rank:(rank + 1) * per_rank]]
-        t0 = time.perf_counter()
-        trajs = rollout.rollout(mine, cfg.n_samples, cfg.seed * 1_000_003 + rank, step)
-        t_rollout = time.perf_counter() - t0
-        timing = _rollout_timing(rollout)
-        t0 = time.perf_counter()
-        scores = score_trajectories(reward, trajs, budget, cfg.budget_weight)
-        t_reward = time.perf_counter() - t0
-        pad_to = session.all_reduce_max(max(len(t.tokens) for t in trajs))
-        learn = learner.train_step([t.tokens for t in trajs], [s.total for s in scores], pad_to=pad_to)
-        metrics = {**trajectory_metrics(trajs, scores, candidates), **learn}
-        session.barrier()
-        t_sync = 0.0
-        if rank == 0:
+    reward = build_reward(cfg, candidates)
+    state = learners.start()
+    start = state.step
+    out = Path(cfg.out_dir)
+    if state.checkpoint:
+        router_r1_part(reward).load_state_dict(state.extra["reward"])
+        log.info("resumed from %s at step %d", state.checkpoint, start)
+    else:
+        # a fresh start: the ranks took init_from's weights (if set) in ``start``
+        if cfg.warmup_steps and demos and not cfg.init_from:
+            _cold_start(cfg, learners, demos, out)
+            # the cold-start checkpoint: where RL starts, and a start for other runs (``init_from``)
+            learners.save_checkpoint(str(out / "checkpoints" / "step_000000"), 0,
+                                     {"reward": router_r1_part(reward).state_dict()}, {})
+        learners.reset_reference()  # the KL reference is the policy RL starts from
+    # the engines serve the base weights after a (re)start, or other weights (a reused group, a cold
+    # start): from here on they serve ours
+    rollout.sync(learners.sync_payload(cfg.sync, cfg.sync_bucket_mb))
+    logger = MetricsLogger(out, run_name=out.name, append=start > 0 or restarts > 0)
+    evaluate = cfg.eval_every > 0 and len(eval_items) > 0
+    if evaluate and start == 0:
+        logger.log(0, held_out_metrics(cfg, rollout, candidates, eval_items))  # the cold-start level
+    bar = Progress(cfg.total_steps, "router-r1", initial=start, enabled=cfg.progress)
+    last: dict[str, Any] = {}
+    try:
+        for step in range(start, cfg.total_steps):
+            t_step = time.perf_counter()
+            batch = [items[i] for i in batch_indices(len(items), per_rank * world, step, cfg.seed)]
             t0 = time.perf_counter()
-            payload = make_payload(cfg.sync, learner, learner.version, cfg.sync_bucket_mb)
+            trajs = rollout.rollout(batch, cfg.n_samples, cfg.seed * 1_000_003, step)  # item-major
+            t_rollout = time.perf_counter() - t0
+            timing = _rollout_timing(rollout)
+            t0 = time.perf_counter()
+            scores = score_trajectories(reward, trajs)
+            t_reward = time.perf_counter() - t0
+            # rank r learns on prompts [r * per_rank, (r + 1) * per_rank): whole GRPO groups
+            n = per_rank * cfg.n_samples
+            shards = [[t.tokens for t in trajs[r * n:(r + 1) * n]] for r in range(world)]
+            rewards = [[s.total for s in scores[r * n:(r + 1) * n]] for r in range(world)]
+            learn = learners.train_step(shards, rewards, pad_to=max(len(t.tokens) for t in trajs))
+            metrics = {**trajectory_metrics(trajs, scores, candidates), **learn}
+            t0 = time.perf_counter()
+            payload = learners.sync_payload(cfg.sync, cfg.sync_bucket_mb)
             rollout.sync(payload)
             t_sync = time.perf_counter() - t0
             metrics["sync/bytes"] = float(payload.nbytes)
-        session.barrier()
-        step_s = time.perf_counter() - t_step
-        gen_tokens = timing.get("generated_tokens", 0.0)
-        metrics.update({"time/step_s": step_s, "time/rollout_s": t_rollout,
-                        "time/generate_s": timing.get("generate_s", t_rollout),
-                        "time/route_s": timing.get("route_s", 0.0), "time/reward_s": t_reward,
-                        "time/sync_s": t_sync, "rollout/tokens_per_s": gen_tokens / max(t_rollout, 1e-9),
-                        "sync/share_of_step": t_sync / max(step_s, 1e-9)})
-        metrics = session.all_reduce_mean(metrics)
-        ckpt_dir = None
-        done = step + 1
-        if evaluate and (done % cfg.eval_every == 0 or done == cfg.total_steps):
-            metrics.update(held_out_metrics(cfg, rollout, candidates, eval_items))
-        if done % cfg.checkpoint_every == 0 or done == cfg.total_steps:
-            ckpt_dir = str(out / "checkpoints" / f"step_{done:06d}")
-            if rank == 0:
-                save_checkpoint(ckpt_dir, learner, done, extra={"reward": reward.state_dict()})
-            session.barrier()
-        if logger is not None:
+            step_s = time.perf_counter() - t_step
+            gen_tokens = timing.get("generated_tokens", 0.0)
+            metrics.update({"time/step_s": step_s, "time/rollout_s": t_rollout,
+                            "time/generate_s": timing.get("generate_s", t_rollout),
+                            "time/route_s": timing.get("route_s", 0.0), "time/reward_s": t_reward,
+                            "time/sync_s": t_sync, "rollout/tokens_per_s": gen_tokens / max(t_rollout, 1e-9),
+                            "sync/share_of_step": t_sync / max(step_s, 1e-9)})
+            done = step + 1
+            if evaluate and (done % cfg.eval_every == 0 or done == cfg.total_steps):
+                metrics.update(held_out_metrics(cfg, rollout, candidates, eval_items))
+            if done % cfg.checkpoint_every == 0 or done == cfg.total_steps:
+                learners.save_checkpoint(str(out / "checkpoints" / f"step_{done:06d}"), done,
+                                         {"reward": router_r1_part(reward).state_dict()}, metrics)
             logger.log(done, metrics)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix({"reward": f"{metrics['reward/total']:.2f}",
-                             "format": f"{metrics['rollout/format_valid']:.2f}",
-                             "loss": f"{metrics.get('learner/loss', 0.0):.3f}"})
-        session.report({"step": done, **metrics}, ckpt_dir if rank == 0 else None)
-        last = {"step": done, **metrics}
-    if bar is not None:
+            bar.update(1, reward=metrics["reward/total"], format=metrics["rollout/format_valid"],
+                       loss=metrics.get("learner/loss", 0.0))
+            last = {"step": done, **metrics}
+    finally:
         bar.close()
-    if logger is not None:
         logger.close()
     return last
 
 
-def _cold_start(cfg: TrainConfig, learner: Learner, demos: Sequence[Any], session: Session, out: Path) -> None:
+def _cold_start(cfg: TrainConfig, learners: Any, demos: Sequence[Any], out: Path) -> None:
     """Supervised steps on demonstrations (each rank its shard); metrics to ``warmup.jsonl``."""
     from rlrouter.metrics import MetricsLogger
 
-    logger = MetricsLogger(out, tensorboard=False, ray_metrics=False, run_name="warmup",
-                           filename="warmup.jsonl") if session.rank == 0 else None
-    per_rank = max(1, cfg.warmup_batch // session.world_size)
-    for i in range(cfg.warmup_steps):
-        idx = batch_indices(len(demos), per_rank * session.world_size, i, cfg.seed + 7)
-        mine = [demos[j] for j in idx[session.rank * per_rank:(session.rank + 1) * per_rank]]
-        m = session.all_reduce_mean(learner.sft_step(mine, lr=cfg.warmup_lr))
-        if logger is not None:
+    world = learners.world_size
+    logger = MetricsLogger(out, tensorboard=False, ray_metrics=False, run_name="warmup", filename="warmup.jsonl")
+    per_rank = max(1, cfg.warmup_batch // world)
+    with Progress(cfg.warmup_steps, "cold start", enabled=cfg.progress) as bar:
+        for i in range(cfg.warmup_steps):
+            idx = batch_indices(len(demos), per_rank * world, i, cfg.seed + 7)
+            shards = [[demos[j] for j in idx[r * per_rank:(r + 1) * per_rank]] for r in range(world)]
+            m = learners.sft_step(shards, cfg.warmup_lr)
             logger.log(i + 1, m)
-    if logger is not None:
-        logger.close()
+            bar.update(1, nll=m.get("sft/nll", 0.0))
+    logger.close()
 
 
 def _rollout_timing(rollout: Any) -> dict[str, float]:
@@ -370,15 +319,3 @@ def _rollout_timing(rollout: Any) -> dict[str, float]:
     if hasattr(rollout, "timing"):
         return rollout.timing()
     return {}
-
-
-def train_loop_per_worker(config: dict[str, Any]) -> None:
-    """Ray Train entry: one learner rank. ``config`` carries the TrainConfig dict and the RolloutGroup."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cfg = TrainConfig(**config["train"])
-    run_training(cfg, config["rollout_group"], RayTrainSession(), config["candidates"], config["items"],
-                 config.get("demos", ()), config.get("eval_items", ()))
-
-
-def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
-    return asdict(cfg)

@@ -49,6 +49,25 @@ def register_reward(name: str, factory: Callable[..., Callable[..., Any]]) -> No
     REGISTRY[name] = factory
 
 
+def with_params(cfg: Any, name: str, **params: Any) -> Any:
+    """``cfg`` with ``params`` set on every function of kind ``name`` that does not set them itself
+    (values only the job knows, such as the pool's candidates)."""
+    cfg = _to_plain(cfg)
+    if isinstance(cfg, (list, tuple)):
+        return [with_params(c, name, **params) for c in cfg]
+    if not isinstance(cfg, Mapping):
+        return cfg
+    out = dict(cfg)
+    if out.get("name") == name:
+        nested = out.get("params")
+        for k, v in params.items():
+            if k not in out and not (isinstance(nested, Mapping) and k in nested):
+                out[k] = v
+    if out.get("name") == "combined" and isinstance(_to_plain(out.get("functions")), (list, tuple)):
+        out["functions"] = [with_params(f, name, **params) for f in _to_plain(out["functions"])]
+    return out
+
+
 def _to_plain(cfg: Any) -> Any:
     if isinstance(cfg, (Mapping, list, tuple)) or cfg is None:
         return cfg

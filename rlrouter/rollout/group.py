@@ -2,8 +2,13 @@
 
 ``group.rollout(items, n_samples, seed, step)`` splits the items into contiguous shards (so the
 item-major order GRPO groups rely on is kept), runs every shard concurrently and concatenates the
-trajectories. A worker that dies mid-batch is restarted by Ray (``max_restarts``), gets the last
-synced weights again, and its shard is retried (issue 8).
+trajectories. Only the job's driver calls it (issue 13).
+
+The policy version lives here: the group keeps the payload of its last ``sync`` and a serial
+number. Every call carries the serial it expects; a worker serving another (one Ray restarted with
+the base weights, for any reason) refuses, is re-synced with the current payload and the call is
+retried. A worker that dies mid-call is restarted by Ray (``max_restarts``), re-synced, and its
+shard retried (issue 8).
 """
 
 from __future__ import annotations
@@ -20,11 +25,29 @@ from rlrouter.sync.transports import SyncPayload, apply_payload
 log = logging.getLogger(__name__)
 
 
-class _Worker(RolloutWorker):
-    """The actor class: a RolloutWorker that can apply sync payloads."""
+class StaleWeights(RuntimeError):
+    """A worker was asked for one weights serial but serves another (it restarted). One message
+    argument only: Ray re-raises it in the driver by rebuilding it from its args."""
 
-    def apply_sync(self, payload: SyncPayload) -> float:
-        return apply_payload(self, payload)
+
+class _Worker(RolloutWorker):
+    """The actor class: a RolloutWorker that applies sync payloads and checks the serial it serves."""
+
+    serving = 0
+    """The group's sync serial this process serves; 0 = the weights it loaded at start."""
+
+    def apply_sync(self, payload: SyncPayload, serial: int) -> float:
+        s = apply_payload(self, payload)
+        self.serving = serial
+        return s
+
+    def serving_serial(self) -> int:
+        return self.serving
+
+    def checked(self, serial: int, method: str, *args: Any) -> Any:
+        if self.serving != serial:
+            raise StaleWeights(f"rollout worker serves weights serial {self.serving}, expected {serial}")
+        return getattr(self, method)(*args)
 
 
 def shard(n: int, k: int) -> list[tuple[int, int]]:
@@ -58,6 +81,8 @@ class RolloutGroup:
             for i in range(role.num_workers)]
         self._ray = ray
         self.last_payload: SyncPayload | None = None
+        self.serial = 0
+        """Bumped by each ``sync``; every call expects its workers to serve it."""
         self.restarts = 0
         t0 = time.perf_counter()
         self.infos = ray.get([w.info.remote() for w in self.workers])
@@ -66,77 +91,97 @@ class RolloutGroup:
     def __len__(self) -> int:
         return len(self.workers)
 
-    def _call_with_retry(self, i: int, method: str, *args: Any) -> Any:
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+    @property
+    def version(self) -> int:
+        """The policy version the workers serve (the learner's, from the last payload; 0 = base)."""
+        return self.last_payload.version if self.last_payload is not None else 0
 
-        for attempt in range(self.max_retries + 1):
-            try:
-                return self._ray.get(getattr(self.workers[i], method).remote(*args))
-            except (RayActorError, ActorDiedError, ActorUnavailableError) as e:
-                if attempt == self.max_retries:
-                    raise
-                self.restarts += 1
-                log.warning("rollout worker %d failed (%s); waiting for its restart, retry %d",
-                            i, type(e).__name__, attempt + 1)
-                self._await_restart(i)
+    def _submit(self, i: int, method: str, args: tuple) -> Any:
+        return self.workers[i].checked.remote(self.serial, method, *args)
 
-    def _await_restart(self, i: int, timeout_s: float = 300.0) -> None:
+    def _call_all(self, method: str, per_worker: dict[int, tuple]) -> dict[int, Any]:
+        """``method(*per_worker[i])`` on each worker i at the current serial, concurrently; a worker that
+        died or serves stale weights is re-synced and asked again (``max_retries`` times)."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+
+        refs = {i: self._submit(i, method, args) for i, args in per_worker.items()}
+        out: dict[int, Any] = {}
+        for i, args in per_worker.items():
+            for attempt in range(self.max_retries + 1):
+                try:
+                    out[i] = self._ray.get(refs[i])
+                    break
+                except (StaleWeights, RayActorError, ActorDiedError, ActorUnavailableError, RayTaskError) as e:
+                    stale = isinstance(e, StaleWeights) or isinstance(getattr(e, "cause", None), StaleWeights)
+                    if attempt == self.max_retries or (isinstance(e, RayTaskError) and not stale
+                                                       and not isinstance(e, RayActorError)):
+                        raise
+                    self.restarts += 1
+                    log.warning("rollout worker %d: %s; re-syncing it and retrying its shard (%d)",
+                                i, "stale weights" if stale else f"died ({type(e).__name__})",
+                                attempt + 1)
+                    self._resync(i)
+                    refs[i] = self._submit(i, method, args)
+        return out
+
+    def _resync(self, i: int, timeout_s: float = 300.0) -> None:
+        """Wait until worker i answers (Ray restarts it), then make it serve the current payload."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while True:
             try:
                 self._ray.get(self.workers[i].ping.remote(), timeout=30)
                 break
             except Exception:  # noqa: BLE001 - still restarting
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"rollout worker {i} did not come back within {timeout_s:.0f}s") from None
                 time.sleep(1.0)
-        # a restarted engine serves the base weights: give it the policy it had
+        # never synced (serial 0): the base weights a restarted engine loads are the current policy
         if self.last_payload is not None:
-            self._ray.get(self.workers[i].apply_sync.remote(self.last_payload))
+            self._ray.get(self.workers[i].apply_sync.remote(self._payload_ref, self.serial))
 
     def rollout(self, items: Sequence[dict[str, Any]], n_samples: int, seed: int, step: int,
                 temperature: float | None = None) -> list[Trajectory]:
         spans = shard(len(items), len(self.workers))
-        refs = {i: self.workers[i].rollout.remote(list(items[a:b]), n_samples, seed, step, a, temperature)
-                for i, (a, b) in enumerate(spans) if b > a}
-        out: list[Trajectory] = []
-        for i, (a, b) in enumerate(spans):
-            if b <= a:
-                continue
-            try:
-                out.extend(self._ray.get(refs[i]))
-            except Exception as e:  # noqa: BLE001 - retried below if the actor died
-                from ray.exceptions import RayActorError
-
-                if not isinstance(e, RayActorError):
-                    raise
-                self.restarts += 1
-                log.warning("rollout worker %d died mid-batch; retrying its shard", i)
-                self._await_restart(i)
-                out.extend(self._call_with_retry(i, "rollout", list(items[a:b]), n_samples, seed, step, a,
-                                                 temperature))
-        return out
+        got = self._call_all("rollout", {i: (list(items[a:b]), n_samples, seed, step, a, temperature)
+                                         for i, (a, b) in enumerate(spans) if b > a})
+        return [t for i in sorted(got) for t in got[i]]
 
     def timings(self) -> list[dict[str, float]]:
         return self._ray.get([w.timing.remote() for w in self.workers])
 
     def sync(self, payload: SyncPayload) -> float:
         """Make every worker serve ``payload``; returns the wall time (workers apply it in parallel)."""
+        from ray.exceptions import RayActorError
+
         t0 = time.perf_counter()
-        ref = self._ray.put(payload)
-        self._ray.get([w.apply_sync.remote(ref) for w in self.workers])
+        self._payload_ref = self._ray.put(payload)
         self.last_payload = payload
+        self.serial += 1
+        refs = [w.apply_sync.remote(self._payload_ref, self.serial) for w in self.workers]
+        for i, ref in enumerate(refs):
+            try:
+                self._ray.get(ref)
+            except RayActorError:
+                self.restarts += 1
+                log.warning("rollout worker %d died during a sync; re-syncing it after its restart", i)
+                self._resync(i)
         return time.perf_counter() - t0
 
     def generate_text(self, prompts: list[str], max_tokens: int = 64, temperature: float = 0.0) -> list[dict]:
         spans = shard(len(prompts), len(self.workers))
-        refs = [self.workers[i].generate_text.remote(prompts[a:b], max_tokens, temperature)
-                for i, (a, b) in enumerate(spans) if b > a]
-        return [x for part in self._ray.get(refs) for x in part]
+        got = self._call_all("generate_text", {i: (prompts[a:b], max_tokens, temperature)
+                                               for i, (a, b) in enumerate(spans) if b > a})
+        return [x for i in sorted(got) for x in got[i]]
 
     def generate_ids(self, prompts: list[list[int]], specs: list) -> list[list[int]]:
         spans = shard(len(prompts), len(self.workers))
-        refs = [self.workers[i].generate_ids.remote(prompts[a:b], specs[a:b])
-                for i, (a, b) in enumerate(spans) if b > a]
-        return [x for part in self._ray.get(refs) for x in part]
+        got = self._call_all("generate_ids", {i: (prompts[a:b], specs[a:b])
+                                              for i, (a, b) in enumerate(spans) if b > a})
+        return [x for i in sorted(got) for x in got[i]]
+
+    def worker_serials(self) -> list[int]:
+        """The sync serial each worker serves now (tests, diagnostics)."""
+        return self._ray.get([w.serving_serial.remote() for w in self.workers])
 
     def kill_worker(self, i: int) -> None:
         """Fault injection (tests, benchmarks): kill worker ``i`` without preventing its restart."""

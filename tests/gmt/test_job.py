@@ -26,7 +26,7 @@ def compose(overrides: list[str]):
 @pytest.mark.parametrize("data", ["simulated", "smoke"])
 def test_every_data_preset_composes(tmp_path, data):
     job = GMTJobConfig.from_cfg(compose([f"gmt/data={data}", f"output_dir={tmp_path}"]))
-    assert job.data.source == "simulated" and job.ray.backend == "gloo"
+    assert job.data.source == "simulated" and job.resources.learner.num_workers == 2 and not job.resources.use_gpu
     assert job.train.seed == job.seed == job.data.sim.seed == 0
 
 
@@ -42,7 +42,7 @@ def test_config_errors_name_the_key(tmp_path):
 
 def test_records_file_run_in_process(tmp_path, small_sim):
     logs = write_records(tmp_path / "logs.jsonl", small_sim.records[:10])
-    cfg = compose([*FAST, "gmt/data=records", f"gmt.data.path={logs}", "ray.enabled=false",
+    cfg = compose([*FAST, "gmt/data=records", f"gmt.data.path={logs}", "resources=in_process",
                    f"output_dir={tmp_path / 'run'}"])
     metrics = run(cfg)
     assert metrics["graph"]["user"] == 10 and metrics["num_layers"] == 3
@@ -59,7 +59,7 @@ def test_malformed_records_file_stops_the_job(tmp_path, small_sim):
     rows = [r.to_dict() for r in small_sim.records[:2]]
     del rows[1]["interactions"][0]["model_used"]
     logs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    cfg = compose([*FAST, "gmt/data=records", f"gmt.data.path={logs}", "ray.enabled=false",
+    cfg = compose([*FAST, "gmt/data=records", f"gmt.data.path={logs}", "resources=in_process",
                    f"output_dir={tmp_path / 'run'}"])
     with pytest.raises(DataFileError, match=r"logs.jsonl:2: field 'interactions\[0\].model_used': missing"):
         run(cfg)
@@ -68,7 +68,7 @@ def test_malformed_records_file_stops_the_job(tmp_path, small_sim):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_short_ray_train_run(ray_cluster, tmp_path, small_logged, shared_data):
-    cfg = compose([*FAST, "gmt/data=smoke", "ray.num_workers=2",
+    cfg = compose([*FAST, "gmt/data=smoke", "resources.learner.num_workers=2",
                    f"gmt.data.logged={shared_data / 'routellm' / 'mmlu' / 'mmlu_philosophy.csv'}",
                    f"output_dir={tmp_path}"])
     metrics = run(cfg)

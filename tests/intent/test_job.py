@@ -35,7 +35,7 @@ def compose(overrides):
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("intent_run")
-    cfg = compose([*SMALL, "ray.enabled=false", f"output_dir={out}"])
+    cfg = compose([*SMALL, "resources=in_process", f"output_dir={out}"])
     return out, run(cfg)
 
 
@@ -92,7 +92,7 @@ def test_loading_the_saved_adapter_reproduces_predictions(tmp_path):
 
 def test_rl_only_starts_from_the_supervised_adapter(small_run, tmp_path):
     out, _ = small_run
-    cfg = compose([*SMALL, "ray.enabled=false", f"output_dir={tmp_path}", "mode=rl_only", f"init_from={out}",
+    cfg = compose([*SMALL, "resources=in_process", f"output_dir={tmp_path}", "mode=rl_only", f"init_from={out}",
                    "rl_training.iterations=1"])
     result = run(cfg)
     assert set(result["table"]) == {"supervised", "rl"}
@@ -114,13 +114,13 @@ def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ValueError, match="mode"):
         IntentJobConfig.from_cfg(compose(["mode=bandit", f"output_dir={tmp_path}"]))
     job = IntentJobConfig.from_cfg(compose([f"output_dir={tmp_path}"]))
-    assert job.rl.learning_rate == 1e-5 and job.rl.gamma == 0.99 and job.ray.num_workers == 2
+    assert job.rl.learning_rate == 1e-5 and job.rl.gamma == 0.99 and job.resources.learner.num_workers == 2
 
 
 @pytest.mark.ray
 @pytest.mark.slow
 def test_ray_train_two_workers(ray_cluster, tmp_path):
-    cfg = compose([*SMALL, f"output_dir={tmp_path}", "ray.num_workers=2", "rl_training.iterations=1",
+    cfg = compose([*SMALL, f"output_dir={tmp_path}", "rl_training.iterations=1",
                    "supervised.max_steps=2"])
     result = run(cfg)
     assert set(result["table"]) == {"supervised", "rl"}

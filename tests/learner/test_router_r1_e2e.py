@@ -90,22 +90,69 @@ def test_worker_generates_with_the_new_weights_after_sync(group):
 
 
 def test_resume_gives_the_same_step_3_loss(group, items, tmp_path, pool_cfg):
-    from rlrouter.learner.loop import Session, TrainConfig, run_training
+    from rlrouter.learner.group import LocalLearners
+    from rlrouter.learner.loop import TrainConfig, run_training
 
     names = [c["name"] for c in pool_cfg["candidates"]]
     base = dict(total_steps=3, prompts_per_step=2, n_samples=2, checkpoint_every=1, progress=False, seed=5,
                 learner={"lr": 1e-3, "micro_batch_size": 4})
-    full = run_training(TrainConfig(**base, out_dir=str(tmp_path / "full")), group, Session(), names, items)
-    part = run_training(TrainConfig(**{**base, "total_steps": 2}, out_dir=str(tmp_path / "part")), group, Session(),
-                        names, items)
-    resumed = run_training(TrainConfig(**base, out_dir=str(tmp_path / "part"),
-                                       resume_from=str(tmp_path / "part" / "checkpoints" / "step_000002")),
-                           group, Session(), names, items)
+
+    def train(cfg):
+        return run_training(cfg, group, LocalLearners(cfg), names, items)
+
+    full = train(TrainConfig(**base, out_dir=str(tmp_path / "full")))
+    part = train(TrainConfig(**{**base, "total_steps": 2}, out_dir=str(tmp_path / "part")))
+    resumed = train(TrainConfig(**base, out_dir=str(tmp_path / "part"),
+                                resume_from=str(tmp_path / "part" / "checkpoints" / "step_000002")))
     assert part["step"] == 2 and resumed["step"] == 3 and full["step"] == 3
     for key in ("learner/loss", "reward/total", "learner/policy_tokens"):
         assert resumed[key] == pytest.approx(full[key], rel=1e-5, abs=1e-7), key
     lines = (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+
+
+def test_driver_owned_loop_with_two_learner_ranks(ray_cluster, group, items, tmp_path, pool_cfg):
+    """The driver rolls out, scores and calls ONE update on 2 gloo DDP ranks (Ray Train), then syncs the
+    rollout workers from rank 0: the ranks end with identical weights, the workers serve them."""
+    from rlrouter.distributed.resources import ResourceSpec
+    from rlrouter.learner.group import LearnerGroup
+    from rlrouter.learner.loop import TrainConfig, run_training
+
+    from rlrouter.models import load_tokenizer
+    from rlrouter.pool.pool import CandidatePool
+    from rlrouter.rollout.demos import build_demonstrations, demo_tokens
+    from rlrouter.rollout.env import EnvConfig
+
+    names = [c["name"] for c in pool_cfg["candidates"]]
+    pool = CandidatePool.from_config(pool_cfg)
+    tok = load_tokenizer("smollm2-135m-instruct")
+    demos = [demo_tokens(d, tok, [pool.get(n) for n in names], EnvConfig(**ENV))
+             for d in build_demonstrations(items, pool, 4, seed=0)]
+    # one cold-start step (sharded over both ranks) moves the weights whatever the sampled rewards are
+    cfg = TrainConfig(total_steps=2, prompts_per_step=2, n_samples=2, checkpoint_every=2, progress=False, seed=3,
+                      warmup_steps=1, warmup_batch=2, warmup_lr=1e-3, out_dir=str(tmp_path / "ddp"),
+                      learner={"lr": 1e-3, "micro_batch_size": 2})
+    learners = LearnerGroup(cfg, ResourceSpec(learner={"num_workers": 2, "num_cpus": 1}), max_failures=0)
+    serial0 = group.serial
+    try:
+        start = learners.start()
+        assert start.step == 0 and start.checkpoint is None
+        before = learners.fingerprints()
+        last = run_training(cfg, group, learners, names, items, demos)
+        after = learners.fingerprints()
+    finally:
+        result = learners.close()
+    assert result is not None and result.error is None
+    assert len(set(before)) == 1 and len(set(after)) == 1, "DDP ranks disagree on the weights"
+    assert before != after  # they learned
+    assert last["step"] == 2 and last["learner/policy_tokens"] > 0
+    # one sync before training and one per step, each pushed by the driver to every worker
+    assert group.serial == serial0 + 3 and group.worker_serials() == [group.serial]
+    assert group.version == 3  # the learner's version after 1 supervised and 2 RL updates
+    steps = [json.loads(x)["step"] for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    assert (tmp_path / "ddp" / "warmup.jsonl").exists()
+    assert (tmp_path / "ddp" / "checkpoints" / "step_000002" / "trainable.safetensors").exists()
 
 
 def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
@@ -140,3 +187,54 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     for name in ("reward_curve.png", "route_shares.png", "accuracy_vs_cost.png", "held_out_curve.png"):
         assert (out / name).stat().st_size > 1000
     assert report["wall_s"] > 0
+
+
+@pytest.mark.timeout(900)
+def test_driver_copes_with_a_killed_learner_rank(ray_cluster, group, items, tmp_path, pool_cfg):
+    """SIGKILL the Ray Train rank after step 1: Ray Train restarts it from the step-1 checkpoint, the
+    driver's pending call raises WorkersRestarted, the loop resumes there and finishes; the rollout
+    worker ends up serving the final policy version."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    from rlrouter.distributed.resources import ResourceSpec
+    from rlrouter.learner.group import LearnerGroup
+    from rlrouter.learner.loop import TrainConfig, run_training
+
+    names = [c["name"] for c in pool_cfg["candidates"]]
+    out = tmp_path / "killed"
+    cfg = TrainConfig(total_steps=3, prompts_per_step=2, n_samples=2, checkpoint_every=1, progress=False, seed=4,
+                      out_dir=str(out), learner={"lr": 1e-3, "micro_batch_size": 2})
+    killed: list[int] = []
+
+    def kill_after_step_1() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not killed:
+            if (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().strip():
+                for p in psutil.Process(os.getpid()).children(recursive=True):
+                    try:
+                        if "ray::RayTrainWorker" in " ".join(p.cmdline()):
+                            os.kill(p.pid, signal.SIGKILL)
+                            killed.append(p.pid)
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        continue
+            time.sleep(0.2)
+
+    th = threading.Thread(target=kill_after_step_1, daemon=True)
+    th.start()
+    learners = LearnerGroup(cfg, ResourceSpec(learner={"num_workers": 1, "num_cpus": 1}), max_failures=1)
+    try:
+        last = run_training(cfg, group, learners, names, items)
+    finally:
+        learners.close()
+    th.join(timeout=5)
+    assert killed, "no Ray Train worker was found to kill"
+    assert last["step"] == 3
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps[0] == 1 and steps[-1] == 3 and set(steps) == {1, 2, 3}
+    assert group.version == 3  # restored version 1 (or 2) + the steps trained after the restart
+    assert group.worker_serials() == [group.serial]

@@ -1,5 +1,6 @@
-"""A rollout worker killed mid-batch: Ray restarts the actor, the group re-applies the last synced
-weights and retries the shard, and the batch comes out as if nothing happened (issue 8).
+"""A rollout worker killed mid-batch or during the final evaluation: Ray restarts the actor, the group
+re-applies the current weights and retries the shard, and the batch comes out as if nothing happened
+(issues 8, 13).
 
 The learner kill (Ray Train FailureConfig) and a full faulted run against a clean one live in
 benchmarks/bench_faults.py: each costs two training runs.
@@ -20,16 +21,37 @@ ENV = {"max_turns": 1, "max_new_tokens": 24, "max_total_tokens": 768}
 
 
 def _busy_rollout_worker() -> bool:
-    """True while an actor process under this driver is titled ``ray::_Worker.rollout``."""
+    """True while an actor process under this driver is titled ``ray::_Worker.checked`` (every group
+    call goes through ``_Worker.checked``, which verifies the weights serial first)."""
     import psutil
 
     for p in psutil.Process(os.getpid()).children(recursive=True):
         try:
-            if re.search(r"ray::_Worker\.rollout", " ".join(p.cmdline())):
+            if re.search(r"ray::_Worker\.checked", " ".join(p.cmdline())):
                 return True
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return False
+
+
+def _kill_while_busy(ray, group, call):
+    """Run ``call()`` in a thread, SIGKILL worker 0 while it works on it; the call's result."""
+    pid0 = ray.get(group.workers[0].info.remote())["pid"]
+    restarts0 = group.restarts
+    out: dict = {}
+    th = threading.Thread(target=lambda: out.setdefault("result", call()))
+    th.start()
+    deadline = time.monotonic() + 120
+    while not _busy_rollout_worker() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killed_mid_call = _busy_rollout_worker()
+    group.kill_worker(0)
+    th.join(timeout=600)
+    assert not th.is_alive(), "the retried call never finished"
+    assert killed_mid_call
+    assert group.restarts > restarts0
+    assert ray.get(group.workers[0].info.remote())["pid"] != pid0  # a new process
+    return out["result"]
 
 
 @pytest.fixture(scope="module")
@@ -41,21 +63,24 @@ def pool_cfg():
     return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "pool" / "routellm_replay.yaml"))
 
 
-@pytest.mark.timeout(900)
-def test_killed_rollout_worker_is_restarted_and_its_shard_retried(ray_cluster, pool_cfg, shared_data):
+ITEMS = [{"query": q, "ground_truth": [a], "source": "gsm8k", "index": i} for i, (q, a) in enumerate([
+    ("What is 12 + 30?", "42"), ("What is 7 times 6?", "42"), ("Name the capital of France.", "Paris")])]
+
+
+@pytest.fixture(scope="module")
+def trained(ray_cluster, pool_cfg, shared_data):
+    """A rollout group serving non-base weights (so a restarted engine serving the base model would show
+    in the output), and its greedy evaluation under the base weights."""
     from rlrouter.distributed.resources import ResourceSpec
     from rlrouter.learner.learner import Learner, LearnerConfig
     from rlrouter.rollout.group import RolloutGroup
+    from rlrouter.rollout.parsing import TrajectoryTokens
     from rlrouter.sync.transports import make_payload
 
-    items = [{"query": q, "ground_truth": [a], "source": "gsm8k", "index": i} for i, (q, a) in enumerate([
-        ("What is 12 + 30?", "42"), ("What is 7 times 6?", "42"), ("Name the capital of France.", "Paris")])]
     group = RolloutGroup("smollm2-135m-instruct", {"enable_lora": False}, ENV, pool_cfg,
                          ResourceSpec(rollout={"num_workers": 1, "num_cpus": 1}))
     try:
-        # non-base weights, so a restarted engine serving the base model would show in the output
-        from rlrouter.rollout.parsing import TrajectoryTokens
-
+        base_eval = group.rollout(ITEMS, 1, 1234, step=-1, temperature=0.0)
         learner = Learner(LearnerConfig(lr=5e-3, lora_r=8))
         tok = learner.tokenizer
         demo = TrajectoryTokens(tok.encode("The answer is", add_special_tokens=False))
@@ -64,26 +89,49 @@ def test_killed_rollout_worker_is_restarted_and_its_shard_retried(ray_cluster, p
         for _ in range(4):
             learner.sft_step([demo])
         group.sync(make_payload("tensors", learner, learner.version))
-        pid0 = ray_cluster.get(group.workers[0].info.remote())["pid"]
-        clean = group.rollout(items, 2, seed=11, step=3)
-
-        out: dict = {}
-        th = threading.Thread(target=lambda: out.setdefault("trajs", group.rollout(items, 2, seed=11, step=3)))
-        th.start()
-        deadline = time.monotonic() + 120
-        while not _busy_rollout_worker() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        killed_mid_batch = _busy_rollout_worker()
-        group.kill_worker(0)
-        th.join(timeout=600)
-        assert not th.is_alive(), "the retried rollout never finished"
-        assert killed_mid_batch
-        assert group.restarts >= 1
-        assert ray_cluster.get(group.workers[0].info.remote())["pid"] != pid0  # a new process
-        retried = out["trajs"]
-        assert [(t.prompt_index, t.sample_index) for t in retried] == [(t.prompt_index, t.sample_index) for t in clean]
-        # same seeds and, thanks to the re-applied sync, the same weights: the same trajectories
-        assert [t.text for t in retried] == [t.text for t in clean]
-        assert [list(t.tokens.input_ids) for t in retried] == [list(t.tokens.input_ids) for t in clean]
+        yield group, base_eval
     finally:
         group.shutdown()
+
+
+@pytest.mark.timeout(900)
+def test_killed_rollout_worker_is_restarted_and_its_shard_retried(ray_cluster, trained):
+    group, _ = trained
+    clean = group.rollout(ITEMS, 2, seed=11, step=3)
+    retried = _kill_while_busy(ray_cluster, group, lambda: group.rollout(ITEMS, 2, seed=11, step=3))
+    assert [(t.prompt_index, t.sample_index) for t in retried] == [(t.prompt_index, t.sample_index) for t in clean]
+    # same seeds and, thanks to the re-applied sync, the same weights: the same trajectories
+    assert [t.text for t in retried] == [t.text for t in clean]
+    assert [list(t.tokens.input_ids) for t in retried] == [list(t.tokens.input_ids) for t in clean]
+
+
+@pytest.mark.timeout(900)
+def test_worker_killed_in_the_final_evaluation_is_evaluated_on_the_current_weights(ray_cluster, trained, pool_cfg):
+    """Issue 13: the job's final greedy evaluation, with the worker killed mid-way, equals the
+    uninterrupted one; so does one after a restart while idle (the stale serial is caught)."""
+    from rlrouter.eval.router_r1 import policy_summary
+
+    group, base_eval = trained
+    names = [c["name"] for c in pool_cfg["candidates"]]
+
+    def evaluate():
+        return group.rollout(ITEMS, 1, 1234, step=-1, temperature=0.0)
+
+    clean = evaluate()
+    # a stale worker would be noticed: the base weights evaluate differently
+    assert [t.text for t in clean] != [t.text for t in base_eval]
+    killed = _kill_while_busy(ray_cluster, group, evaluate)
+    assert [t.text for t in killed] == [t.text for t in clean]
+    assert policy_summary(killed, names) == policy_summary(clean, names)
+    # killed while idle: Ray restarts it with the base weights; the next call finds serial 0 != current
+    group.kill_worker(0)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if ray_cluster.get(group.workers[0].ping.remote(), timeout=30):
+                break
+        except Exception:  # noqa: BLE001 - restarting
+            time.sleep(1.0)
+    assert group.worker_serials() == [0]  # the restarted engine serves the base weights ...
+    assert [t.text for t in evaluate()] == [t.text for t in clean]  # ... until the group re-syncs it
+    assert group.worker_serials() == [group.serial]

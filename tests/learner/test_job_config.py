@@ -1,0 +1,71 @@
+"""The Router-R1 job turns its config into objects once: every experiment composes, and its reward is
+built through the registry from the ``reward`` group (no Ray, no model)."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from rlrouter.learner.job import engine_config, env_config, resource_spec, train_config
+from rlrouter.learner.loop import TrainConfig, build_reward, router_r1_part
+from rlrouter.rewards.registry import with_params
+from tests.helpers import CONF_DIR
+
+CANDS = ["gpt-4-1106-preview", "mixtral-8x7b-instruct"]
+EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("train_router_r1", overrides=["run_name=t", "paths.root_dir=/tmp", *overrides])
+
+
+@pytest.mark.parametrize("experiment", [None, *EXPERIMENTS])
+def test_every_experiment_builds_its_objects(experiment):
+    cfg = _compose(*([f"experiment={experiment}"] if experiment else []))
+    train = train_config(cfg)
+    reward = build_reward(train, CANDS)
+    assert router_r1_part(reward).format_reward is not None
+    assert train.learner_cfg.algo in ("grpo", "ppo")
+    resource_spec(cfg)
+    # derived fields come from one place
+    assert engine_config(cfg, train)["max_lora_rank"] >= train.learner_cfg.lora_r
+    assert engine_config(cfg, train)["enable_lora"] == (train.sync == "lora")
+    assert env_config(cfg, train)["temperature"] == train.learner_cfg.temperature
+
+
+def test_budget_experiment_adds_the_budget_term_to_the_router_r1_total():
+    train = train_config(_compose("experiment=toolrl_budget"))
+    reward = build_reward(train, CANDS)
+    text = ("<think>easy</think><search>mixtral-8x7b-instruct: 2+2?</search>"
+            "<information>4</information><answer>4</answer>")
+    totals = reward(["q"], [text], ground_truth=[["4"]], route_costs=[0.1], tool_calls=[["mixtral-8x7b-instruct"]])
+    part = router_r1_part(reward).last_scores[0]
+    assert totals[0] == pytest.approx(part.total + 0.5 * 1.0)  # within budget: tool_budget = 1, weight 0.5
+
+
+def test_a_reward_without_router_r1_is_refused_with_the_field_named():
+    train = TrainConfig(reward={"name": "tool_budget", "budget_B": 1.0})
+    with pytest.raises(ValueError, match="train.reward"):
+        build_reward(train, CANDS)
+
+
+def test_a_bad_reward_parameter_names_its_path():
+    from rlrouter.rewards.base import RewardConfigError
+
+    with pytest.raises(RewardConfigError, match=r"train.reward.functions\[0\].alpha"):
+        build_reward(TrainConfig(reward={"name": "combined", "functions": [{"name": "router_r1", "alpha": 2}]}),
+                     CANDS)
+
+
+def test_with_params_fills_only_what_is_missing():
+    cfg = {"name": "combined", "functions": [{"name": "router_r1", "alpha": 0.1, "candidates": ["x"]},
+                                             {"name": "router_r1", "alpha": 0.2}, {"name": "tool_budget"}]}
+    out = with_params(cfg, "router_r1", candidates=CANDS)
+    assert [f.get("candidates") for f in out["functions"]] == [["x"], CANDS, None]
+
+
+def test_group_size_is_derived_from_n_samples():
+    assert TrainConfig(n_samples=3).learner_cfg.algo_cfg.group_size == 3
+    with pytest.raises(ValueError, match="learner.grpo.group_size"):
+        TrainConfig(n_samples=3, learner={"grpo": {"group_size": 4}}).learner_cfg
