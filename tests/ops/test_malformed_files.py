@@ -103,7 +103,7 @@ def test_bad_configs_name_the_field():
     from rlrouter.serving.config import ServingConfig
 
     with pytest.raises(ValueError, match=r"train\.total_steps"):
-        TrainConfig(total_steps=0)
+        TrainConfig(total_steps=-1)  # 0 is allowed: the cold start only
     with pytest.raises(ValueError, match="max_body_bytes"):
         ServingConfig(max_body_bytes=0)
     with pytest.raises(ValueError, match="nonsense"):
