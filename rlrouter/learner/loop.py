@@ -137,8 +137,10 @@ def score_trajectories(reward: Any, trajs: Sequence[Trajectory]) -> list[Any]:
     """Each trajectory's ``RouterR1Score``: the Router-R1 components (format, outcome, cost) and, as
     ``total``, what the whole reward config gives (with ``combined``, the weighted sum)."""
     prompts, texts = [t.item["query"] for t in trajs], [t.text for t in trajs]
+    # candidate_models: a record's own candidates are the routes its format check accepts, as in the env
     totals = reward(prompts, texts, ground_truth=[list(t.item["ground_truth"]) for t in trajs],
-                    route_costs=[t.cost for t in trajs], tool_calls=[[r.model for r in t.routes] for t in trajs])
+                    route_costs=[t.cost for t in trajs], tool_calls=[[r.model for r in t.routes] for t in trajs],
+                    candidate_models=[t.item.get("candidate_models") or None for t in trajs])
     parts = router_r1_part(reward).last_scores
     return [replace(s, total=float(t if t is not None else s.total)) for s, t in zip(parts, totals)]
 

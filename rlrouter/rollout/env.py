@@ -163,8 +163,35 @@ class RouterEnv:
         self.candidates = [pool.get(n) for n in pool.names]
         self._replay = {c.name for c in self.candidates if c.backend == "replay"}
 
-    def prompt_ids(self, question: str) -> list[int]:
-        return prompt_ids(self.tokenizer, question, self.candidates, self.cfg, self.system_prompt)
+    def prompt_ids(self, question: str, candidates: Sequence[Candidate] | None = None) -> list[int]:
+        return prompt_ids(self.tokenizer, question, self.candidates if candidates is None else candidates,
+                          self.cfg, self.system_prompt)
+
+    def item_candidates(self, item: dict[str, Any]) -> tuple[list[Candidate], dict[str, float]]:
+        """The candidates a question may be routed to, and a price factor per name (issue 15).
+
+        A Router-R1 record's ``candidate_models`` (``[{name, cost, latency}]``), when given, restricts the
+        question's routes to those candidates (the prompt lists only them; a route to another is a protocol
+        error) and prices them: a route's cost is the pool's cost scaled by ``cost / price_out``, so the
+        record's price per 1M output tokens replaces the pool's. Without it: every pool candidate, at the
+        pool's prices."""
+        refs = item.get("candidate_models")
+        if not refs:
+            return self.candidates, {}
+        by_name = {c.name.lower(): c for c in self.candidates}
+        chosen, factor = set(), {}
+        for i, ref in enumerate(refs):
+            name = str(ref.get("name", "")) if isinstance(ref, dict) else str(getattr(ref, "name", ""))
+            c = by_name.get(name.lower())
+            if c is None:
+                raise ValueError(f"item '{str(item.get('query', ''))[:60]}': candidate_models[{i}].name '{name}' "
+                                 f"is not a candidate of the pool {sorted(self.pool.names)}")
+            cost = ref.get("cost") if isinstance(ref, dict) else getattr(ref, "cost", None)
+            chosen.add(c.name)
+            if cost is not None and c.price_out > 0:
+                factor[c.name] = float(cost) / c.price_out
+        # the pool's order, so a question listing every candidate gets the prompt it always had
+        return [c for c in self.candidates if c.name in chosen], factor
 
     def run(self, items: Sequence[dict[str, Any]], n_samples: int = 1, seed: int = 0, step: int = 0,
             index_offset: int = 0, temperature: float | None = None) -> list[Trajectory]:
@@ -173,12 +200,15 @@ class RouterEnv:
         ``temperature`` overrides the config's (0 for greedy evaluation)."""
         temp = self.cfg.temperature if temperature is None else temperature
         trajs = []
+        allowed: dict[int, list[str]] = {}  # prompt index -> the names its routes may use
+        price: dict[int, dict[str, float]] = {}
         for i, item in enumerate(items):
-            ids = self.prompt_ids(item["query"])
+            cands, factor = self.item_candidates(item)
+            allowed[index_offset + i], price[index_offset + i] = [c.name for c in cands], factor
+            ids = self.prompt_ids(item["query"], cands)
             for j in range(n_samples):
                 trajs.append(Trajectory(prompt_index=index_offset + i, sample_index=j, item=dict(item),
                                         tokens=TrajectoryTokens(ids), text=self.cfg.prefill))
-        names = self.pool.names
         for turn in range(self.cfg.max_turns + 1):
             live = [t for t in trajs if not t.done]
             if not live:
@@ -197,7 +227,7 @@ class RouterEnv:
                 t.tokens.add_policy(out_ids, getattr(out_ids, "logprobs", None))
                 chunk = self.tokenizer.decode(out_ids, skip_special_tokens=True)
                 t.text += chunk
-                parsed = parse_turn(chunk, names)
+                parsed = parse_turn(chunk, allowed[t.prompt_index])
                 if parsed.kind == "answer" and parsed.ok:
                     t.answer, t.done = parsed.content, True
                 elif final:
@@ -219,7 +249,8 @@ class RouterEnv:
                 for (t, model, _), resp in zip(pending, responses):
                     rec = t.routes[-1]
                     rec.prompt_tokens, rec.completion_tokens = resp.prompt_tokens, resp.completion_tokens
-                    rec.cost, rec.correct, rec.error = resp.cost, resp.correct, resp.error
+                    rec.cost = resp.cost * price[t.prompt_index].get(model, 1.0)
+                    rec.correct, rec.error = resp.correct, resp.error
                     if resp.ok:
                         infos[id(t)] = resp.text
                     else:

@@ -155,3 +155,31 @@ def test_max_turns_zero_is_one_answer_only_turn_and_negative_is_refused():
     assert EnvConfig(max_turns=0).max_turns == 0
     with pytest.raises(ValueError, match="rollout.env.max_turns"):
         EnvConfig(max_turns=-1)
+
+
+def test_a_records_candidate_models_restrict_and_price_its_routes():
+    """Issue 15: a Router-R1 record's candidate_models limit that question's routes and set their price."""
+    t_ok = "plan</think><search>small: what is 6*7?</search>"
+    t_big = "plan</think><search>big: what is 6*7?</search>"
+    answer = "<think>ok</think><answer>42</answer>"
+    only_small = [{"name": "SMALL", "cost": 2.0, "latency": 1.0}]  # the pool's price_out for small is 1.0
+    env, pool = make_env({"q1": [t_ok, answer], "q2": [t_big, answer]}, max_turns=2)
+    ids_all = env.prompt_ids("q1")
+    t1, t2 = env.run([{"query": "q1", "id": "a", "candidate_models": only_small},
+                      {"query": "q2", "id": "b", "candidate_models": only_small}])
+    # restricted: the prompt lists only 'small', and a route to 'big' is a protocol error, not a call
+    prompt = "".join(chr(i) for i in t1.tokens.input_ids[:t1.tokens.prompt_length])
+    assert "\n- small:" in prompt and "\n- big:" not in prompt
+    assert t1.tokens.prompt_length < len(ids_all)
+    assert t2.protocol_errors == 1 and not t2.routes and "unknown model 'big'" in t2.text
+    assert all(m != "big" for call in pool.calls for m, _ in call)
+    # priced: the record's 2.0 per 1M output tokens replaces the pool's 1.0 (input price scales alike)
+    assert t1.cost == pytest.approx(2.0 * (10 * 0.5 + 4 * 1.0) / 1e6)
+    # a record listing every candidate at the pool's prices changes nothing
+    every = [{"name": "small", "cost": 1.0}, {"name": "big", "cost": pool.get("big").price_out}]
+    env2, _ = make_env({"q1": [t_ok, answer]}, max_turns=2)
+    (t3,) = env2.run([{"query": "q1", "id": "a", "candidate_models": every}])
+    assert t3.tokens.input_ids[:t3.tokens.prompt_length] == ids_all
+    assert t3.cost == pytest.approx((10 * 0.5 + 4 * 1.0) / 1e6)
+    with pytest.raises(ValueError, match=r"candidate_models\[0\]\.name 'gpt-9'"):
+        env2.run([{"query": "q1", "id": "a", "candidate_models": [{"name": "gpt-9", "cost": 1.0}]}])
