@@ -71,6 +71,24 @@ class RunStorage:
         default_out = str(Path(cfg.paths.root_dir) / "outputs" / cfg.run_name)
         return cls.resolve(cfg.run_name, cfg.out_dir, default_out, cfg.get("storage"))
 
+    @classmethod
+    def for_output_dir(cls, job_name: str, output_dir: str, storage: str | None = None,
+                       environ: dict[str, str] | None = None) -> RunStorage:
+        """The GMTRouter and intent jobs, whose ``output_dir`` defaults to Hydra's run folder (relative to
+        the working dir, i.e. Ray's package dir in a submitted job): that default follows the same rules as
+        Router-R1's ``out_dir``; an ``output_dir`` set by the user is kept. The run's name is
+        ``<job_name>_<folder name>``."""
+        default = output_dir
+        try:
+            from hydra.core.hydra_config import HydraConfig
+
+            if HydraConfig.initialized():
+                default = HydraConfig.get().runtime.output_dir
+        except ImportError:  # pragma: no cover - hydra is a dependency
+            pass
+        name = f"{job_name}_{Path(output_dir).name}"
+        return cls.resolve(name, output_dir, default, storage, environ)
+
     def where(self) -> str:
         return self.remote or str(self.local)
 

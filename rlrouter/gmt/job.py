@@ -82,7 +82,7 @@ class GMTJobConfig:
         """From a Hydra config shaped like ``conf/train_gmtrouter.yaml`` (or a plain dict)."""
         d = _plain(cfg)
         gmt = d.pop("gmt", {}) or {}
-        known = {"seed", "output_dir", "resources", "learner_failures", "ray"}
+        known = {"seed", "output_dir", "resources", "learner_failures", "ray", "storage"}
         extra = sorted(set(d) - known)
         if extra:
             raise ValueError(f"{extra[0]}: unknown key in the GMTRouter config (expected {sorted(known | {'gmt'})})")
@@ -282,9 +282,16 @@ def _train_on_ray(job: GMTJobConfig, prep: Prepared, dest: Path) -> dict[str, An
 
 def run(cfg: Any) -> dict[str, Any]:
     """Train GMTRouter as configured; returns (and writes) the metrics. See the module docstring."""
+    from dataclasses import replace
+
+    from rlrouter.storage import RunStorage
+
     job = cfg if isinstance(cfg, GMTJobConfig) else GMTJobConfig.from_cfg(cfg)
-    out_dir = Path(job.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    store = RunStorage.for_output_dir("train_gmtrouter", job.output_dir,
+                                      None if isinstance(cfg, GMTJobConfig) else cfg.get("storage"))
+    print(store.banner())  # issue 16: a submitted job says where its outputs are
+    out_dir = store.prepare()
+    job = replace(job, output_dir=str(out_dir))
     t0 = time.perf_counter()
     prep = prepare(job, out_dir)
     t_prep = time.perf_counter() - t0
@@ -320,4 +327,7 @@ def run(cfg: Any) -> dict[str, Any]:
     saved["metrics"] = to_jsonable(metrics)
     cfg_path.write_text(json.dumps(saved, indent=1))
     (out_dir / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=1))
+    pushed = store.push()
+    if pushed:
+        print(f"stored: {pushed}")
     return to_jsonable(metrics)

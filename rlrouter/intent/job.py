@@ -122,7 +122,7 @@ class IntentJobConfig:
         """From a Hydra config (or a plain dict) shaped like ``conf/train_intent.yaml``."""
         d = _plain(cfg)
         known = {"mode", "seed", "output_dir", "init_from", "model", "data", "supervised", "rl_training",
-                 "resources", "learner_failures", "ray", "eval"}
+                 "resources", "learner_failures", "ray", "eval", "storage"}
         extra = sorted(set(d) - known)
         if extra:
             raise ValueError(f"{extra[0]}: unknown key in the intent config (expected {sorted(known)})")
@@ -362,9 +362,16 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
 
 def run(cfg: Any) -> dict[str, Any]:
     """Train per ``cfg`` (``conf/train_intent.yaml``), save adapters, write and print the comparison."""
+    from dataclasses import replace
+
+    from rlrouter.storage import RunStorage
+
     job = cfg if isinstance(cfg, IntentJobConfig) else IntentJobConfig.from_cfg(cfg)
-    out = Path(job.output_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    store = RunStorage.for_output_dir("train_intent", job.output_dir,
+                                      None if isinstance(cfg, IntentJobConfig) else cfg.get("storage"))
+    print(store.banner())  # issue 16: a submitted job says where its outputs are
+    out = store.prepare().resolve()
+    job = replace(job, output_dir=str(out))
     t_start = time.perf_counter()
     splits = build_splits(job.data, job.seed)
     adapters = out / "adapters"
@@ -403,4 +410,7 @@ def run(cfg: Any) -> dict[str, Any]:
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
     (out / "comparison.md").write_text(table + "\n")
     print(table)
+    pushed = store.push()
+    if pushed:
+        print(f"stored: {pushed}")
     return result

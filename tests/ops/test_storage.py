@@ -1,6 +1,7 @@
 """rlrouter.storage: where a job writes (issue 16), resolved without Ray; a URI round trip with pyarrow."""
 
 import json
+from pathlib import Path
 
 from rlrouter.storage import RunStorage, clear_local, submission_id
 
@@ -40,3 +41,18 @@ def test_uri_storage_pushes_and_resume_pulls_on_a_new_machine(tmp_path):
                                environ={"RLROUTER_CACHE": str(tmp_path / "cache_b")})
     out = again.prepare(resume=True)
     assert (out / "checkpoints" / "step_000002" / "trainable.safetensors").read_bytes() == b"w"
+
+
+def test_gmt_and_intent_jobs_follow_the_same_storage_rules(tmp_path):
+    """Issue 16: the GMTRouter and intent jobs' default output_dir is not the working dir of a submitted job."""
+    from rlrouter.storage import SUBMITTED_DEFAULT, RunStorage
+
+    out = str(tmp_path / "outputs" / "2026-11-23_19-00-00")
+    # a local run keeps its output_dir
+    assert RunStorage.for_output_dir("train_intent", out, environ={}).local == Path(out)
+    # a storage location takes the run, named after the job and the run folder
+    s = RunStorage.for_output_dir("train_gmtrouter", out, str(tmp_path / "shared"), environ={})
+    assert s.local == tmp_path / "shared" / "train_gmtrouter_2026-11-23_19-00-00"
+    # a submitted job without storage goes to the documented default, not Ray's package dir
+    sub = RunStorage.for_output_dir("train_intent", out, environ=SUBMITTED)
+    assert sub.local == Path(SUBMITTED_DEFAULT).expanduser() / "train_intent_2026-11-23_19-00-00"
