@@ -25,7 +25,8 @@ def test_push_into_a_subprocess_engine_changes_generation_like_hf():
 
     worker = RolloutWorker("smollm2-135m-instruct", {"enable_lora": False, "in_process": False, "max_model_len": 256},
                            {"max_turns": 1}, pool=None)
-    assert worker.llm.llm_engine.model_executor.__class__.__name__ != "UniProcExecutor"  # a separate process
+    # the engine core in its own process (vLLM 0.32: SyncMPClient; an in-process engine has InprocClient)
+    assert type(worker.llm.llm_engine.engine_core).__name__ != "InprocClient"
     before = [o["text"] for o in worker.generate_text(PROMPTS, max_tokens=12)]
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2-135m-instruct"), dtype=torch.float32)
