@@ -73,19 +73,21 @@ class RunStorage:
 
     @classmethod
     def for_output_dir(cls, job_name: str, output_dir: str, storage: str | None = None,
-                       environ: dict[str, str] | None = None) -> RunStorage:
+                       environ: dict[str, str] | None = None, default: str | None = None) -> RunStorage:
         """The GMTRouter and intent jobs, whose ``output_dir`` defaults to Hydra's run folder (relative to
         the working dir, i.e. Ray's package dir in a submitted job): that default follows the same rules as
         Router-R1's ``out_dir``; an ``output_dir`` set by the user is kept. The run's name is
-        ``<job_name>_<folder name>``."""
-        default = output_dir
-        try:
-            from hydra.core.hydra_config import HydraConfig
+        ``<job_name>_<folder name>``. ``default``: the default ``output_dir`` (None: Hydra's run folder
+        when Hydra runs this job, else ``output_dir`` itself)."""
+        if default is None:
+            default = output_dir
+            try:
+                from hydra.core.hydra_config import HydraConfig
 
-            if HydraConfig.initialized():
-                default = HydraConfig.get().runtime.output_dir
-        except ImportError:  # pragma: no cover - hydra is a dependency
-            pass
+                if HydraConfig.initialized():
+                    default = HydraConfig.get().runtime.output_dir
+            except ImportError:  # pragma: no cover - hydra is a dependency
+                pass
         name = f"{job_name}_{Path(output_dir).name}"
         return cls.resolve(name, output_dir, default, storage, environ)
 

@@ -49,10 +49,12 @@ def test_gmt_and_intent_jobs_follow_the_same_storage_rules(tmp_path):
 
     out = str(tmp_path / "outputs" / "2026-11-23_19-00-00")
     # a local run keeps its output_dir
-    assert RunStorage.for_output_dir("train_intent", out, environ={}).local == Path(out)
+    assert RunStorage.for_output_dir("train_intent", out, environ={}, default=out).local == Path(out)
     # a storage location takes the run, named after the job and the run folder
-    s = RunStorage.for_output_dir("train_gmtrouter", out, str(tmp_path / "shared"), environ={})
+    s = RunStorage.for_output_dir("train_gmtrouter", out, str(tmp_path / "shared"), environ={}, default=out)
     assert s.local == tmp_path / "shared" / "train_gmtrouter_2026-11-23_19-00-00"
     # a submitted job without storage goes to the documented default, not Ray's package dir
-    sub = RunStorage.for_output_dir("train_intent", out, environ=SUBMITTED)
+    sub = RunStorage.for_output_dir("train_intent", out, environ=SUBMITTED, default=out)
+    # an output_dir other than the default is the user's choice: kept, even in a submitted job
+    assert RunStorage.for_output_dir("train_intent", out, environ=SUBMITTED, default="elsewhere").local == Path(out)
     assert sub.local == Path(SUBMITTED_DEFAULT).expanduser() / "train_intent_2026-11-23_19-00-00"

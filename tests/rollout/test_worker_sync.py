@@ -16,6 +16,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,"]
 
 
+@pytest.mark.xfail(strict=True, reason="issue 14, known bug: a push into an engine in its own process fails in vLLM "
+                   "0.32's collective_rpc ('list' object has no attribute 'shard_id'); the in-process CPU path works")
 def test_push_into_a_subprocess_engine_changes_generation_like_hf():
     from transformers import AutoModelForCausalLM
 
