@@ -108,7 +108,7 @@ def test_submitted_router_r1_job_trains_and_exports_metrics(tmp_path, shared_dat
     # progress: a tqdm bar on a terminal, one line per step otherwise (a submitted job's log is not a terminal)
     assert re.search(r"router-r1: (100%.*2/2|step 2/2)", logs), logs[-4000:]
     steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2]
+    assert [s["step"] for s in steps] == [0, 1, 2]  # step 0: the held-out level after the cold start
     assert (out / "checkpoints" / "step_000002" / "trainable.safetensors").exists()
 
     # the trainer's gauges reached the head's metrics endpoint, tagged with the run, with logged values
