@@ -289,6 +289,51 @@ def check_format(text: str, candidates: Iterable[str] | None) -> None:
         raise FormatError(f"{answers} <answer> blocks, expected exactly one")
 
 
+_THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+FORMAT_CHECKS = ("starts with <think>", "a closed, non-empty <think>", "tags balanced, not nested",
+                 "a non-empty <answer>", "exactly one <answer>", "ends with </answer>",
+                 "every <search> a known 'model: query' followed by <information>")
+
+
+def format_progress(text: str, candidates: Iterable[str] | None) -> float:
+    """How far a trajectory is from the protocol, in [0, 1]: 1 exactly when :func:`check_format`
+    passes, else the share of :data:`FORMAT_CHECKS` it passes over ``len(FORMAT_CHECKS) + 1`` (so an
+    invalid trajectory never reaches 1).
+
+    The checks are the format rules, read leniently one by one (complete blocks found by regex, even
+    when other tags are unbalanced), so that a policy with no valid trajectory yet, such as a base model
+    before any cold start, still gets a graded signal (``RouterR1FormatReward(graded=True)``).
+    """
+    try:
+        check_format(text, candidates)
+        return 1.0
+    except FormatError:
+        pass
+    s = text.strip()
+    known = None if candidates is None else list(candidates)
+    try:
+        balanced = bool(parse_blocks(s))  # tagless text is not credited as balanced
+    except FormatError:
+        balanced = False
+    answers = _ANSWER_RE.findall(s)
+    routes_ok = True
+    for m in _SEARCH_RE.finditer(s):
+        try:
+            _check_route(m.group(1), known)
+        except FormatError:
+            routes_ok = False
+        if not s[m.end():].lstrip().startswith("<information>"):
+            routes_ok = False
+    passed = [s.startswith("<think>"),
+              any(t.strip() and not _ONLY_DOTS.match(t) for t in _THINK_RE.findall(s)),
+              balanced,
+              any(a.strip() for a in answers),
+              len(answers) == 1,
+              s.endswith("</answer>"),
+              routes_ok]
+    return sum(passed) / (len(FORMAT_CHECKS) + 1)
+
+
 def _check_route(content: str, known: list[str] | None) -> None:
     found = match_name(content.strip(), known) if known is not None else None
     if found is None:

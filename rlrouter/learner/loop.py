@@ -162,7 +162,10 @@ def build_reward(cfg: TrainConfig, candidates: Sequence[str]) -> Any:
     """The run's reward, built through the registry, with the pool's candidates filled in."""
     from rlrouter.rewards.registry import build_reward as build, with_params
 
-    reward = build(with_params(cfg.reward, "router_r1", candidates=list(candidates)), "train.reward")
+    filled = cfg.reward
+    for name in ("router_r1", "router_r1_format"):  # the parts that check routes against the candidates
+        filled = with_params(filled, name, candidates=list(candidates))
+    reward = build(filled, "train.reward")
     router_r1_part(reward)
     return reward
 
@@ -195,6 +198,8 @@ def held_out_metrics(cfg: TrainConfig, rollout: Rollout, candidates: Sequence[st
     t0 = time.perf_counter()
     trajs = rollout.rollout(list(eval_items), 1, cfg.eval_seed, -1, temperature=0.0)
     s = held_out_summary(trajs, candidates, **held_out_reward(cfg))
+    if s["format_failures"]:
+        log.info("held-out format failures (most common): %s", s["format_failures"])
     return {"eval/format_valid": s["format_valid"], "eval/mean_reward": s["mean_reward"],
             "eval/accuracy": s["accuracy"], "eval/cost_per_query": s["cost_per_query"],
             "eval/calls_per_query": s["calls_per_query"], "time/eval_s": time.perf_counter() - t0}

@@ -47,6 +47,7 @@ from rlrouter.protocol import (  # noqa: F401  (re-exported: the reward's public
     RouteCall,
     check_format,
     extract_answer,
+    format_progress,
     extract_routes,
     parse_blocks,
     read_route,
@@ -164,6 +165,11 @@ class _Candidates:
 class RouterR1FormatReward:
     """``penalty`` (-1) if a trajectory breaks the Router-R1 protocol (:func:`check_format`), else 0.
 
+    ``graded=True`` shapes the penalty: ``penalty * (1 - format_progress)``, so a trajectory that passes
+    more of the protocol's checks (:data:`~rlrouter.protocol.FORMAT_CHECKS`) loses less, and a valid one
+    still gets 0. That is the signal a policy with no valid trajectory yet needs (RL with no cold start):
+    under the binary reward every sample of a GRPO group scores the same and the advantage is zero.
+
     ``candidates`` fixes the known candidate names; a ``candidates`` or ``candidate_models`` column
     overrides them per sample. With neither, any ``model`` before ':' is accepted.
     ``last_failures`` holds the reason of each failing sample of the last batch (``None`` if it passed).
@@ -171,10 +177,13 @@ class RouterR1FormatReward:
 
     __name__ = "router_r1_format"
 
-    def __init__(self, candidates: Sequence[Any] | None = None, penalty: float = -1.0):
+    def __init__(self, candidates: Sequence[Any] | None = None, penalty: float = -1.0, graded: bool = False):
         if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not -math.inf < penalty <= 0:
             raise RewardConfigError("penalty", f"expected a number <= 0, got {penalty!r}")
+        if not isinstance(graded, bool):
+            raise RewardConfigError("graded", f"expected true or false, got {graded!r}")
         self.penalty = float(penalty)
+        self.graded = graded
         self._candidates = _Candidates(candidates, self.__name__)
         self.last_failures: list[str | None] = []
         self.last_metrics: dict[str, float] = {}
@@ -190,7 +199,8 @@ class RouterR1FormatReward:
                 rewards.append(0.0)
                 self.last_failures.append(None)
             except FormatError as e:
-                rewards.append(self.penalty)
+                share = format_progress(completion_text(text), known) if self.graded else 0.0
+                rewards.append(self.penalty * (1.0 - share))
                 self.last_failures.append(str(e))
         self.last_metrics = {"reward/format": mean_of(rewards)}
         return rewards

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rlrouter.rewards import REGISTRY, CombinedReward, RewardConfigError, build_reward, register_reward
@@ -105,3 +107,20 @@ def test_register_reward():
             register_reward("accuracy", factory)
     finally:
         REGISTRY.pop("test_bonus")
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "conf" / "reward").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_reward_group_builds_as_the_trainer_builds_it(path):
+    """conf/reward/*.yaml through the loop's builder, with the pool's candidates filled in: each scores
+    a valid trajectory above a broken one."""
+    from omegaconf import OmegaConf
+
+    from rlrouter.learner.loop import TrainConfig, build_reward
+
+    reward = build_reward(TrainConfig(reward=OmegaConf.to_container(OmegaConf.load(path))), ["gpt-4", "mixtral"])
+    good = "<think>x</think><search>mixtral: what?</search><information>4</information><think>y</think><answer>4</answer>"
+    bad = "<think>x</think><search>mistral: what?</search>"
+    r = reward(["q", "q"], [good, bad], ground_truth=[["4"], ["4"]], route_costs=[1e-5, 0.0],
+               tool_calls=[["mixtral"], []], candidate_models=[None, None])
+    assert r[0] > r[1]

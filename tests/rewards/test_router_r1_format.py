@@ -130,3 +130,33 @@ def test_check_format_raises_format_error():
 def test_prompts_and_completions_must_align():
     with pytest.raises(ValueError, match="2 prompts but 1 completions"):
         RouterR1FormatReward(CANDS)(["a", "b"], [GOOD_NO_ROUTE])
+
+
+def test_graded_penalty_orders_partial_progress_and_keeps_valid_at_zero():
+    """graded=True: a valid trajectory still scores 0; an invalid one loses less the more of the
+    protocol it follows, and never reaches 0 (the no-cold-start run's signal, issue 13)."""
+    reward = RouterR1FormatReward(CANDS, graded=True)
+    texts = [GOOD_TWO_ROUTES,
+             "<think>I know this.</think><answer>Paris</answer> trailing",   # only the ending is wrong
+             "<think>I will ask gpt-4</think><search>gpt-4: where?</search>",  # no information, no answer
+             "<think>I will ask",                                             # unclosed
+             "Paris"]                                                         # no tags at all
+    r = reward(["q"] * len(texts), texts)
+    assert r[0] == 0.0
+    assert all(-1.0 <= x < 0.0 for x in r[1:])
+    assert r[1] > r[2] > r[3] > r[4], r
+    # the binary reward cannot tell them apart
+    assert RouterR1FormatReward(CANDS)(["q"] * 4, texts[1:]) == [-1.0] * 4
+
+
+def test_format_progress_is_one_exactly_for_valid_trajectories():
+    from rlrouter.protocol import FORMAT_CHECKS, format_progress
+
+    assert format_progress(GOOD_NO_ROUTE, CANDS) == 1.0
+    # every lenient check passes, but a block is nested: still invalid, still below 1
+    nested = "<think>a<answer>b</answer></think><answer>Paris</answer>"
+    with pytest.raises(FormatError):
+        check_format(nested, CANDS)
+    assert format_progress(nested, CANDS) <= len(FORMAT_CHECKS) / (len(FORMAT_CHECKS) + 1)
+    with pytest.raises(Exception, match="graded"):
+        RouterR1FormatReward(CANDS, graded="yes")

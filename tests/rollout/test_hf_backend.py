@@ -53,3 +53,23 @@ def test_update_weights_loads_pushed_tensors(gen):
     gen.update_weights([(name, original)])
     with pytest.raises(KeyError, match="not in the model"):
         gen.update_weights([("no.such.weight", original)])
+
+
+def test_batched_generation_equals_one_request_at_a_time_when_greedy(gen):
+    """batched=True: one left-padded generate; greedy rows equal the per-request path's, each cut at its
+    own stop string and max_tokens (the TRL arm of bench_learning generates this way)."""
+    from rlrouter.rollout.hf_backend import HFGenerator
+
+    tok = gen.tokenizer
+    prompts = [tok.encode(t, add_special_tokens=False) for t in
+               ("Count: one, two, three, four,", "The capital of France is", "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15")]
+    specs = [SamplingSpec(max_tokens=m, stop=[","], temperature=0.0, top_p=1.0, seed=0) for m in (12, 6, 10)]
+    batched = HFGenerator(gen.model, gen.tokenizer, batched=True)
+    one = gen.generate_ids(prompts, specs)
+    many = batched.generate_ids(prompts, specs)
+    assert [list(x) for x in many] == [list(x) for x in one]
+    assert all(len(x) <= s.max_tokens for x, s in zip(many, specs))
+    for x, y in zip(many, one):
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-3)
+    with pytest.raises(ValueError, match="one temperature"):
+        batched.generate_ids(prompts[:2], [specs[0], SamplingSpec(4, [], 1.0, 1.0, 0)])
