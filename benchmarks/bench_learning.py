@@ -37,8 +37,11 @@ RESULTS = ROOT / "benchmarks" / "results"
 ARMS: dict[str, list[str]] = {
     "grpo": [],
     "ppo": ["algo=ppo"],
+    "trl": [],
 }
-"""Each arm's overrides on top of the main job's config and the shared ``--set`` ones."""
+"""Each arm's overrides on top of the main job's config and the shared ``--set`` ones. ``trl`` is TRL's
+``GRPOTrainer`` on the same task, start, data, reward and batch (benchmarks/bench_learning_trl.py, its own
+process); it needs ``--share-cold-start`` and an arm of ours before it."""
 
 
 def compose(overrides: list[str]):
@@ -81,6 +84,7 @@ def summarize(report: dict[str, Any], target: float) -> dict[str, Any]:
         "held_out_curve": [{"step": r["step"], **{k: r[k] for k in ev_keys}} for r in evals],
         "train_curve": [{"step": r["step"], **{k: r[k] for k in keep if k in r}} for r in train],
         "time_to_target": time_to(rows, "eval/format_valid", target),
+        "eval_rows": [{k: r.get(k, 0.0) for k in ("step", "time", "time/eval_s", "eval/format_valid")} for r in evals],
         "train_s": report.get("train_s"), "wall_s": report.get("wall_s"),
         "baselines": {k: {m: v[m] for m in ("accuracy", "cost_per_query")} for k, v in res.items()
                       if not k.startswith("policy_")},
@@ -94,6 +98,64 @@ def summarize(report: dict[str, Any], target: float) -> dict[str, Any]:
     return out
 
 
+def run_trl(overrides: list[str], steps: int, eval_every: int, target: float) -> dict[str, Any]:
+    """The ``trl`` arm in its own process (TRL patches transformers/accelerate state); its held-out rows are
+    summarised as our arms' are."""
+    import subprocess
+    import tempfile
+
+    init_from = next(o.split("=", 1)[1] for o in overrides if o.startswith("train.init_from="))
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, out = Path(tmp) / "spec.json", ROOT / "outputs" / "bench_learning_trl" / "trl.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        spec.write_text(json.dumps({"overrides": [o for o in overrides if not o.startswith("run_name=")],
+                                    "init_from": init_from, "steps": steps, "eval_every": eval_every}))
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_learning_trl.py"), str(spec), str(out)],
+                       check=True, cwd=ROOT)
+        res = json.loads(out.read_text())
+    evals = res["held_out"]
+    ev_keys = ("eval/format_valid", "eval/mean_reward", "eval/accuracy", "eval/cost_per_query")
+    cold = evals[0] if evals and evals[0]["step"] == 0 else None
+    out_d: dict[str, Any] = {
+        "trl_version": res["trl_version"], "config": res["config"],
+        "cold_start": {k: cold[k] for k in ev_keys} if cold else None,
+        "final": {k: evals[-1][k] for k in ev_keys} if evals else None,
+        "best_format_valid": max((r["eval/format_valid"] for r in evals), default=None),
+        "held_out_curve": [{"step": r["step"], **{k: r[k] for k in ev_keys}} for r in evals],
+        "format_failures": {r["step"]: r["format_failures"] for r in evals},
+        "train_curve": [{"step": h.get("step"), "reward/total": h.get("reward"),
+                         "time/step_s": s} for h, s in zip(res["log_history"], res["step_s"])],
+        "time_to_target": time_to(evals, "eval/format_valid", target),
+        "eval_rows": [{k: r[k] for k in ("step", "time", "time/eval_s", "eval/format_valid")} for r in evals],
+        "train_s": res["wall_s"] - sum(r["time/eval_s"] for r in evals), "wall_s": res["wall_s"],
+        "evaluator": "greedy HF generate through RouterEnv (not vLLM)",
+    }
+    if cold:
+        curve = [r["eval/mean_reward"] for r in evals[1:]]
+        out_d["reward_gain_over_cold_start"] = evals[-1]["eval/mean_reward"] - cold["eval/mean_reward"]
+        out_d["min_reward_after_cold_start"] = min(curve) if curve else None
+        out_d["never_below_cold_start"] = bool(curve) and min(curve) >= cold["eval/mean_reward"]
+    return out_d
+
+
+def time_to_quality(ours: dict[str, Any], trl: dict[str, Any], target: float) -> dict[str, Any]:
+    """RL wall time each arm needs to reach held-out format validity ``target`` (or, when either never
+    does, to reach the best validity both reach), and TRL's over ours."""
+    a, b = ours["time_to_target"], trl["time_to_target"]
+    out: dict[str, Any] = {"target": target, "ours_s": a["seconds"], "trl_s": b["seconds"],
+                           "ours_step": a["step"], "trl_step": b["step"]}
+    if not (a["reached"] and b["reached"]):
+        level = min(ours["best_format_valid"] or 0.0, trl["best_format_valid"] or 0.0)
+        out["target"] = level
+        out["note"] = f"{target} not reached by both; timed to {level}, the best level both reached"
+        for name, arm in (("ours", ours), ("trl", trl)):
+            t = time_to(arm["eval_rows"], "eval/format_valid", level)
+            out[f"{name}_s"], out[f"{name}_step"] = t["seconds"], t["step"]
+    if out["ours_s"] and out["trl_s"]:
+        out["trl_over_ours"] = out["trl_s"] / out["ours_s"]
+    return out
+
+
 def plot(arms: dict[str, dict[str, Any]], path: Path, target: float) -> None:
     import matplotlib
 
@@ -102,16 +164,18 @@ def plot(arms: dict[str, dict[str, Any]], path: Path, target: float) -> None:
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(2, 2, figsize=(11, 7))
+    arms = {k: a for k, a in arms.items() if isinstance(a, dict) and "held_out_curve" in a}
     for i, (name, a) in enumerate(arms.items()):
         c = f"C{i}"
         hc = a["held_out_curve"]
         ax[0, 0].plot([r["step"] for r in hc], [r["eval/format_valid"] for r in hc], marker="o", color=c, label=name)
         ax[0, 1].plot([r["step"] for r in hc], [r["eval/mean_reward"] for r in hc], marker="o", color=c, label=name)
-        tc = a["train_curve"]
-        ax[1, 0].plot([r["step"] for r in tc], [r.get("rollout/format_valid") for r in tc], marker=".", color=c,
-                      label=f"{name} (sampled)")
-        ax[1, 1].plot([r["step"] for r in tc], [r.get("rollout/logprob_gap") for r in tc], marker=".", color=c,
-                      label=name)
+        tc = [r for r in a["train_curve"] if r.get("rollout/format_valid") is not None]
+        if tc:  # the trl arm logs neither (TRL's own logs have no format validity or vLLM gap)
+            ax[1, 0].plot([r["step"] for r in tc], [r["rollout/format_valid"] for r in tc], marker=".", color=c,
+                          label=f"{name} (sampled)")
+            ax[1, 1].plot([r["step"] for r in tc], [r.get("rollout/logprob_gap") for r in tc], marker=".",
+                          color=c, label=name)
         if a.get("untrained"):
             ax[0, 0].scatter([-0.4], [a["untrained"]["format_valid"]], marker="x", color=c)
     ax[0, 0].axhline(target, ls=":", color="grey", lw=1, label=f"target {target}")
@@ -139,6 +203,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--share-cold-start", action="store_true",
                     help="arms after the first start from the first arm's cold-start checkpoint (train.init_from)")
     ap.add_argument("--quick", action="store_true", help="toy sizes; results to router_r1_learning_quick.json")
+    ap.add_argument("--keep-arms", action="store_true",
+                    help="keep arms of the results file that this run does not run, each labelled with the command "
+                         "and date of the run that measured it")
     args = ap.parse_args(argv)
     arms = [a for a in args.arms.split(",") if a]
     unknown = set(arms) - set(ARMS)
@@ -156,8 +223,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run_name = f"bench_learning_{arm}{'_quick' if args.quick else ''}"
         overrides = [*shared, *ARMS[arm], *start, f"run_name={run_name}"]
         print(f"[learning] arm {arm}: {' '.join(overrides)}", flush=True)
+        if arm == "trl":
+            if not start:
+                ap.error("--arms: trl starts from the shared cold start: use --share-cold-start, after an arm of ours")
+            results[arm] = {"overrides": overrides, **run_trl(overrides, args.steps, args.eval_every, args.target)}
+            print(f"[learning] trl: cold start {results[arm]['cold_start']}, final {results[arm]['final']}, "
+                  f"time to {args.target}: {results[arm]['time_to_target']}", flush=True)
+            continue
         report = run(compose(overrides))
-        results[arm] = {"overrides": overrides, **summarize(report, args.target)}
+        results[arm] = {"overrides": overrides, **summarize(report, args.target),
+                        "learner": {k: report["config"]["learner"].get(k) for k in ("lr", "lr_warmup_steps", "algo")}}
         if args.share_cold_start and not start:
             cold = ROOT / "outputs" / run_name / "checkpoints" / "step_000000"
             start = [f"train.init_from={cold}", "eval.untrained=false"]
@@ -165,6 +240,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         s = results[arm]
         print(f"[learning] {arm}: cold start {s['cold_start']}, final {s['final']}, "
               f"time to {args.target}: {s['time_to_target']}", flush=True)
+    if "trl" in results and "grpo" in results:
+        results["time_to_quality"] = time_to_quality(results["grpo"], results["trl"], args.target)
+        print(f"[learning] time to quality, ours vs TRL: {results['time_to_quality']}", flush=True)
     section = {"what": "held-out learning curves of the main job (cold start, then RL), arm by arm, one run",
                "command": "python benchmarks/bench_learning.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                "target_format_valid": args.target, "arms": results, "wall_s": time.perf_counter() - t_all}
@@ -172,6 +250,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     name = "router_r1_learning_quick" if args.quick else "router_r1"
     path = RESULTS / f"{name}.json"
     full = json.loads(path.read_text()) if path.exists() else {}
+    old = full.get("learning") or {}
+    if args.keep_arms:
+        for arm, res in (old.get("arms") or {}).items():
+            if arm not in results and isinstance(res, dict) and "held_out_curve" in res:
+                results[arm] = {**res, "measured_in": res.get("measured_in") or {
+                    "command": old.get("command"), "date": old.get("date")}}
+    section["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     full["learning"] = section
     path.write_text(json.dumps(full, indent=2))
     plot(results, RESULTS / f"{'router_r1_learning_quick' if args.quick else 'router_r1_learning'}.png", args.target)

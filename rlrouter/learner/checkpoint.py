@@ -51,7 +51,7 @@ def save_checkpoint(path: str | Path, learner: Learner, step: int, extra: dict[s
     save_file({"torch_cpu": torch.get_rng_state()}, str(path / "rng.safetensors"))
     py_state = random.getstate()
     np_state = np.random.get_state()
-    state = {"step": step, "version": learner.version, "learner": learner.state_for_checkpoint()["config"],
+    state = {"step": step, "version": learner.version, "rl_updates": learner.rl_updates, "learner": learner.state_for_checkpoint()["config"],
              "world_size": learner.world_size,
              "python_rng": [py_state[0], list(py_state[1]), py_state[2]],
              "numpy_rng": [np_state[0], np_state[1].tolist(), *np_state[2:]], "extra": extra or {}}
@@ -95,6 +95,7 @@ def load_checkpoint(path: str | Path, learner: Learner) -> dict[str, Any]:
     if ref.exists():
         learner.ref_adapter = learner.restore_local(load_file(str(ref)))
     learner.version = int(state["version"])
+    learner.rl_updates = int(state.get("rl_updates", state["step"]))  # older checkpoints: the RL step
     torch.set_rng_state(load_file(str(path / "rng.safetensors"))["torch_cpu"])
     a, b, c = state["python_rng"]
     random.setstate((a, tuple(b), c))

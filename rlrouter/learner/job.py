@@ -38,7 +38,7 @@ def ensure_data(cfg: DictConfig) -> tuple[Path, Path]:
 
 def train_config(cfg: DictConfig, out_dir: str | Path | None = None, train_path: str | Path = "") -> TrainConfig:
     """The run's ``TrainConfig``: ``train``, the ``reward`` group and the ``learner`` (with the policy)."""
-    train = {k: v for k, v in _container(cfg.train).items() if k != "warmup_demos"}
+    train = {k: v for k, v in _container(cfg.train).items() if k not in ("warmup_demos", "warmup_query_words")}
     return TrainConfig(**{**train, "out_dir": str(out_dir or cfg.out_dir), "train_path": str(train_path),
                           "reward": _container(cfg.reward),
                           "learner": {**_container(cfg.learner), "model": cfg.model}})
@@ -69,7 +69,8 @@ def demonstrations(cfg: DictConfig, train: TrainConfig, pool: Any, items: list[d
     tok = load_tokenizer(cfg.model)
     cands = [pool.get(n) for n in pool.names]
     return [demo_tokens(d, tok, cands, EnvConfig(**env))
-            for d in build_demonstrations(items, pool, cfg.train.warmup_demos, seed=train.seed)]
+            for d in build_demonstrations(items, pool, cfg.train.warmup_demos, seed=train.seed,
+                                          query_words=cfg.train.get("warmup_query_words", 24))]
 
 
 def resource_spec(cfg: DictConfig) -> ResourceSpec:

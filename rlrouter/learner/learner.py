@@ -48,6 +48,9 @@ class LearnerConfig:
     """Actor learning rate (Router-R1: 1e-6 full fine-tuning of 3B; LoRA on 135M needs more)."""
     critic_lr: float = 1e-5
     """Value-head learning rate (Router-R1: 1e-5)."""
+    lr_warmup_steps: int = 0
+    """RL updates over which the learning rates ramp linearly up to ``lr`` / ``critic_lr`` (update k of W
+    uses k/W of them, as verl's ``lr_warmup_steps``); 0: constant. The cold start uses ``train.warmup_lr``."""
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     micro_batch_size: int = 8
@@ -84,6 +87,8 @@ class LearnerConfig:
         for f in ("lr", "critic_lr"):
             if not getattr(self, f) > 0:
                 raise ValueError(f"learner.{f}: must be > 0, got {getattr(self, f)!r}")
+        if not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
+            raise ValueError(f"learner.lr_warmup_steps: an int >= 0, got {self.lr_warmup_steps!r}")
         if self.micro_batch_size < 1 or self.update_epochs < 1:
             raise ValueError("learner.micro_batch_size and learner.update_epochs: must be >= 1")
         if self.kl_reference not in ("start", "base"):
@@ -144,6 +149,8 @@ class Learner:
             groups.append({"params": list(self.value_head.parameters()), "lr": cfg.critic_lr})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         self.version = 0
+        self.rl_updates = 0  # RL train_steps taken (the lr warm-up's clock; checkpointed)
+        self._base_lrs = [g["lr"] for g in self.optimizer.param_groups]
         self._full: dict[str, torch.Tensor] = {}
         if self.fsdp:
             # Weights leave the learner on rank 0 only (sync, checkpoints), but gathering shards is
@@ -295,6 +302,10 @@ class Learner:
                 old_logp = torch.cat([o[0] for o in old])  # (B, T)
                 old_values = torch.cat([o[2] for o in old]) if self.value_head is not None else None
         mask = batch["loss_mask"]
+        warm = self.cfg.lr_warmup_steps
+        factor = min(1.0, (self.rl_updates + 1) / warm) if warm else 1.0
+        for g, base in zip(self.optimizer.param_groups, self._base_lrs):
+            g["lr"] = base * factor
         if isinstance(self.algo, GRPOConfig):
             advantages = compute_grpo_advantages(rewards_t, mask, self.algo, old_logp, ref_logp)
             returns = None
@@ -348,7 +359,9 @@ class Learner:
             metrics_acc["learner/grad_norm"] = metrics_acc.get("learner/grad_norm", 0.0) + float(grad_norm)
             n_updates += 1
         self.version += 1
+        self.rl_updates += 1
         metrics = {k: v / n_updates for k, v in metrics_acc.items()}
+        metrics["learner/lr"] = self.optimizer.param_groups[0]["lr"]
         metrics.update(gap.metrics())
         metrics["learner/policy_tokens"] = float(total_tokens)
         metrics["time/learn_s"] = time.perf_counter() - t0

@@ -190,3 +190,20 @@ def test_micro_batches_follow_group_boundaries(n, group, mbs, expected):
     rows = torch.arange(n).unsqueeze(1)
     chunks = Learner._micro_batches(fake, {"input_ids": rows})
     assert [(int(c["input_ids"][0, 0]), int(c["input_ids"][-1, 0]) + 1) for c in chunks] == expected
+
+
+def test_lr_warms_up_linearly_over_the_first_rl_updates_and_resumes(tmp_path):
+    """learner.lr_warmup_steps=3: updates 1, 2, 3, 4 use 1/3, 2/3, 1, 1 of lr (the cold start's SFT steps
+    do not count); a checkpoint keeps the clock."""
+    cfg = LearnerConfig(lr=3e-3, lr_warmup_steps=3, micro_batch_size=2, grpo={"group_size": 2})
+    lrn = Learner(cfg)
+    tok = lrn.tokenizer
+    lrn.sft_step(_trajs(tok, 2), lr=1e-3)
+    seen = [lrn.train_step(_trajs(tok), [1.0, -1.0, 0.5, 0.0])["learner/lr"] for _ in range(2)]
+    save_checkpoint(tmp_path / "ck", lrn, step=2, extra={})
+    again = Learner(cfg)
+    load_checkpoint(tmp_path / "ck", again)
+    seen += [again.train_step(_trajs(tok), [1.0, -1.0, 0.5, 0.0])["learner/lr"] for _ in range(2)]
+    assert seen == pytest.approx([1e-3, 2e-3, 3e-3, 3e-3])
+    with pytest.raises(ValueError, match="lr_warmup_steps"):
+        LearnerConfig(lr_warmup_steps=-1)
