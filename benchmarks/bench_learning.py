@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -230,6 +231,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"[learning] trl: cold start {results[arm]['cold_start']}, final {results[arm]['final']}, "
                   f"time to {args.target}: {results[arm]['time_to_target']}", flush=True)
             continue
+        if any(o.startswith("train.init_from=") and run_name in o for o in overrides):
+            ap.error(f"train.init_from: {run_name}'s own folder is cleared before the arm runs; copy the start elsewhere")
+        shutil.rmtree(ROOT / "outputs" / run_name, ignore_errors=True)  # the arm's last run: the job refuses to reuse it
         report = run(compose(overrides))
         results[arm] = {"overrides": overrides, **summarize(report, args.target),
                         "learner": {k: report["config"]["learner"].get(k) for k in ("lr", "lr_warmup_steps", "algo")}}

@@ -27,6 +27,18 @@ def latest_checkpoint(out_dir: str | Path) -> str | None:
     return str(ckpts[-1]) if ckpts else None
 
 
+def check_fresh(out: Path, resume: bool, run_name: str) -> None:
+    """A run that does not resume must not find another run's checkpoints in its folder: Ray Train would
+    restore the newest of them (the mechanism that restarts a failed learner), so the "new" run would
+    silently continue the old one."""
+    if resume:
+        return
+    found = sorted((out / "checkpoints").glob("step_*")) + sorted((out / "ray_train").glob("*/checkpoint_*"))
+    if found:
+        raise FileExistsError(f"run_name={run_name}: {out} already holds a run ({found[-1].name}); set resume=true "
+                              "to continue it, or choose another run_name (the default is time-stamped)")
+
+
 def ensure_data(cfg: DictConfig) -> tuple[Path, Path]:
     d = Path(cfg.data.out_dir)
     if not ((d / "train.parquet").exists() and (d / "test.parquet").exists()):
@@ -93,6 +105,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     store = RunStorage.from_cfg(cfg)  # where reports, checkpoints and plots go (issue 16)
     print(store.banner())
     out = store.prepare(resume=cfg.resume)
+    check_fresh(out, cfg.resume, cfg.run_name)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     train_path, test_path = ensure_data(cfg)
     train_items, test_items = load_split(train_path), load_split(test_path)[: cfg.eval.num_questions]

@@ -69,3 +69,14 @@ def test_group_size_is_derived_from_n_samples():
     assert TrainConfig(n_samples=3).learner_cfg.algo_cfg.group_size == 3
     with pytest.raises(ValueError, match="learner.grpo.group_size"):
         TrainConfig(n_samples=3, learner={"grpo": {"group_size": 4}}).learner_cfg
+
+
+def test_a_fresh_run_refuses_a_folder_that_holds_another_run(tmp_path):
+    """resume=false in a folder with checkpoints would make Ray Train restore them silently."""
+    from rlrouter.learner.job import check_fresh
+
+    check_fresh(tmp_path, False, "r")  # empty: fine
+    (tmp_path / "ray_train" / "router_r1" / "checkpoint_2026-11-23").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match="run_name=r: .*resume=true"):
+        check_fresh(tmp_path, False, "r")
+    check_fresh(tmp_path, True, "r")  # resuming is what the folder is for
