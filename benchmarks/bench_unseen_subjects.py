@@ -7,13 +7,17 @@ This script runs the job per seed, then writes the per-seed reports under ``outp
 and the summary to ``benchmarks/results/unseen_subjects.json`` and ``.md``.
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_unseen_subjects.py [--seeds 0 1 2] [--holdout 10]
-        [--intent outputs/train_intent/supervised_seed0/supervised]
+        [--intent outputs/train_intent/supervised_seed0/supervised] [--router-r1 CHECKPOINT --test-subset 200]
 
 Routers besides the baselines (always weak/strong, random, kNN, MF): ``probe_form`` (two logistic heads
-on prompt-form features), ``probe_emb`` (the same on MiniLM embeddings), ``probe`` (both), ``ensemble``
+on prompt-form features), ``probe_form_mmlu`` and ``mf_mmlu`` (the same, trained on the MMLU rows only:
+GSM8K in training teaches embedding routers that mathematics needs the strong model, which MMLU's logs
+contradict), ``probe_emb`` (the same on MiniLM embeddings), ``probe`` (both), ``ensemble``
 (probe + MF + kNN, standardised scores), the contextual selector warmed up on the training split
-(``selector``: then frozen; ``selector_online``: learning online over the held-out stream), and the intent classifier with the cost-aware map when
-``--intent`` names a checkpoint.
+(``selector``: then frozen; ``selector_online``: learning online over the held-out stream), the intent
+classifier with the cost-aware map when ``--intent`` names a checkpoint, and a trained Router-R1 policy
+when ``--router-r1`` names one (vLLM on CPU: with ``--test-subset``, every router is scored on that subset
+and the results go to ``unseen_subjects_subset<N>.json`` / ``.md``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ OUT = ROOT / "benchmarks" / "results"
 
 ROUTERS = {
     "probe_form": {"type": "probe", "features": ["form"], "head": "two_heads"},
+    # trained on the MMLU rows only: measures the GSM8K confound (job.train_rows_for), MF included for fairness
+    "probe_form_mmlu": {"type": "probe", "features": ["form"], "head": "two_heads", "train_prefix": "mmlu/"},
+    "mf_mmlu": {"type": "mf", "dim": 128, "epochs": 30, "lr": 0.001, "weight_decay": 1.0e-5, "batch_size": 256,
+                "train_prefix": "mmlu/"},
     "probe_emb": {"type": "probe", "features": ["embedding"], "head": "two_heads"},
     "probe": {"type": "probe", "features": ["embedding", "form"], "head": "two_heads"},
     "ensemble": {"type": "ensemble", "members": {
@@ -46,7 +54,8 @@ ROUTERS = {
 }
 
 
-def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path) -> dict:
+def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path, router_r1: str | None = None,
+             test_subset: int = 0) -> dict:
     from hydra import compose, initialize_config_dir
 
     from rlrouter.eval.job import run
@@ -54,15 +63,18 @@ def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path) -> dict
     routers = dict(ROUTERS)
     if intent:
         routers["intent"] = {"type": "intent", "checkpoint": intent, "category_map": "auto", "default": "strong"}
+    if router_r1:
+        routers["router_r1"] = {"type": "router_r1", "checkpoint": router_r1, "default": "weak"}
     overrides = [f"seed={seed}", f"eval.split.seed={seed}", f"eval.split.holdout_subjects={holdout}",
-                 f"output_dir={out_dir}", "command=null"]
+                 f"eval.test_subset={test_subset}", f"output_dir={out_dir}", "command=null"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="evaluate_router", overrides=overrides)
     from omegaconf import OmegaConf
 
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain["routers"] = routers
-    plain["command"] = (f"python benchmarks/bench_unseen_subjects.py (seed {seed}, {holdout} subjects held out)")
+    plain["command"] = (f"python benchmarks/bench_unseen_subjects.py (seed {seed}, {holdout} subjects held out"
+                        + (f", test subset {test_subset}" if test_subset else "") + ")")
     return run(plain)
 
 
@@ -90,11 +102,14 @@ def summarize(reports: dict[int, dict]) -> dict:
             b = rep["bootstrap"]["routers"].get(name, {})
             per[seed] = {"apgr": r.get("apgr"), "quality": r["quality"], "strong_share": r["shares"][rep["data"]["strong"]],
                          "cost_mean": r["cost_mean"], "share_for_95pct_strong": r.get("share_for_95pct_strong"),
-                         "at_share": r.get("at_share"),
+                         "at_share": r.get("at_share"), "seconds": (rep.get("routers") or {}).get(name, {}).get("seconds"),
                          "apgr_minus_random": b.get("apgr_minus_random"),
                          "apgr_minus_best_baseline": b.get("apgr_minus_best_baseline"),
                          "apgr_minus_mf": None if r.get("apgr") is None or "mf" not in rep["slices"]["all"]["routers"]
                          else r["apgr"] - rep["slices"]["all"]["routers"]["mf"]["apgr"]}
+            info = (rep.get("routers") or {}).get(name, {})
+            if "policy_routes" in info:  # Router-R1: the pool names its first call named ("none": no call)
+                per[seed].update(policy_routes=info["policy_routes"], unrouted=info.get("unrouted"))
             if rep.get("online") and name in rep["online"]:
                 per[seed]["online"] = rep["online"][name]
         apgrs = [p["apgr"] for p in per.values() if p["apgr"] is not None]
@@ -102,7 +117,8 @@ def summarize(reports: dict[int, dict]) -> dict:
                                 "apgr_minus_mf_mean": float(np.mean([p["apgr_minus_mf"] for p in per.values()]))
                                 if apgrs and all(p["apgr_minus_mf"] is not None for p in per.values()) else None,
                                 "quality_mean": float(np.mean([p["quality"] for p in per.values()])),
-                                "strong_share_mean": float(np.mean([p["strong_share"] for p in per.values()]))}
+                                "strong_share_mean": float(np.mean([p["strong_share"] for p in per.values()])),
+                                "cost_mean": float(np.mean([p["cost_mean"] for p in per.values()]))}
     return out
 
 
@@ -117,7 +133,7 @@ def markdown(summary: dict) -> str:
         per = r["per_seed"]
         if r["apgr_mean"] is None:
             lines.append(f"| {name} | – | – | – | – | – | quality {r['quality_mean']:.3f} at "
-                         f"{100 * r['strong_share_mean']:.1f}% strong |")
+                         f"{100 * r['strong_share_mean']:.1f}% strong, ${r['cost_mean'] * 1000:.3f} per 1k prompts |")
             continue
         ci = []
         for s in seeds:
@@ -136,12 +152,21 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--holdout", type=int, default=10)
     ap.add_argument("--intent", default=None, help="an intent classifier checkpoint (adds the intent router)")
-    ap.add_argument("--out", default=str(ROOT / "outputs" / "unseen_subjects"))
+    ap.add_argument("--router-r1", default=None, help="a Router-R1 checkpoint (outputs/<run>/checkpoints/step_N): "
+                                                       "adds its trained policy (vLLM on CPU: use --test-subset)")
+    ap.add_argument("--test-subset", type=int, default=0, help="score every router on a seeded subset of this many "
+                                                              "test prompts per seed (0 = all)")
+    ap.add_argument("--name", default=None, help="results file stem under benchmarks/results (default "
+                                                 "unseen_subjects, or unseen_subjects_subset<N> with --test-subset)")
+    ap.add_argument("--out", default=None, help="per-seed reports (default outputs/<name>)")
     ap.add_argument("--reuse", action="store_true", help="summarise a seed's existing report.json under --out "
                                                           "instead of running it again")
     ap.add_argument("--parallel", action="store_true", help="one process per seed (on a shared machine this wins "
                                                              "CPU share; each process loads its own torch)")
     args = ap.parse_args()
+    name = args.name or ("unseen_subjects" + (f"_subset{args.test_subset}" if args.test_subset else ""))
+    args.out = args.out or str(ROOT / "outputs" / name)
+    extra = (args.router_r1, args.test_subset)
     t0 = time.perf_counter()
     done = {}
     if args.reuse:
@@ -154,20 +179,24 @@ def main() -> None:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=len(args.seeds)) as pool:
-            futs = {s: pool.submit(run_seed, s, args.holdout, args.intent, Path(args.out) / f"seed{s}") for s in todo}
+            futs = {s: pool.submit(run_seed, s, args.holdout, args.intent, Path(args.out) / f"seed{s}", *extra)
+                    for s in todo}
             done.update({s: f.result() for s, f in futs.items()})
     else:
-        done.update({s: run_seed(s, args.holdout, args.intent, Path(args.out) / f"seed{s}") for s in todo})
+        done.update({s: run_seed(s, args.holdout, args.intent, Path(args.out) / f"seed{s}", *extra) for s in todo})
     reports = {s: done[s] for s in args.seeds}
     summary = summarize(reports)
     summary["command"] = "python benchmarks/bench_unseen_subjects.py " + " ".join(
         [f"--seeds {' '.join(map(str, args.seeds))}", f"--holdout {args.holdout}"]
-        + ([f"--intent {args.intent}"] if args.intent else []) + (["--parallel"] if args.parallel else []))
+        + ([f"--intent {args.intent}"] if args.intent else [])
+        + ([f"--router-r1 {args.router_r1}"] if args.router_r1 else [])
+        + ([f"--test-subset {args.test_subset}"] if args.test_subset else [])
+        + ([f"--name {args.name}"] if args.name else []) + (["--parallel"] if args.parallel else []))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "unseen_subjects.json").write_text(json.dumps(summary, indent=1, default=float))
+    (OUT / f"{name}.json").write_text(json.dumps(summary, indent=1, default=float))
     md = markdown(summary)
-    (OUT / "unseen_subjects.md").write_text(md + "\n")
+    (OUT / f"{name}.md").write_text(md + "\n")
     print(md)
     print(f"{summary['seconds']} s; per-seed reports under {args.out}")
 

@@ -304,18 +304,25 @@ class PolicyRouter(Router):
         self.name_map = dict(name_map)
         self.default = default
         self.unrouted = 0
+        self.routes: dict[str, int] = {}
 
     def decide(self, prompts: list[str]) -> np.ndarray:
         out = np.full(len(prompts), self.default, dtype=int)
         self.unrouted = 0
+        self.routes = {}
         for i, answer in enumerate(self.policy.route_batch(prompts)):
             model = answer.get("selected_model")
+            self.routes[model or "none"] = self.routes.get(model or "none", 0) + 1
             target = self.name_map.get(model, model) if model else None
             if target in self.candidates:
                 out[i] = self.candidates.index(target)
             else:
                 self.unrouted += 1
         return out
+
+    def report(self) -> dict[str, Any]:
+        """What the policy named on the last batch ("none": no call) and how many fell to ``default``."""
+        return {"policy_routes": dict(self.routes), "unrouted": self.unrouted}
 
 
 @register_router("router_r1")

@@ -118,6 +118,20 @@ def subsample(es: EvalSet, max_prompts: int, seed: int) -> EvalSet:
     return es.subset(sorted(keep))
 
 
+def train_rows_for(train: EvalSet, prefix: str, name: str) -> EvalSet:
+    """The training rows whose source starts with ``prefix`` (a router's ``train_prefix``).
+
+    Issue 17: GSM8K in the training split teaches embedding routers that "mathematics" means the strong
+    candidate wins, which the MMLU logs contradict (GPT-4 loses 29 points to Mixtral on MMLU high-school
+    mathematics); a router may train on one task's rows to measure that confound.
+    """
+    rows = [i for i, s in enumerate(train.sources) if s.startswith(prefix)]
+    if not rows:
+        raise ValueError(f"routers.{name}.train_prefix: no training source starts with '{prefix}' "
+                         f"(sources: {sorted(set(train.sources))[:5]}...)")
+    return train.subset(rows)
+
+
 def load_eval_set(ev: Mapping[str, Any], key: str = "data") -> EvalSet:
     """Read and concatenate the sources listed under ``eval.<key>``."""
     tokens = TokenEstimate(**(ev.get("tokens") or {}))
@@ -275,6 +289,7 @@ def run(cfg: Any) -> dict[str, Any]:
     decisions: dict[str, np.ndarray] = {}
     strong_scores: dict[str, np.ndarray] = {}
     timings: dict[str, float] = {}
+    router_info: dict[str, dict[str, Any]] = {}  # what a router reports of itself (Router-R1: where it routed)
     online: dict[str, Any] = {}
     with tqdm(total=len(specs) + 1, desc="evaluate_router", unit="router") as bar:
         for name, spec in specs.items():
@@ -283,8 +298,10 @@ def run(cfg: Any) -> dict[str, Any]:
             spec.setdefault("name", name)
             # a router may keep its own threshold (operating_strong_share: null) instead of the shared one
             share = spec.pop("operating_strong_share", operating_share)
+            # a router may learn from one task's rows only (train_prefix: "mmlu/"); it is tested on all of test
+            prefix = spec.pop("train_prefix", None)
             router: Router = build_router(spec, ctx)
-            router.fit(train)
+            router.fit(train_rows_for(train, str(prefix), name) if prefix else train)
             if isinstance(router, ThresholdRouter):
                 strong_scores[name] = router.strong_score(test.prompts)
                 if share is not None and spec.get("type") not in ("random",):
@@ -297,6 +314,8 @@ def run(cfg: Any) -> dict[str, Any]:
                 if getattr(router, "online", False):
                     online[name] = router
             timings[name] = time.perf_counter() - t
+            if callable(getattr(router, "report", None)):
+                router_info[name] = router.report()
             bar.update(1)
         bar.set_postfix_str("oracle")
         decisions["oracle"] = oracle_decisions(test.scores, test.costs)
@@ -344,7 +363,8 @@ def run(cfg: Any) -> dict[str, Any]:
                  "weak": names[weak], "strong": names[strong],
                  "tokens": {"prompt_mean": float(test.prompt_tokens.mean()),
                             "completion_mean": dict(zip(names, test.completion_tokens.mean(axis=0).tolist()))}},
-        "routers": {name: {"type": spec.get("type"), "seconds": round(timings[name], 2)} for name, spec in specs.items()},
+        "routers": {name: {"type": spec.get("type"), "seconds": round(timings[name], 2), **router_info.get(name, {})}
+                    for name, spec in specs.items()},
         "slices": results,
         "bootstrap": boot,
         "online": online_report,

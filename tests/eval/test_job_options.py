@@ -90,6 +90,34 @@ def test_test_subset_and_a_router_keeping_its_own_threshold(tmp_path):
     assert again["slices"]["all"]["routers"]["own"]["quality"] == routers["own"]["quality"]
 
 
+FIT_SOURCES: dict[str, list[str]] = {}
+
+
+class SourceRecordingRouter(LengthRouter):
+    def fit(self, train):
+        FIT_SOURCES[self.name] = sorted(set(train.sources))
+
+
+@register_router("test_record_sources")
+def _recording(cfg, ctx: RouterContext):
+    return SourceRecordingRouter("rec", ctx.weak, ctx.strong, threshold=0.0)
+
+
+def test_train_prefix_fits_a_router_on_one_task_and_tests_it_on_all(tmp_path):
+    root = tmp_path / "logs"
+    _write_csvs(root)
+    cfg = _cfg(root, tmp_path / "eval")
+    cfg["routers"] = {"all_rows": {"type": "test_record_sources"},
+                      "mmlu_rows": {"type": "test_record_sources", "train_prefix": "mmlu/"}}
+    report = run(cfg)
+    assert FIT_SOURCES["all_rows"] == ["gsm8k", "mmlu/x"]
+    assert FIT_SOURCES["mmlu_rows"] == ["mmlu/x"]
+    assert report["slices"]["all"]["routers"]["mmlu_rows"]["n"] == report["data"]["test"]
+    cfg["routers"] = {"none": {"type": "test_record_sources", "train_prefix": "mtbench/"}}
+    with pytest.raises(ValueError, match="routers.none.train_prefix: no training source starts with 'mtbench/'"):
+        run({**cfg, "output_dir": str(tmp_path / "eval2")})
+
+
 def test_router_r1_base_policy_needs_no_checkpoint(monkeypatch):
     import rlrouter.serving.router_r1_policy as mod
 

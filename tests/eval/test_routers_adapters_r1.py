@@ -20,4 +20,6 @@ def test_policy_router_maps_pool_names_and_defaults_when_unrouted():
     r = PolicyRouter("r1", policy, cands, name_map, default=0)
     assert r.decide(["a", "b", "c", "d"]).tolist() == [0, 1, 0, 0]
     assert r.unrouted == 2
+    assert r.report() == {"policy_routes": {"mixtral-8x7b-instruct": 1, "gpt-4-1106-preview": 1, "none": 1, "nope": 1},
+                          "unrouted": 2}
     assert isinstance(r.decide([]), np.ndarray)
