@@ -7,7 +7,8 @@ full tensors pushed with the worker's ``reload_weights`` (through ``rlrouter.syn
 engine in its own process works too). The engine is built by ``rlrouter.rollout.engine``.
 
 On CPU the engine runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): 4-5 s start instead of
-25-28 s, and raw tensors can be pushed without a file (../shared/notes/vllm-cpu.md). That makes
+25-28 s (../shared/notes/vllm-cpu.md). Pushed tensors travel as raw bytes either way, so the same push
+works into an engine in its own process (CUDA; ``in_process: false`` on CPU). That makes
 ``torch.set_num_threads`` a no-op for the whole process, which is why no trainer lives here.
 """
 
@@ -21,6 +22,7 @@ from typing import Any, Sequence
 
 from rlrouter.rollout.engine import EngineConfig, build_engine
 from rlrouter.rollout.env import EnvConfig, RouterEnv, SampledTokens, SamplingSpec, Trajectory
+from rlrouter.sync.vllm_ext import pack_named_tensors
 
 __all__ = ["EngineConfig", "RolloutWorker"]
 
@@ -145,7 +147,8 @@ class RolloutWorker:
         """Push full tensors (HF names) into the engine; call once per bucket, ``last`` on the final one."""
         t0 = time.perf_counter()
         # the worker extension quiets the partial-reload logs where the engine runs (see quiet_partial_reload_logs)
-        self.llm.collective_rpc("rlrouter_reload_weights", args=(list(named_tensors),))
+        # raw bytes, not tensors: vLLM's msgpack does not rebuild tensors in utility arguments (vllm_ext docstring)
+        self.llm.collective_rpc("rlrouter_reload_weights", args=(pack_named_tensors(named_tensors),))
         if last:
             self.llm.collective_rpc("rlrouter_after_reload")
             self.llm.reset_prefix_cache()

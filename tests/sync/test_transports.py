@@ -91,3 +91,22 @@ def test_nccl_client_gives_each_engine_its_own_ranks():
     src = MergedWeightsSource([("a.weight", torch.ones(2, 3, dtype=torch.bfloat16))], "cpu")
     assert [(m.name, m.dtype, m.shape) for m in src.metadata()] == [("a.weight", torch.bfloat16, (2, 3))]
     assert [n for n, _ in src] == ["a.weight"]
+
+
+def test_packed_tensors_survive_vllms_msgpack_and_come_back_bit_exact():
+    """What crosses into an engine in its own process (issue 14): vLLM's own encoder/decoder, untyped."""
+    from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
+
+    from rlrouter.sync.vllm_ext import pack_named_tensors, unpack_named_tensors
+
+    named = [("a.q_proj.weight", torch.randn(300, 70)), ("b.bias", torch.randn(5).to(torch.bfloat16)),
+             ("c.scalar", torch.tensor(3.0)), ("d.empty", torch.empty(0, 4)),
+             ("e.strided", torch.randn(8, 6).t())]
+    raw = MsgpackDecoder().decode(MsgpackEncoder().encode((named,)))
+    assert not isinstance(raw[0][0][1], torch.Tensor)  # the bug: tensors do not come back as tensors
+    got = unpack_named_tensors(MsgpackDecoder().decode(MsgpackEncoder().encode((pack_named_tensors(named),)))[0])
+    assert [n for n, _ in got] == [n for n, _ in named]
+    for (_, a), (_, b) in zip(named, got):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    with pytest.raises(TypeError, match="pack_named_tensors"):
+        unpack_named_tensors([["x", [1, 2]]])
