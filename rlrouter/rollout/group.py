@@ -18,6 +18,7 @@ import time
 from typing import Any, Sequence
 
 from rlrouter.distributed.resources import ResourceSpec
+from rlrouter.rollout.engine import EngineConfig
 from rlrouter.rollout.env import Trajectory
 from rlrouter.rollout.worker import RolloutWorker
 from rlrouter.sync.transports import SyncPayload, apply_payload
@@ -61,24 +62,35 @@ def shard(n: int, k: int) -> list[tuple[int, int]]:
     return out
 
 
+def tensor_parallel_size(engine: dict[str, Any] | EngineConfig) -> int:
+    """The engine's TP size, validated the way the workers will build it (``rollout.engine``)."""
+    return (engine if isinstance(engine, EngineConfig) else EngineConfig(**engine)).tensor_parallel_size
+
+
+def worker_actor_options(resources: ResourceSpec, engine: dict[str, Any] | EngineConfig, pg: Any,
+                         max_restarts: int = 3) -> list[dict[str, Any]]:
+    """Ray actor options for each rollout worker in ``pg``: with tensor parallel size ``tp`` worker i sits on
+    bundles [i * tp, (i + 1) * tp) of one GPU each, the way OpenRLHF places its engines (resources.py)."""
+    from rlrouter.distributed.resources import rollout_actor_options
+
+    tp = tensor_parallel_size(engine)
+    return [{**rollout_actor_options(resources, pg, i, tp), "max_restarts": max_restarts, "max_concurrency": 1}
+            for i in range(resources.rollout.num_workers)]
+
+
 class RolloutGroup:
     def __init__(self, model: str, engine: dict[str, Any], env: dict[str, Any], pool: dict[str, Any] | None,
                  resources: ResourceSpec, max_restarts: int = 3, max_retries: int = 2):
         import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from rlrouter.distributed.resources import rollout_placement_group
 
-        self.pg = rollout_placement_group(resources)
-        role = resources.rollout
+        self.tensor_parallel_size = tensor_parallel_size(engine)
+        self.pg = rollout_placement_group(resources, tensor_parallel_size=self.tensor_parallel_size)
         actor = ray.remote(_Worker)
         self.max_retries = max_retries
-        self.workers = [
-            actor.options(num_cpus=role.num_cpus, num_gpus=role.num_gpus, max_restarts=max_restarts,
-                          max_concurrency=1, name=None,
-                          scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i)
-                          ).remote(model, engine, env, pool, i)
-            for i in range(role.num_workers)]
+        self.workers = [actor.options(**opts).remote(model, engine, env, pool, i)
+                        for i, opts in enumerate(worker_actor_options(resources, engine, self.pg, max_restarts))]
         self._ray = ray
         self.last_payload: SyncPayload | None = None
         self.serial = 0
