@@ -199,15 +199,17 @@ def _allreduce_grads(model: torch.nn.Module) -> None:
 
 
 def train_worker(job: GMTJobConfig, graph: GMTGraph, split: Split, ckpt_dir: Path, rank: int = 0,
-                 world_size: int = 1, report=None) -> dict[str, Any]:
-    """Train, keep the best-validation model, save it (rank 0) as a scorer checkpoint in ``ckpt_dir``."""
+                 world_size: int = 1, report=None, device: str = "cpu") -> dict[str, Any]:
+    """Train on ``device`` (the rank's, from the launcher), keep the best-validation model, save it
+    (rank 0) as a scorer checkpoint in ``ckpt_dir``."""
     sync = None
     if world_size > 1:
         import torch.distributed as dist
 
         def sync(model):
             _allreduce_grads(model)
-        model = build_model(graph, job.model, job.train.seed)
+        # on the rank's device first: NCCL broadcasts CUDA tensors only
+        model = build_model(graph, job.model, job.train.seed).to(device)
         # Same seed gives the same weights; the broadcast makes it a guarantee, not a coincidence.
         for p in model.parameters():
             dist.broadcast(p.data, src=0)
@@ -219,7 +221,7 @@ def train_worker(job: GMTJobConfig, graph: GMTGraph, split: Split, ckpt_dir: Pat
             report({k: v for k, v in row.items() if isinstance(v, (int, float))})
 
     res = fit(graph, split, job.model, job.train, on_epoch=on_epoch, model=model, rank=rank,
-              world_size=world_size, sync_grads=sync)
+              world_size=world_size, sync_grads=sync, device=device)
     summary = {"best_epoch": res.best_epoch, "val": res.best_val, "train_seconds": res.seconds,
                "epochs_run": res.history[-1]["epoch"] if res.history else 0}
     if rank == 0:
@@ -239,7 +241,8 @@ def _ray_train_loop(config: dict[str, Any]) -> None:
     graph = GMTGraph.from_tensors(tensors, meta)
     split = Split(**masks)
     with tempfile.TemporaryDirectory(prefix="gmt_ckpt_") as tmp:
-        summary = train_worker(job, graph, split, Path(tmp), rank=session.rank, world_size=session.world_size)
+        summary = train_worker(job, graph, split, Path(tmp), rank=session.rank, world_size=session.world_size,
+                               device=session.device)
         metrics = {"best_epoch": float(summary["best_epoch"]), "val/auc": float(summary["val"].get("auc", 0.0)),
                    "val/accuracy": float(summary["val"].get("accuracy", 0.0)),
                    "train_seconds": float(summary["train_seconds"])}

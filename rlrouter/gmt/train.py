@@ -23,6 +23,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -276,6 +277,17 @@ class GroupBatch:
         return GroupBatch(*(getattr(self, f)[rows] for f in ("ids", "users", "queries", "llms", "ratings", "valid")))
 
 
+def _device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _to(x: Any, device: torch.device) -> Any:
+    """The graph's tensors (kept on the CPU, where the bookkeeping happens) moved to the model's device."""
+    if isinstance(x, dict):
+        return {k: v.to(device) for k, v in x.items()}
+    return x.to(device)
+
+
 @torch.no_grad()
 def evaluate(model: GMTRouterModel, graph: GMTGraph, visible: torch.Tensor, batch: GroupBatch,
              h: dict[str, torch.Tensor] | None = None, loss: str = "pairwise") -> dict[str, float]:
@@ -285,9 +297,10 @@ def evaluate(model: GMTRouterModel, graph: GMTGraph, visible: torch.Tensor, batc
         return {"pairs": 0, "accuracy": float("nan"), "auc": float("nan"), "loss": float("nan")}
     was = model.training
     model.eval()
+    dev = _device_of(model)
     if h is None:
-        h = model.encode(graph.x_dict(), graph.edge_index_dict(visible))
-    s = model.score(h, batch.users, batch.queries, batch.llms)
+        h = model.encode(_to(graph.x_dict(), dev), _to(graph.edge_index_dict(visible), dev))
+    s = model.score(h, *(_to(t, dev) for t in (batch.users, batch.queries, batch.llms))).cpu()
     loss_fn, metrics_fn = objective(loss)
     out = metrics_fn(s.numpy(), batch.ratings.numpy(), batch.valid.numpy())
     out["loss"] = float(loss_fn(s, batch.ratings, batch.valid))
@@ -327,25 +340,28 @@ def train_step(model: GMTRouterModel, graph: GMTGraph, train_mask: torch.Tensor,
     targets = batch.subset(rows)
     visible = train_mask.clone()
     visible[targets.ids[targets.valid]] = False
-    h = model.encode(graph.x_dict(), graph.edge_index_dict(visible))
-    s = model.score(h, targets.users, targets.queries, targets.llms)  # (T, K)
-    return objective(loss)[0](s, targets.ratings, targets.valid), n_target
+    dev = _device_of(model)  # the graph stays on the CPU; what the model reads moves to its device
+    h = model.encode(_to(graph.x_dict(), dev), _to(graph.edge_index_dict(visible), dev))
+    s = model.score(h, *(_to(t, dev) for t in (targets.users, targets.queries, targets.llms)))  # (T, K)
+    return objective(loss)[0](s, _to(targets.ratings, dev), _to(targets.valid, dev)), n_target
 
 
 def fit(graph: GMTGraph, split: Split, model_cfg: GMTModelConfig, cfg: TrainConfig,
         on_epoch: Callable[[dict[str, float], GMTRouterModel, bool], None] | None = None,
         model: GMTRouterModel | None = None, rank: int = 0, world_size: int = 1,
-        sync_grads: Callable[[GMTRouterModel], None] | None = None) -> FitResult:
+        sync_grads: Callable[[GMTRouterModel], None] | None = None, device: str = "cpu") -> FitResult:
     """Train on ``split.train`` groups, select by validation AUC.
 
     With ``world_size > 1`` this rank draws its targets from its own share of the training groups and
     ``sync_grads`` averages gradients across ranks before each step; validation is computed on every
     rank (it is deterministic), so all ranks stop at the same epoch without talking.
-    ``on_epoch(metrics, model, improved)`` is called after each evaluation.
+    ``on_epoch(metrics, model, improved)`` is called after each evaluation. The model trains on
+    ``device`` (the launcher's ``select_device``) and comes back on the CPU, where checkpoints and
+    scoring read it.
     """
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    model = model or build_model(graph, model_cfg, cfg.seed)
+    model = (model or build_model(graph, model_cfg, cfg.seed)).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     all_train = GroupBatch.from_groups(graph, training_groups(graph, split.train, cfg.loss))
     val_batch = GroupBatch.from_groups(graph, training_groups(graph, split.val, cfg.loss))
@@ -390,7 +406,7 @@ def fit(graph: GMTGraph, split: Split, model_cfg: GMTModelConfig, cfg: TrainConf
             history.append(row)
     if best_state is not None:
         model.load_state_dict(best_state)
-    model.eval()
+    model.to("cpu").eval()
     return FitResult(model=model, best_epoch=best_epoch, best_val=best_val, history=history,
                      seconds=time.perf_counter() - t0)
 
