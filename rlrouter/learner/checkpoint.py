@@ -3,8 +3,10 @@
 Nothing here unpickles: tensors are safetensors, the optimizer state goes through ``torch.save`` and
 is read back with ``weights_only=True``, everything else is JSON.
 
-Under FSDP every rank calls ``save_checkpoint``/``load_checkpoint``: each writes and reads its own
-optimizer shard (``optimizer.rank<r>.pt``); rank 0 writes the rest from the gathered full weights.
+Every rank calls ``save_checkpoint``/``load_checkpoint``. Under FSDP each writes and reads its own
+optimizer shard (``optimizer.rank<r>.pt``, and its slice of the KL reference); rank 0 writes the rest
+from the gathered full weights. The start-policy KL reference (``learner.kl_reference: start``) is
+saved too: the LoRA adapter copy, or the full fine-tune's reference model (its own parameters).
 ``learner.keep_checkpoints`` bounds how many ``step_*`` checkpoints stay beside the new one.
 """
 
@@ -35,12 +37,21 @@ def _optimizer_file(learner: Learner) -> str:
 
 
 def save_checkpoint(path: str | Path, learner: Learner, step: int, extra: dict[str, Any] | None = None) -> Path:
+    """Every rank calls it. Under FSDP each rank writes its shards, then rank 0 the rest; under DDP (every
+    rank holds the same state) only rank 0 writes."""
     path = Path(path)
+    if learner.rank != 0 and not learner.fsdp:
+        return path
     path.mkdir(parents=True, exist_ok=True)
     torch.save(learner.optimizer_state(), path / _optimizer_file(learner))
-    if learner.ref_adapter is not None:  # the KL reference (kl_reference: start), for an exact resume
-        save_file({k: v.contiguous() for k, v in learner.local_tensors(learner.ref_adapter).items()},
+    reference = learner.reference_state()
+    if reference is not None:  # the KL reference (kl_reference: start), for an exact resume
+        save_file({k: v.contiguous() for k, v in learner.local_tensors(reference).items()},
                   str(path / _rank_file(learner, "reference", "safetensors")))
+    if learner.fsdp:
+        import torch.distributed as dist
+
+        dist.barrier()  # every rank's shards are on disk before rank 0 marks the checkpoint complete
     if learner.rank != 0:
         return path
     save_file(learner.trainable_state(), str(path / "trainable.safetensors"))
@@ -93,7 +104,7 @@ def load_checkpoint(path: str | Path, learner: Learner) -> dict[str, Any]:
     learner.load_optimizer_state(torch.load(opt, weights_only=True))
     ref = path / _rank_file(learner, "reference", "safetensors")
     if ref.exists():
-        learner.ref_adapter = learner.restore_local(load_file(str(ref)))
+        learner.load_reference_state(load_file(str(ref)))
     learner.version = int(state["version"])
     learner.rl_updates = int(state.get("rl_updates", state["step"]))  # older checkpoints: the RL step
     torch.set_rng_state(load_file(str(path / "rng.safetensors"))["torch_cpu"])

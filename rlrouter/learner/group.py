@@ -93,8 +93,9 @@ class LearnerRank:
     def save_checkpoint(self, path: str, step: int, extra: dict[str, Any], metrics: dict[str, float]) -> None:
         from rlrouter.learner.checkpoint import save_checkpoint
 
-        if self.session.rank == 0:
-            save_checkpoint(path, self.learner, step, extra=extra)
+        # every rank: under FSDP each writes its own optimizer shard (checkpoint.py); a rank that skipped
+        # it could never resume, and rank 0 waits for all of them before it marks the checkpoint complete
+        save_checkpoint(path, self.learner, step, extra=extra)
         self.session.report({"step": step, **metrics}, path if self.session.rank == 0 else None)
 
     def fingerprint(self) -> str:

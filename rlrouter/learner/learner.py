@@ -450,6 +450,38 @@ class Learner:
 
         return {k: (v.to_local() if isinstance(v, DTensor) else v).detach().cpu() for k, v in tensors.items()}
 
+    def reference_state(self) -> dict[str, torch.Tensor] | None:
+        """The start-policy KL reference a checkpoint must keep (None: the base model is the reference):
+        the LoRA adapter copy, or the full fine-tune's reference parameters (tied ones once)."""
+        if self.cfg.lora:
+            return self.ref_adapter
+        if self.ref_model is None or self.cfg.kl_reference != "start":
+            return None
+        if self.fsdp:
+            # FSDP2 leaves the root's parameters unsharded after its forward (no reshard at the root):
+            # reshard, so each rank gives its own slices (DTensors), as the restore expects
+            self.ref_module.reshard()
+        return {n: p.detach() for n, p in self.ref_model.named_parameters()}
+
+    def load_reference_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Restore ``reference_state``'s local tensors (this rank's slices under FSDP)."""
+        if self.cfg.lora:
+            self.ref_adapter = self.restore_local(tensors)
+            return
+        if self.ref_model is None:
+            raise ValueError("checkpoint: holds a KL reference model, but this learner has none "
+                             "(learner.lora=false with the KL term off)")
+        params = dict(self.ref_model.named_parameters())
+        if set(params) != set(tensors):
+            raise KeyError(f"checkpoint: reference parameters differ from the model's: missing "
+                           f"{sorted(set(params) - set(tensors))[:3]}, unexpected {sorted(set(tensors) - set(params))[:3]}")
+        from torch.distributed.tensor import DTensor
+
+        with torch.no_grad():  # each rank writes its own slice (FSDP) or the whole tensor
+            for n, v in tensors.items():
+                p = params[n]
+                (p.to_local() if isinstance(p, DTensor) else p).copy_(v)
+
     def restore_local(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Inverse of ``local_tensors`` for tensors named like the policy's parameters."""
         params = dict(self.policy.named_parameters())

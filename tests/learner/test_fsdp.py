@@ -41,10 +41,8 @@ def _run_case(cfg: LearnerConfig, rank: int, world: int, out: Path | None, devic
         res["init"] = {k: v.clone() for k, v in lr.merged_weights(only_changed=False)}
     trajs = _trajs(lr.tokenizer)
     lr.sft_step(trajs[:2], lr=1e-3)  # PPO: the value head gets no gradient here (the DDP trap of issue 14)
-    if cfg.lora:
-        # kl_reference: start (the adapter copy, sharded under FSDP). Not for full fine-tuning here: its
-        # start reference is not checkpointed, so the resume check below could not hold
-        lr.set_reference_to_current()
+    # kl_reference: start: the adapter copy, or the full fine-tune's reference model (both sharded under FSDP)
+    lr.set_reference_to_current()
     m = lr.train_step(trajs, REWARDS)
     if rank == 0:
         res["trained"] = {k: v.clone() for k, v in lr.merged_weights(only_changed=False)}
@@ -56,7 +54,10 @@ def _run_case(cfg: LearnerConfig, rank: int, world: int, out: Path | None, devic
         fresh = Learner(cfg, rank, world, device=device)
         load_checkpoint(out / "ck", fresh)
         m2, m2_fresh = lr.train_step(trajs, REWARDS), fresh.train_step(trajs, REWARDS)
+        ref, ref_fresh = (lr.local_tensors(x.reference_state()) for x in (lr, fresh))
         if rank == 0:
+            res["reference_restored"] = set(ref) == set(ref_fresh) and all(torch.equal(v, ref_fresh[k])
+                                                                           for k, v in ref.items())
             res["resumed_equal"] = all(torch.equal(v, fresh.trainable_state()[k])
                                        for k, v in lr.trainable_state().items())
             res["resumed_loss"] = (m2["learner/loss"], m2_fresh["learner/loss"])
@@ -152,6 +153,8 @@ def test_fsdp_on_two_cpu_ranks_matches_one_unsharded_learner(two_rank_results, t
     # the checkpoint: weights from rank 0, one optimizer shard per rank; the restored learner trains alike
     ck = out / case / "ck"
     assert (ck / "optimizer.rank0.pt").exists() and (ck / "optimizer.rank1.pt").exists()
+    assert (ck / "reference.rank0.safetensors").exists() and (ck / "reference.rank1.safetensors").exists()
+    assert got["reference_restored"]
     assert got["resumed_equal"] and got["resumed_loss"][0] == pytest.approx(got["resumed_loss"][1], rel=1e-5)
 
 
@@ -164,3 +167,30 @@ def test_bf16_keeps_fp32_master_weights_and_optimizer_state(two_rank_results):
 def test_ddp_ppo_survives_the_cold_start(two_rank_results):
     res, _ = two_rank_results
     assert res["ddp_ppo_value_loss"] > 0
+
+
+def test_full_fine_tune_keeps_its_start_reference_across_a_checkpoint(tiny_model, tmp_path):
+    """kl_reference: start with full fine-tuning (issue 14): the reference model is saved and restored,
+    not reloaded from the base model."""
+    from rlrouter.learner.checkpoint import load_checkpoint, save_checkpoint
+    from tests.learner.test_learner import _trajs
+
+    cfg = LearnerConfig(model=tiny_model, micro_batch_size=2, lora=False, lr=1e-2, grpo={"group_size": 2,
+                                                                                         "kl": {"coef": 0.1}})
+    torch.manual_seed(0)
+    lr = Learner(cfg)
+    trajs = _trajs(lr.tokenizer)
+    lr.sft_step(trajs[:2], lr=1e-2)
+    lr.set_reference_to_current()
+    lr.train_step(trajs, REWARDS)
+    save_checkpoint(tmp_path / "ck", lr, step=1)
+    fresh = Learner(cfg)
+    base = {n: p.detach().clone() for n, p in fresh.ref_model.named_parameters()}
+    load_checkpoint(tmp_path / "ck", fresh)
+    ref = dict(lr.ref_model.named_parameters())
+    assert any(not torch.equal(base[n], ref[n]) for n in base)  # the start reference is not the base model
+    assert all(torch.equal(p, ref[n]) for n, p in fresh.ref_model.named_parameters())
+    assert lr.train_step(trajs, REWARDS)["learner/loss"] == pytest.approx(
+        fresh.train_step(trajs, REWARDS)["learner/loss"], rel=1e-5)
+    base_cfg = LearnerConfig(model=tiny_model, lora=False, kl_reference="base", grpo={"kl": {"coef": 0.1}})
+    assert Learner(base_cfg).reference_state() is None  # the base model needs no copy in the checkpoint
