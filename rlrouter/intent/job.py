@@ -211,8 +211,9 @@ def _rows_to_examples(rows: list[dict[str, str]]) -> list[IntentExample]:
 
 
 def train_worker(job: IntentJobConfig, splits: Splits, out_dir: Path,
-                 log: Callable[[dict[str, float]], None] | None = None) -> dict[str, Any]:
-    """One rank's work: the phases of ``job.mode``. Rank 0 saves adapters under ``out_dir/<phase>``."""
+                 log: Callable[[dict[str, float]], None] | None = None, device: str = "cpu") -> dict[str, Any]:
+    """One rank's work on ``device`` (the launcher's, for Ray Train ranks): the phases of ``job.mode``.
+    Rank 0 saves adapters under ``out_dir/<phase>``."""
     import torch
 
     from rlrouter.distributed.launcher import rank_and_world
@@ -226,7 +227,7 @@ def train_worker(job: IntentJobConfig, splits: Splits, out_dir: Path,
     summary: dict[str, Any] = {"mode": job.mode, "world_size": world}
     history: dict[str, list] = {}
     if "supervised" in job.phases:
-        model = IntentModel(splits.labels, job.model)
+        model = IntentModel(splits.labels, job.model).to(device)
         t0 = time.perf_counter()
         sup = train_supervised(model, splits.train, splits.val, job.supervised, seed=job.seed, log=log)
         summary["supervised"] = {"best_step": sup.best_step, "best_val_loss": sup.best_val_loss,
@@ -236,7 +237,7 @@ def train_worker(job: IntentJobConfig, splits: Splits, out_dir: Path,
         if rank == 0:
             model.save(out_dir / "supervised", "supervised", summary["supervised"])
     else:
-        model = IntentModel.from_dir(job.init_from, trainable=True)
+        model = IntentModel.from_dir(job.init_from, trainable=True).to(device)
         if list(model.labels) != list(splits.labels):
             raise ValueError(f"init_from: adapter labels {model.labels} differ from the data's {list(splits.labels)}")
         if rank == 0:
@@ -267,7 +268,7 @@ def _ray_train_loop(config: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="intent_ckpt_") as tmp:
         # rank 0 prints each validation / PPO row: the worker log shows a long run's progress
         log = (lambda row: print(json.dumps(row), flush=True)) if session.rank == 0 else None
-        summary = train_worker(job, splits, Path(tmp), log=log)
+        summary = train_worker(job, splits, Path(tmp), log=log, device=session.device)
         # Ray Train V2 hands metrics back only with a checkpoint; only rank 0 has the files
         session.report(_flat_metrics(summary), tmp if session.rank == 0 else None)
 

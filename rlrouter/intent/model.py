@@ -140,11 +140,17 @@ class IntentModel(nn.Module):
         """The value head only trains in the PPO phase; frozen otherwise so DDP sees no unused grads."""
         self.value_head.requires_grad_(on)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model lives (the launcher's device for the rank); inputs are built there."""
+        return self.head.weight.device
+
     def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
-        """Pad to the longest query of the batch (not to max_length): most queries are short."""
+        """Pad to the longest query of the batch (not to max_length): most queries are short. On the
+        model's device."""
         enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.cfg.max_length,
                              return_tensors="pt")
-        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+        return {"input_ids": enc["input_ids"].to(self.device), "attention_mask": enc["attention_mask"].to(self.device)}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> IntentOutput:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

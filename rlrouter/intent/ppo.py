@@ -229,9 +229,10 @@ def collect_rollout(model: IntentModel, examples: Sequence[IntentExample], rewar
     predicted = [model.labels[a] for a in actions.tolist()]
     raw = score(reward_fn, texts, predicted, [e.label for e in batch], probs.tolist())
     rewards, n_none = _to_rewards(raw)
+    dev = out.values.device  # the buffer lives with the model (the rank's device)
     buf = RolloutBuffer(texts=texts, input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                        actions=actions, logprobs=logprobs, values=out.values.float(), rewards=rewards,
-                        dones=episode_dones(len(texts), cfg.episode_length))
+                        actions=actions, logprobs=logprobs, values=out.values.float(), rewards=rewards.to(dev),
+                        dones=episode_dones(len(texts), cfg.episode_length).to(dev))
     # the rollout ends on an episode boundary (validated), so nothing is bootstrapped past it
     buf.finish(cfg.gamma, cfg.gae_lambda, last_value=0.0)
     correct = sum(p == e.label for p, e in zip(predicted, batch))
@@ -242,9 +243,9 @@ def collect_rollout(model: IntentModel, examples: Sequence[IntentExample], rewar
 
 
 def _sample(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Categorical sample with an explicit generator (reproducible rollouts)."""
-    probs = torch.softmax(logits.float(), dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    """Categorical sample with an explicit (CPU) generator: reproducible rollouts, the same on any device."""
+    probs = torch.softmax(logits.float(), dim=-1).cpu()
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(logits.device)
 
 
 @torch.no_grad()

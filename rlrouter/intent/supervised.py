@@ -70,7 +70,7 @@ class SupervisedResult:
 def label_ids(model: IntentModel, examples: Sequence[IntentExample]) -> torch.Tensor:
     index = {label: i for i, label in enumerate(model.labels)}
     try:
-        return torch.tensor([index[e.label] for e in examples], dtype=torch.long)
+        return torch.tensor([index[e.label] for e in examples], dtype=torch.long, device=model.device)
     except KeyError as e:
         raise ValueError(f"label {e.args[0]!r} is not one of the model's labels {model.labels}") from None
 
