@@ -244,23 +244,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         s = results[arm]
         print(f"[learning] {arm}: cold start {s['cold_start']}, final {s['final']}, "
               f"time to {args.target}: {s['time_to_target']}", flush=True)
+    name = "router_r1_learning_quick" if args.quick else "router_r1"
+    path = RESULTS / f"{name}.json"
+    full = json.loads(path.read_text()) if path.exists() else {}
+    old = full.get("learning") or {}
+    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for res in results.values():
+        res["measured"] = now
+    if args.keep_arms:
+        for arm, res in (old.get("arms") or {}).items():
+            if arm not in results and isinstance(res, dict) and "held_out_curve" in res:
+                results[arm] = {**res, "measured_in": res.get("measured_in") or old.get("command")}
     if "trl" in results and "grpo" in results:
         results["time_to_quality"] = time_to_quality(results["grpo"], results["trl"], args.target)
+        results["time_to_quality"]["same_invocation"] = results["grpo"].get("measured") == results["trl"].get("measured")
         print(f"[learning] time to quality, ours vs TRL: {results['time_to_quality']}", flush=True)
     section = {"what": "held-out learning curves of the main job (cold start, then RL), arm by arm, one run",
                "command": "python benchmarks/bench_learning.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                "target_format_valid": args.target, "arms": results, "wall_s": time.perf_counter() - t_all}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "router_r1_learning_quick" if args.quick else "router_r1"
-    path = RESULTS / f"{name}.json"
-    full = json.loads(path.read_text()) if path.exists() else {}
-    old = full.get("learning") or {}
-    if args.keep_arms:
-        for arm, res in (old.get("arms") or {}).items():
-            if arm not in results and isinstance(res, dict) and "held_out_curve" in res:
-                results[arm] = {**res, "measured_in": res.get("measured_in") or {
-                    "command": old.get("command"), "date": old.get("date")}}
-    section["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    section["date"] = now
     full["learning"] = section
     path.write_text(json.dumps(full, indent=2))
     plot(results, RESULTS / f"{'router_r1_learning_quick' if args.quick else 'router_r1_learning'}.png", args.target)
