@@ -260,7 +260,9 @@ def test_epochs_as_a_unit(tmp_path):
             "train.prompts_per_step=4"]
     cfg = apply_epochs(compose_cfg("train_router_r1", tmp_path, [*base, "+train.total_epochs=2"]))
     assert cfg.train.total_steps == 5 and "total_epochs" not in cfg.train  # ceil(2 * 9 rows / 4)
-    TrainConfig(**{k: v for k, v in cfg.train.items() if k != "warmup_demos"})  # the loop's config takes it
+    from rlrouter.learner.job import JOB_ONLY_TRAIN_FIELDS
+
+    TrainConfig(**{k: v for k, v in cfg.train.items() if k not in JOB_ONLY_TRAIN_FIELDS})  # the loop's config takes it
     configured = compose_cfg("train_router_r1", tmp_path, base).train.total_steps
     assert apply_epochs(compose_cfg("train_router_r1", tmp_path, base)).train.total_steps == configured  # unset
     with pytest.raises(ValueError, match="train.total_epochs: must be a number > 0"):

@@ -27,6 +27,10 @@ def latest_checkpoint(out_dir: str | Path) -> str | None:
     return str(ckpts[-1]) if ckpts else None
 
 
+JOB_ONLY_TRAIN_FIELDS = ("warmup_demos", "warmup_query_words")
+"""``train`` fields the job reads itself (building the demonstrations) and the loop's ``TrainConfig`` does not take."""
+
+
 def check_fresh(out: Path, resume: bool, run_name: str) -> None:
     """A run that does not resume must not find another run's checkpoints in its folder: Ray Train would
     restore the newest of them (the mechanism that restarts a failed learner), so the "new" run would
@@ -50,7 +54,7 @@ def ensure_data(cfg: DictConfig) -> tuple[Path, Path]:
 
 def train_config(cfg: DictConfig, out_dir: str | Path | None = None, train_path: str | Path = "") -> TrainConfig:
     """The run's ``TrainConfig``: ``train``, the ``reward`` group and the ``learner`` (with the policy)."""
-    train = {k: v for k, v in _container(cfg.train).items() if k not in ("warmup_demos", "warmup_query_words")}
+    train = {k: v for k, v in _container(cfg.train).items() if k not in JOB_ONLY_TRAIN_FIELDS}
     return TrainConfig(**{**train, "out_dir": str(out_dir or cfg.out_dir), "train_path": str(train_path),
                           "reward": _container(cfg.reward),
                           "learner": {**_container(cfg.learner), "model": cfg.model}})

@@ -33,7 +33,9 @@ def test_experiment_composes_and_prepares_its_data(experiment, tmp_path, shared_
 
     cfg = compose([f"experiment={experiment}", f"paths.root_dir={tmp_path}", f"paths.shared_data={shared_data}"])
     plain = OmegaConf.to_container(cfg, resolve=True)
-    train = TrainConfig(**{k: v for k, v in plain["train"].items() if k != "warmup_demos"},
+    from rlrouter.learner.job import JOB_ONLY_TRAIN_FIELDS
+
+    train = TrainConfig(**{k: v for k, v in plain["train"].items() if k not in JOB_ONLY_TRAIN_FIELDS},
                         learner={**plain["learner"], "model": plain["model"]})
     learner = train.learner_cfg  # validates the learner block (dtype, strategy, checkpoint keeping)
     resources = ResourceSpec(**plain["resources"])
