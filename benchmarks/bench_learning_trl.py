@@ -50,7 +50,7 @@ def main() -> None:
     from benchmarks.bench_learning import compose
     from rlrouter.data.build import load_split
     from rlrouter.eval.router_r1 import held_out_summary
-    from rlrouter.learner.job import ensure_data, env_config, train_config
+    from rlrouter.learner.job import _container, ensure_data, env_config, train_config
     from rlrouter.learner.loop import build_reward, held_out_reward, score_trajectories
     from rlrouter.models import load_causal_lm, load_tokenizer
     from rlrouter.pool.pool import CandidatePool
@@ -64,7 +64,7 @@ def main() -> None:
     train_path, test_path = ensure_data(cfg)
     items = load_split(train_path)
     eval_items = load_split(test_path)[: cfg.eval.num_questions]
-    pool = CandidatePool.from_config(OmegaConf_to_plain(cfg.pool))
+    pool = CandidatePool.from_config(_container(cfg.pool))
     candidates = pool.names
     reward = build_reward(train, candidates)
     tok = load_tokenizer(cfg.model)
@@ -168,12 +168,6 @@ def main() -> None:
                                                      "steps_per_generation", "num_generations", "beta", "loss_type",
                                                      "use_vllm", "learning_rate", "generation_batch_size")}}
     out_path.write_text(json.dumps(out, indent=1, default=str))
-
-
-def OmegaConf_to_plain(node):  # noqa: N802 - a Hydra node as plain containers
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(node, resolve=True)
 
 
 if __name__ == "__main__":
