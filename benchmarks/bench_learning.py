@@ -42,7 +42,8 @@ ARMS: dict[str, list[str]] = {
 }
 """Each arm's overrides on top of the main job's config and the shared ``--set`` ones. ``trl`` is TRL's
 ``GRPOTrainer`` on the same task, start, data, reward and batch (benchmarks/bench_learning_trl.py, its own
-process); it needs ``--share-cold-start`` and an arm of ours before it."""
+process); it starts from ``--set train.init_from=...`` or, with ``--share-cold-start``, from the cold start of
+an arm of ours run before it."""
 
 
 def compose(overrides: list[str]):
@@ -225,8 +226,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         overrides = [*shared, *ARMS[arm], *start, f"run_name={run_name}"]
         print(f"[learning] arm {arm}: {' '.join(overrides)}", flush=True)
         if arm == "trl":
-            if not start:
-                ap.error("--arms: trl starts from the shared cold start: use --share-cold-start, after an arm of ours")
+            if not any(o.startswith("train.init_from=") for o in overrides):
+                ap.error("--arms: trl starts from a cold-start checkpoint: --set train.init_from=..., or "
+                         "--share-cold-start after an arm of ours")
             results[arm] = {"overrides": overrides, **run_trl(overrides, args.steps, args.eval_every, args.target)}
             print(f"[learning] trl: cold start {results[arm]['cold_start']}, final {results[arm]['final']}, "
                   f"time to {args.target}: {results[arm]['time_to_target']}", flush=True)
