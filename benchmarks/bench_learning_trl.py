@@ -51,7 +51,8 @@ def main() -> None:
     from rlrouter.data.build import load_split
     from rlrouter.eval.router_r1 import held_out_summary
     from rlrouter.learner.job import _container, ensure_data, env_config, train_config
-    from rlrouter.learner.loop import build_reward, held_out_reward, score_trajectories
+    from rlrouter.learner.loop import build_reward, held_out_reward
+    from rlrouter.rewards.router_r1 import score_trajectories
     from rlrouter.models import load_causal_lm, load_tokenizer
     from rlrouter.pool.pool import CandidatePool
     from rlrouter.rollout.env import EnvConfig, RouterEnv

@@ -34,8 +34,7 @@ def held_out_summary(trajs: Sequence[Any], candidates: Sequence[str], alpha: flo
                      metric: str = "em") -> dict[str, Any]:
     """``policy_summary`` plus the mean Router-R1 reward as training scores it (a fresh cost window, so
     every evaluation of a run scales costs the same way)."""
-    from rlrouter.learner.loop import score_trajectories
-    from rlrouter.rewards.router_r1 import RouterR1Reward
+    from rlrouter.rewards.router_r1 import RouterR1Reward, score_trajectories
 
     reward = RouterR1Reward(alpha, candidates=list(candidates), cost_window=cost_window, metric=metric)
     scores = score_trajectories(reward, trajs)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from rlrouter.learner.learner import LearnerConfig
 from rlrouter.progress import Progress
+from rlrouter.rewards.router_r1 import router_r1_part, score_trajectories
 from rlrouter.rollout.env import Trajectory
 from rlrouter.sync.transports import SyncPayload
 
@@ -131,31 +132,6 @@ def trajectory_metrics(trajs: Sequence[Trajectory], scores: Sequence[Any], candi
     for c in candidates:
         m[f"rollout/share/{c}"] = calls.get(c, 0) / total_calls if total_calls else 0.0
     return m
-
-
-def score_trajectories(reward: Any, trajs: Sequence[Trajectory]) -> list[Any]:
-    """Each trajectory's ``RouterR1Score``: the Router-R1 components (format, outcome, cost) and, as
-    ``total``, what the whole reward config gives (with ``combined``, the weighted sum)."""
-    prompts, texts = [t.item["query"] for t in trajs], [t.text for t in trajs]
-    # candidate_models: a record's own candidates are the routes its format check accepts, as in the env
-    totals = reward(prompts, texts, ground_truth=[list(t.item["ground_truth"]) for t in trajs],
-                    route_costs=[t.cost for t in trajs], tool_calls=[[r.model for r in t.routes] for t in trajs],
-                    candidate_models=[t.item.get("candidate_models") or None for t in trajs])
-    parts = router_r1_part(reward).last_scores
-    return [replace(s, total=float(t if t is not None else s.total)) for s, t in zip(parts, totals)]
-
-
-def router_r1_part(reward: Any) -> Any:
-    """The ``RouterR1Reward`` in a reward (itself, or one of a ``combined``'s functions)."""
-    from rlrouter.rewards.router_r1 import RouterR1Reward
-
-    if isinstance(reward, RouterR1Reward):
-        return reward
-    for fn in getattr(reward, "functions", ()):
-        if isinstance(fn, RouterR1Reward):
-            return fn
-    raise ValueError("train.reward: Router-R1 training needs a 'router_r1' reward (alone or in 'combined'); "
-                     "it supplies the format, outcome and cost the loop logs")
 
 
 def build_reward(cfg: TrainConfig, candidates: Sequence[str]) -> Any:

@@ -35,7 +35,7 @@ import re
 import string
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -518,3 +518,26 @@ class RouterR1Reward:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.cost_reward.load_state_dict(state)
+
+
+def score_trajectories(reward: Any, trajs: Sequence[Any]) -> list[Any]:
+    """Each trajectory's (``rlrouter.rollout.env.Trajectory``) ``RouterR1Score``: the Router-R1 components (format, outcome, cost) and, as
+    ``total``, what the whole reward config gives (with ``combined``, the weighted sum)."""
+    prompts, texts = [t.item["query"] for t in trajs], [t.text for t in trajs]
+    # candidate_models: a record's own candidates are the routes its format check accepts, as in the env
+    totals = reward(prompts, texts, ground_truth=[list(t.item["ground_truth"]) for t in trajs],
+                    route_costs=[t.cost for t in trajs], tool_calls=[[r.model for r in t.routes] for t in trajs],
+                    candidate_models=[t.item.get("candidate_models") or None for t in trajs])
+    parts = router_r1_part(reward).last_scores
+    return [replace(s, total=float(t if t is not None else s.total)) for s, t in zip(parts, totals)]
+
+
+def router_r1_part(reward: Any) -> Any:
+    """The ``RouterR1Reward`` in a reward (itself, or one of a ``combined``'s functions)."""
+    if isinstance(reward, RouterR1Reward):
+        return reward
+    for fn in getattr(reward, "functions", ()):
+        if isinstance(fn, RouterR1Reward):
+            return fn
+    raise ValueError("train.reward: Router-R1 training needs a 'router_r1' reward (alone or in 'combined'); "
+                     "it supplies the format, outcome and cost the loop logs")

@@ -7,7 +7,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from rlrouter.learner.job import engine_config, env_config, resource_spec, train_config
-from rlrouter.learner.loop import TrainConfig, build_reward, router_r1_part
+from rlrouter.learner.loop import TrainConfig, build_reward
+from rlrouter.rewards.router_r1 import router_r1_part
 from rlrouter.rewards.registry import with_params
 from tests.helpers import CONF_DIR
 
