@@ -126,7 +126,7 @@ def run_trl(overrides: list[str], steps: int, eval_every: int, target: float) ->
         "held_out_curve": [{"step": r["step"], **{k: r[k] for k in ev_keys}} for r in evals],
         "format_failures": {r["step"]: r["format_failures"] for r in evals},
         "train_curve": [{"step": h.get("step"), "reward/total": h.get("reward"),
-                         "time/step_s": s} for h, s in zip(res["log_history"], res["step_s"])],
+                         "time/step_s": s} for h, s in zip(res["log_history"], trl_step_s(res))],
         "time_to_target": time_to(evals, "eval/format_valid", target),
         "eval_rows": [{k: r[k] for k in ("step", "time", "time/eval_s", "eval/format_valid")} for r in evals],
         "train_s": res["wall_s"] - sum(r["time/eval_s"] for r in evals), "wall_s": res["wall_s"],
@@ -138,6 +138,13 @@ def run_trl(overrides: list[str], steps: int, eval_every: int, target: float) ->
         out_d["min_reward_after_cold_start"] = min(curve) if curve else None
         out_d["never_below_cold_start"] = bool(curve) and min(curve) >= cold["eval/mean_reward"]
     return out_d
+
+
+def trl_step_s(res: dict[str, Any]) -> list[float]:
+    """TRL's step times without held-out evaluations: bench_learning_trl.py marks the end of each step
+    before evaluating, so the interval of step k + 1 holds the evaluation made after step k."""
+    eval_s = {r["step"]: r["time/eval_s"] for r in res["held_out"] if r["step"] > 0}
+    return [s - eval_s.get(k, 0.0) for k, s in enumerate(res["step_s"])]
 
 
 def time_to_quality(ours: dict[str, Any], trl: dict[str, Any], target: float) -> dict[str, Any]:
