@@ -521,8 +521,9 @@ class RouterR1Reward:
 
 
 def score_trajectories(reward: Any, trajs: Sequence[Any]) -> list[Any]:
-    """Each trajectory's (``rlrouter.rollout.env.Trajectory``) ``RouterR1Score``: the Router-R1 components (format, outcome, cost) and, as
-    ``total``, what the whole reward config gives (with ``combined``, the weighted sum)."""
+    """Each trajectory's ``RouterR1Score`` (trajectories as ``rlrouter.rollout.env`` makes them): the
+    Router-R1 components (format, outcome, cost) and, as ``total``, what the whole reward config gives
+    (with ``combined``, the weighted sum)."""
     prompts, texts = [t.item["query"] for t in trajs], [t.text for t in trajs]
     # candidate_models: a record's own candidates are the routes its format check accepts, as in the env
     totals = reward(prompts, texts, ground_truth=[list(t.item["ground_truth"]) for t in trajs],
