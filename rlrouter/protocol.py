@@ -292,7 +292,8 @@ def check_format(text: str, candidates: Iterable[str] | None) -> None:
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 FORMAT_CHECKS = ("starts with <think>", "a closed, non-empty <think>", "tags balanced, not nested",
                  "a non-empty <answer>", "exactly one <answer>", "ends with </answer>",
-                 "every <search> a known 'model: query' followed by <information>")
+                 "an action (<search> or <answer>); every <search> a known 'model: query' followed by "
+                 "<information>")
 
 
 def format_progress(text: str, candidates: Iterable[str] | None) -> float:
@@ -316,7 +317,9 @@ def format_progress(text: str, candidates: Iterable[str] | None) -> float:
     except FormatError:
         balanced = False
     answers = _ANSWER_RE.findall(s)
-    routes_ok = True
+    # not vacuous: text with no action at all (a ramble the env cut off) must score below a well-formed
+    # route call, or an untrained policy's groups have no spread to learn from (issue 13)
+    routes_ok = bool(answers) or _SEARCH_RE.search(s) is not None
     for m in _SEARCH_RE.finditer(s):
         try:
             _check_route(m.group(1), known)

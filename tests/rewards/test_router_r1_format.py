@@ -149,6 +149,18 @@ def test_graded_penalty_orders_partial_progress_and_keeps_valid_at_zero():
     assert RouterR1FormatReward(CANDS)(["q"] * 4, texts[1:]) == [-1.0] * 4
 
 
+def test_graded_penalty_credits_a_route_call_over_a_ramble():
+    """What an untrained 135M policy writes (issue 13's sanity run): a route call inside an unclosed
+    <think>, or text with no action that the env cuts off. The call is closer to the protocol and must
+    score higher, or GRPO's groups have no spread."""
+    info = "\n\n<information>Error: no action found.</information>\n\n"
+    call = "<think>\n<search>gpt-4: capital of France?</search>\n\n<information>Paris</information>\n\n"
+    ramble = "<think>\nThe capital is a city. The capital is a city." + info
+    reward = RouterR1FormatReward(CANDS, graded=True)
+    r_call, r_ramble = reward(["q", "q"], [call, ramble])
+    assert -1.0 < r_ramble < r_call < 0.0
+
+
 def test_format_progress_is_one_exactly_for_valid_trajectories():
     from rlrouter.protocol import FORMAT_CHECKS, format_progress
 
