@@ -2,7 +2,8 @@
 
 Both answer the same calls, each taking the batch already split into one shard per rank:
 ``start`` (restore, report where the ranks stand), ``sft_step``, ``train_step``, ``sync_payload``
-(from rank 0), ``save_checkpoint`` and ``close``. A rank (``LearnerRank``) keeps the model, the
+(from rank 0), ``broadcast_weights`` (rank 0 sends to the engines itself: ``train.sync: nccl``),
+``save_checkpoint`` and ``close``. A rank (``LearnerRank``) keeps the model, the
 optimizer and the DDP state between calls; the driver (``rlrouter.learner.loop.run_training``) owns
 the loop, the rollouts and the rewards.
 
@@ -90,6 +91,23 @@ class LearnerRank:
 
         return make_payload(kind, self.learner, self.learner.version, bucket_mb)
 
+    def broadcast_weights(self, workers: list[Any], tensor_parallel_size: int, epoch: int,
+                          sync_factory: Any = None) -> dict[str, Any]:
+        """Rank 0: send the merged weights to the engines of ``workers`` over NCCL (``rlrouter.sync.nccl``).
+        The transfer group is built at the first call and again whenever ``epoch`` (the rollout group's
+        count of worker restarts) changes: a restarted engine is no longer in the old group.
+        ``sync_factory`` replaces ``NcclWeightSync`` (tests)."""
+        if getattr(self, "_transfer", None) is None or self._transfer_epoch != epoch:
+            if getattr(self, "_transfer", None) is not None:
+                self._transfer.close()
+            if sync_factory is None:
+                from rlrouter.sync.nccl import NcclWeightSync as sync_factory
+            self._transfer = sync_factory(workers, tensor_parallel_size, device=str(self.learner.device))
+            self._transfer_epoch = epoch
+        version = self.learner.version
+        seconds = self._transfer.sync(self.learner, version)
+        return {"version": version, "seconds": seconds, "bytes": float(self._transfer.last_bytes)}
+
     def save_checkpoint(self, path: str, step: int, extra: dict[str, Any], metrics: dict[str, float]) -> None:
         from rlrouter.learner.checkpoint import save_checkpoint
 
@@ -133,6 +151,9 @@ class LocalLearners:
 
     def sync_payload(self, kind: str, bucket_mb: float) -> Any:
         return self.rank.sync_payload(kind, bucket_mb)
+
+    def broadcast_weights(self, workers: list[Any], tensor_parallel_size: int, epoch: int) -> dict[str, Any]:
+        return self.rank.broadcast_weights(workers, tensor_parallel_size, epoch)
 
     def save_checkpoint(self, path: str, step: int, extra: dict[str, Any], metrics: dict[str, float]) -> None:
         self.rank.save_checkpoint(path, step, extra, metrics)
@@ -216,6 +237,12 @@ class LearnerGroup:
 
         out = self._workers.call([("sync_payload", kind, bucket_mb)] + [None] * (self.world_size - 1))
         return ray.get(out[0][0])
+
+    def broadcast_weights(self, workers: list[Any], tensor_parallel_size: int, epoch: int) -> dict[str, Any]:
+        """Rank 0 sends its gathered weights to the engines (the other ranks gathered theirs into it at
+        the end of ``train_step``, so they take no part)."""
+        cmd = ("broadcast_weights", workers, tensor_parallel_size, epoch)
+        return self._workers.call([cmd] + [None] * (self.world_size - 1))[0]
 
     def save_checkpoint(self, path: str, step: int, extra: dict[str, Any], metrics: dict[str, float]) -> None:
         n = self.world_size

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrouter.distributed.resources import ResourceSpec
 from rlrouter.learner.loop import TrainConfig, build_reward, held_out_reward
+from rlrouter.rollout.engine import EngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +63,11 @@ def train_config(cfg: DictConfig, out_dir: str | Path | None = None, train_path:
 
 def engine_config(cfg: DictConfig, train: TrainConfig) -> dict[str, Any]:
     """The rollout engine's config; what it must share with the learner is derived here, once: the LoRA
-    rank it must accept and whether it serves adapters (the ``lora`` sync transport)."""
-    return {**_container(cfg.rollout.engine), "max_lora_rank": max(train.learner_cfg.lora_r, 8),
-            "enable_lora": train.sync == "lora"}
+    rank it must accept, whether it serves adapters (the ``lora`` sync transport) and whether it joins
+    an NCCL weight transfer (the ``nccl`` transport)."""
+    engine = _container(cfg.rollout.engine)
+    return {**engine, "max_lora_rank": max(train.learner_cfg.lora_r, 8), "enable_lora": train.sync == "lora",
+            "weight_transfer": "nccl" if train.sync == "nccl" else engine.get("weight_transfer")}
 
 
 def env_config(cfg: DictConfig, train: TrainConfig, **changes: Any) -> dict[str, Any]:
@@ -119,6 +122,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     resources = resource_spec(cfg)
     train = train_config(cfg, out, train_path)
     build_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
+    EngineConfig(**engine_config(cfg, train))  # so does a bad engine (train.sync=nccl on a CPU engine)
     cluster = connect(num_cpus=cfg.ray.num_cpus, num_gpus=cfg.ray.num_gpus,
                       include_dashboard=cfg.ray.include_dashboard)
     print(f"ray: {cluster['mode']} cluster at {cluster['address']}")

@@ -31,6 +31,9 @@ from rlrouter.sync.transports import SyncPayload
 log = logging.getLogger(__name__)
 
 
+SYNC_TRANSPORTS = ("lora", "tensors", "nccl")
+
+
 @dataclass
 class TrainConfig:
     """One Router-R1 training run."""
@@ -48,7 +51,9 @@ class TrainConfig:
     checkpoint_every: int = 5
     """K: a checkpoint every K steps (and at the end)."""
     sync: str = "tensors"
-    """Weight-sync transport: "lora" (adapter files) or "tensors" (merged tensors in buckets)."""
+    """Weight-sync transport: "lora" (adapter files) or "tensors" (merged tensors in buckets), both
+    through the object store; or "nccl": GPU to GPU from the learner's rank 0 into the engines
+    (``rlrouter.sync.nccl``; CUDA only, the job starts the engines with ``weight_transfer: nccl``)."""
     sync_bucket_mb: float = 64.0
     train_path: str = ""
     out_dir: str = "outputs/run"
@@ -75,8 +80,8 @@ class TrainConfig:
             low = 0 if f == "total_steps" else 1
             if not isinstance(getattr(self, f), int) or getattr(self, f) < low:
                 raise ValueError(f"train.{f}: must be an int >= {low}, got {getattr(self, f)!r}")
-        if self.sync not in ("lora", "tensors"):
-            raise ValueError(f"train.sync: 'lora' or 'tensors', got {self.sync!r}")
+        if self.sync not in SYNC_TRANSPORTS:
+            raise ValueError(f"train.sync: one of {SYNC_TRANSPORTS}, got {self.sync!r}")
 
     @property
     def learner_cfg(self) -> LearnerConfig:
@@ -95,6 +100,25 @@ class Rollout(Protocol):
     def rollout(self, items: Sequence[dict], n_samples: int, seed: int, step: int) -> list[Trajectory]: ...
 
     def sync(self, payload: SyncPayload) -> float: ...
+
+
+def sync_policy(cfg: TrainConfig, learners: Any, rollout: Any) -> float:
+    """Make the rollout workers serve the learner's current weights; returns the bytes sent (to each
+    worker). ``tensors`` / ``lora``: rank 0 builds a payload, the driver puts it in the object store
+    (``RolloutGroup.sync``). ``nccl``: rank 0 sends the weights to the engines itself and the group
+    records the version (``RolloutGroup.sync_direct``); a worker that restarts later gets the same
+    version as a ``tensors`` payload."""
+    if cfg.sync == "nccl":
+        if not hasattr(rollout, "sync_direct"):
+            raise ValueError("train.sync=nccl needs Ray rollout workers (a RolloutGroup); this rollout "
+                             f"({type(rollout).__name__}) can only take 'tensors' or 'lora'")
+        tp = getattr(rollout, "tensor_parallel_size", 1)
+        info = rollout.sync_direct(lambda workers, epoch: learners.broadcast_weights(workers, tp, epoch),
+                                   lambda: learners.sync_payload("tensors", cfg.sync_bucket_mb))
+        return float(info.get("bytes", 0.0))
+    payload = learners.sync_payload(cfg.sync, cfg.sync_bucket_mb)
+    rollout.sync(payload)
+    return float(payload.nbytes)
 
 
 def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
@@ -222,7 +246,7 @@ def _train(cfg: TrainConfig, rollout: Rollout, learners: Any, candidates: Sequen
         learners.reset_reference()  # the KL reference is the policy RL starts from
     # the engines serve the base weights after a (re)start, or other weights (a reused group, a cold
     # start): from here on they serve ours
-    rollout.sync(learners.sync_payload(cfg.sync, cfg.sync_bucket_mb))
+    sync_policy(cfg, learners, rollout)
     logger = MetricsLogger(out, run_name=out.name, append=start > 0 or restarts > 0)
     evaluate = cfg.eval_every > 0 and len(eval_items) > 0
     if evaluate and start == 0:
@@ -247,10 +271,8 @@ def _train(cfg: TrainConfig, rollout: Rollout, learners: Any, candidates: Sequen
             learn = learners.train_step(shards, rewards, pad_to=max(len(t.tokens) for t in trajs))
             metrics = {**trajectory_metrics(trajs, scores, candidates), **learn}
             t0 = time.perf_counter()
-            payload = learners.sync_payload(cfg.sync, cfg.sync_bucket_mb)
-            rollout.sync(payload)
+            metrics["sync/bytes"] = sync_policy(cfg, learners, rollout)
             t_sync = time.perf_counter() - t0
-            metrics["sync/bytes"] = float(payload.nbytes)
             step_s = time.perf_counter() - t_step
             gen_tokens = timing.get("generated_tokens", 0.0)
             metrics.update({"time/step_s": step_s, "time/rollout_s": t_rollout,

@@ -9,13 +9,19 @@ number. Every call carries the serial it expects; a worker serving another (one 
 the base weights, for any reason) refuses, is re-synced with the current payload and the call is
 retried. A worker that dies mid-call is restarted by Ray (``max_restarts``), re-synced, and its
 shard retried (issue 8).
+
+``sync_direct`` is the other way in (issue 14, ``train.sync: nccl``): the weights go GPU to GPU from
+the learner's rank 0 into the engines (``rlrouter.sync.nccl``), not through this process, so the group
+keeps no payload, only a way to get one (``fallback``, the same version through the object store) for
+a worker that restarts. A restart also breaks the NCCL group the engines joined: ``transfer_epoch``
+counts restarts, and the sender builds a new group when it changes.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rlrouter.distributed.resources import ResourceSpec
 from rlrouter.rollout.engine import EngineConfig
@@ -41,6 +47,14 @@ class _Worker(RolloutWorker):
         s = apply_payload(self, payload)
         self.serving = serial
         return s
+
+    def mark_serving(self, serial: int, version: int) -> int:
+        """After a direct transfer (``RolloutGroup.sync_direct``) put ``version`` into this engine."""
+        if self.weights_version != version:
+            raise StaleWeights(f"rollout worker holds weights version {self.weights_version}, the transfer "
+                               f"was to bring {version}")
+        self.serving = serial
+        return serial
 
     def serving_serial(self) -> int:
         return self.serving
@@ -93,6 +107,12 @@ class RolloutGroup:
                         for i, opts in enumerate(worker_actor_options(resources, engine, self.pg, max_restarts))]
         self._ray = ray
         self.last_payload: SyncPayload | None = None
+        self._payload_ref: Any = None
+        self._fallback: Callable[[], SyncPayload] | None = None
+        """``sync_direct``: builds the current version's payload for a worker that restarted."""
+        self._direct_version: int | None = None
+        self.transfer_epoch = 0
+        """Worker restarts so far: a direct transfer's sender rebuilds its group when this changes."""
         self.serial = 0
         """Bumped by each ``sync``; every call expects its workers to serve it."""
         self.restarts = 0
@@ -105,7 +125,9 @@ class RolloutGroup:
 
     @property
     def version(self) -> int:
-        """The policy version the workers serve (the learner's, from the last payload; 0 = base)."""
+        """The policy version the workers serve (the learner's, from the last sync; 0 = base)."""
+        if self._direct_version is not None:
+            return self._direct_version
         return self.last_payload.version if self.last_payload is not None else 0
 
     def _submit(self, i: int, method: str, args: tuple) -> Any:
@@ -147,8 +169,12 @@ class RolloutGroup:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"rollout worker {i} did not come back within {timeout_s:.0f}s") from None
                 time.sleep(1.0)
+        self.transfer_epoch += 1  # it left any NCCL group the engines had joined
         # never synced (serial 0): the base weights a restarted engine loads are the current policy
-        if self.last_payload is not None:
+        if self._payload_ref is None and self._fallback is not None:
+            self.last_payload = self._fallback()  # a direct sync's version, through the object store
+            self._payload_ref = self._ray.put(self.last_payload)
+        if self._payload_ref is not None:
             self._ray.get(self.workers[i].apply_sync.remote(self._payload_ref, self.serial))
 
     def rollout(self, items: Sequence[dict[str, Any]], n_samples: int, seed: int, step: int,
@@ -168,6 +194,7 @@ class RolloutGroup:
         t0 = time.perf_counter()
         self._payload_ref = self._ray.put(payload)
         self.last_payload = payload
+        self._fallback = self._direct_version = None
         self.serial += 1
         refs = [w.apply_sync.remote(self._payload_ref, self.serial) for w in self.workers]
         for i, ref in enumerate(refs):
@@ -178,6 +205,29 @@ class RolloutGroup:
                 log.warning("rollout worker %d died during a sync; re-syncing it after its restart", i)
                 self._resync(i)
         return time.perf_counter() - t0
+
+    def sync_direct(self, send: Callable[[list[Any], int], dict[str, Any]],
+                    fallback: Callable[[], SyncPayload]) -> dict[str, Any]:
+        """Make every worker serve weights that ``send(workers, transfer_epoch)`` moves into the engines
+        itself (the learner's rank 0 over NCCL: ``LearnerGroup.broadcast_weights``); ``send`` returns at
+        least ``{"version": v}``, the version the engines now hold. Then the group records the new
+        serial on every worker. ``fallback()`` is called only if a worker restarts before the next sync:
+        it must return version v's payload for the object store. Returns ``send``'s dict with
+        ``seconds``."""
+        t0 = time.perf_counter()
+        self.serial += 1
+        self.last_payload, self._payload_ref, self._fallback = None, None, fallback
+        info = dict(send(list(self.workers), self.transfer_epoch))
+        self._direct_version = int(info["version"])
+        for i, w in enumerate(self.workers):
+            try:
+                self._ray.get(w.mark_serving.remote(self.serial, self._direct_version))
+            except Exception as e:  # noqa: BLE001 - died after the transfer, or restarted without it
+                self.restarts += 1
+                log.warning("rollout worker %d lost the direct transfer (%s); re-syncing it", i, type(e).__name__)
+                self._resync(i)
+        info["seconds"] = time.perf_counter() - t0
+        return info
 
     def generate_text(self, prompts: list[str], max_tokens: int = 64, temperature: float = 0.0) -> list[dict]:
         spans = shard(len(prompts), len(self.workers))

@@ -8,10 +8,13 @@ the two pieces that are ours: the learner's merged weights as a vLLM ``WeightSou
 that drives our ``RolloutWorker`` actors (each engine is a vLLM instance of its own, so each gets its
 own ``rank_offset`` in the group: 1 + engine index x tensor parallel size).
 
-NOT RUN ON A GPU, AND NOT WIRED: no session that wrote it had a GPU, and the sync must be driven
-from the learner's rank-0 process with the rollout workers' handles (``NcclWeightSync(group.workers,
-tp).sync(learner, version)``), which the training loop does not do yet (docs/gpu.md). The object-store
-path (``transports.make_payload("tensors")``) is what runs today.
+Wired in (``train.sync: nccl``, which also starts the engines with ``weight_transfer: nccl``): each
+step the driver asks the learner's rank 0 to ``broadcast_weights`` to the rollout workers' handles
+(``LearnerRank.broadcast_weights`` builds an ``NcclWeightSync`` and calls ``sync``), then the rollout
+group records the new version on every worker (``RolloutGroup.sync_direct``); a worker that restarts
+gets that version through the object store and the next sync builds a new NCCL group. The
+orchestration is tested on CPU with stand-ins (tests/sync/test_nccl_wiring.py); the NCCL transfer
+itself has NOT RUN ON A GPU: no session that wrote it had one (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -91,13 +94,17 @@ class NcclWeightSync:
         self.master_address = master_address or ray.util.get_node_ip_address()
         self.master_port = master_port or _free_port()
         self._engine: Any = None
+        self.last_bytes = 0
+        """Bytes the last ``sync`` sent (to each engine)."""
 
     def sync(self, source: Any, version: int) -> float:
         """Send ``source.merged_weights()`` (a Learner on rank 0) to every engine; returns seconds taken."""
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo, NCCLTrainerWeightTransferEngine
 
         t0 = time.perf_counter()
-        weights = MergedWeightsSource(source.merged_weights(only_changed=True), self.device)
+        named = source.merged_weights(only_changed=True)
+        self.last_bytes = sum(t.numel() * t.element_size() for _, t in named)
+        weights = MergedWeightsSource(named, self.device)
         self.client.version = version
         if self._engine is None:
             info = NCCLTrainerInitInfo(master_address=self.master_address, master_port=self.master_port,

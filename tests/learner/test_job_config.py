@@ -81,3 +81,20 @@ def test_a_fresh_run_refuses_a_folder_that_holds_another_run(tmp_path):
     with pytest.raises(FileExistsError, match="run_name=r: .*resume=true"):
         check_fresh(tmp_path, False, "r")
     check_fresh(tmp_path, True, "r")  # resuming is what the folder is for
+
+
+def test_nccl_sync_starts_the_engines_with_the_nccl_weight_transfer():
+    """Issue 14: ``train.sync=nccl`` is one switch; the engines' ``weight_transfer`` follows from it."""
+    from rlrouter.rollout.engine import EngineConfig
+
+    cfg = _compose("train.sync=nccl")
+    engine = engine_config(cfg, train_config(cfg))
+    assert engine["weight_transfer"] == "nccl" and engine["enable_lora"] is False
+    # the CPU preset cannot: the job fails before Ray starts, naming the field
+    with pytest.raises(ValueError, match="rollout.engine.weight_transfer: 'nccl' needs device=cuda"):
+        EngineConfig(**engine)
+    gpu = _compose("train.sync=nccl", "rollout=vllm_gpu")
+    kwargs = EngineConfig(**engine_config(gpu, train_config(gpu))).llm_kwargs("m")
+    assert kwargs["weight_transfer_config"] == {"backend": "nccl"}
+    plain = _compose()
+    assert engine_config(plain, train_config(plain)).get("weight_transfer") is None

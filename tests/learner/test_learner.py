@@ -98,7 +98,7 @@ def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="learner.algo"):
         LearnerConfig(algo="a2c")
     with pytest.raises(ValueError, match="train.sync"):
-        TrainConfig(sync="nccl")
+        TrainConfig(sync="ipc")
 
 
 def test_cold_start_sft_lowers_the_nll_of_policy_tokens_only(learner):

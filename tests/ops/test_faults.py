@@ -138,3 +138,43 @@ def test_worker_killed_in_the_final_evaluation_is_evaluated_on_the_current_weigh
     assert serials == [0]  # the restarted engine serves the base weights ...
     assert [t.text for t in evaluate()] == [t.text for t in clean]  # ... until the group re-syncs it
     assert group.worker_serials() == [group.serial]
+
+
+@pytest.mark.timeout(900)
+def test_direct_transfer_then_a_killed_worker_gets_the_same_version_through_the_object_store(ray_cluster, trained):
+    """Issue 14 (``train.sync: nccl``): after a direct transfer (``RolloutGroup.sync_direct``; here a CPU
+    stand-in for rank 0's NCCL broadcast pushes the tensors into each engine itself), the group records
+    the version; a worker killed mid-evaluation comes back, gets that version from ``fallback`` (the
+    object store), its shard is retried, and the next transfer is told to build a new group."""
+    from rlrouter.sync.transports import SyncPayload
+
+    group, base_eval = trained
+    current = group.last_payload
+    version = current.version + 1
+    epochs, fallbacks = [], []
+
+    def send(workers, epoch):
+        epochs.append(epoch)
+        for i, bucket in enumerate(current.buckets):  # not apply_sync: the group must record the serial itself
+            ray_cluster.get([w.update_weights.remote(bucket, version, i == len(current.buckets) - 1)
+                             for w in workers])
+        return {"version": version, "bytes": float(current.nbytes)}
+
+    def fallback():
+        fallbacks.append(version)
+        return SyncPayload(kind="tensors", version=version, buckets=current.buckets)
+
+    def evaluate():
+        return group.rollout(ITEMS, 1, 1234, step=-1, temperature=0.0)
+
+    clean = evaluate()
+    info = group.sync_direct(send, fallback)
+    assert info["version"] == version and group.version == version
+    assert group.worker_serials() == [group.serial] and group.last_payload is None
+    assert [t.text for t in evaluate()] == [t.text for t in clean] != [t.text for t in base_eval]
+    epoch0 = group.transfer_epoch
+    killed = _kill_while_busy(ray_cluster, group, evaluate)
+    assert [t.text for t in killed] == [t.text for t in clean]
+    assert fallbacks == [version] and group.transfer_epoch > epoch0
+    group.sync_direct(send, fallback)
+    assert epochs == [epoch0, group.transfer_epoch]  # the sender sees the restart and rebuilds its group
