@@ -293,7 +293,7 @@ _THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 FORMAT_CHECKS = ("starts with <think>", "a closed, non-empty <think>", "tags balanced, not nested",
                  "a non-empty <answer>", "exactly one <answer>", "ends with </answer>",
                  "an action (<search> or <answer>); every <search> a known 'model: query' followed by "
-                 "<information>")
+                 "<information>", "every <information> right after a <search>")
 
 
 def format_progress(text: str, candidates: Iterable[str] | None) -> float:
@@ -327,13 +327,17 @@ def format_progress(text: str, candidates: Iterable[str] | None) -> float:
             routes_ok = False
         if not s[m.end():].lstrip().startswith("<information>"):
             routes_ok = False
+    # the env writes <information> only after a call (or a failed turn): one the policy wrote itself,
+    # copying the prompt's example instead of calling, must not pass (issue 13's sanity run found that)
+    infos_ok = all(s[:m.start()].rstrip().endswith("</search>") for m in _INFO_RE.finditer(s))
     passed = [s.startswith("<think>"),
               any(t.strip() and not _ONLY_DOTS.match(t) for t in _THINK_RE.findall(s)),
               balanced,
               any(a.strip() for a in answers),
               len(answers) == 1,
               s.endswith("</answer>"),
-              routes_ok]
+              routes_ok,
+              infos_ok]
     return sum(passed) / (len(FORMAT_CHECKS) + 1)
 
 

@@ -161,6 +161,17 @@ def test_graded_penalty_credits_a_route_call_over_a_ramble():
     assert -1.0 < r_ramble < r_call < 0.0
 
 
+def test_graded_penalty_pays_a_real_call_over_a_copied_information_block():
+    """The shortcut sanity run 3 learned: copy the prompt's example, writing <information> itself with
+    no call. It must score below the same trajectory with a real call."""
+    tail = "<information>391</information>\n<think>The reply says 391.</think>\n<answer>391</answer>"
+    copied = "<think>\n" + tail
+    called = "<think>\n<search>gpt-4: What is 17 * 23?</search>\n" + tail
+    reward = RouterR1FormatReward(CANDS, graded=True)
+    r_copied, r_called = reward(["q", "q"], [copied, called])
+    assert r_copied < r_called < 0.0
+
+
 def test_format_progress_is_one_exactly_for_valid_trajectories():
     from rlrouter.protocol import FORMAT_CHECKS, format_progress
 
