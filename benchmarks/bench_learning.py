@@ -39,6 +39,10 @@ ARMS: dict[str, list[str]] = {
     "grpo": [],
     "ppo": ["algo=ppo"],
     "trl": [],
+    # RL with no cold start on the graded format reward alone (issue 13's sanity run): the untrained policy
+    # writes no valid trajectory, so 8 samples a prompt at T 0.7 give GRPO's groups some spread
+    "sanity": ["reward=format_only", "train.warmup_steps=0", "train.n_samples=8", "learner.temperature=0.7",
+               "learner.lr=1e-3", "learner.lr_warmup_steps=0", "eval.untrained=false"],
 }
 """Each arm's overrides on top of the main job's config and the shared ``--set`` ones. ``trl`` is TRL's
 ``GRPOTrainer`` on the same task, start, data, reward and batch (benchmarks/bench_learning_trl.py, its own
@@ -72,8 +76,8 @@ def summarize(report: dict[str, Any], target: float) -> dict[str, Any]:
     rows = report["steps"]
     evals = [r for r in rows if "eval/format_valid" in r]
     train = [r for r in rows if "reward/total" in r]
-    keep = ("reward/total", "reward/format", "rollout/format_valid", "rollout/em", "rollout/logprob_gap",
-            "rollout/is_ratio_mean", "rollout/is_ratio_max", "learner/kl", "learner/entropy", "learner/grad_norm",
+    keep = ("reward/total", "reward/format", "rollout/format_valid", "rollout/answered", "rollout/em",
+            "rollout/logprob_gap", "rollout/is_ratio_mean", "rollout/is_ratio_max", "learner/kl", "learner/entropy", "learner/grad_norm",
             "time/step_s")
     cold = evals[0] if evals and evals[0]["step"] == 0 else None
     res = report["results"]
@@ -98,6 +102,23 @@ def summarize(report: dict[str, Any], target: float) -> dict[str, Any]:
         out["min_reward_after_cold_start"] = min(curve) if curve else None
         out["never_below_cold_start"] = bool(curve) and min(curve) >= cold["eval/mean_reward"]
     return out
+
+
+def from_report(path: Path, target: float) -> dict[str, Any]:
+    """An arm from a finished job's ``report.json``, summarised as a run of this benchmark is, with the job's
+    command line (its overrides) and the time the report was written."""
+    if not path.is_file():
+        raise SystemExit(f"--from-report: {path} is not a file (a job's outputs/<run>/report.json)")
+    report = json.loads(path.read_text())
+    hydra = path.parent / "hydra" / ".hydra" / "overrides.yaml"
+    overrides = None
+    if hydra.is_file():
+        import yaml
+
+        overrides = yaml.safe_load(hydra.read_text())
+    written = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(path.stat().st_mtime))
+    return {"overrides": overrides, **summarize(report, target), "measured_in": f"{path} ({written})",
+            "learner": {k: report["config"]["learner"].get(k) for k in ("lr", "lr_warmup_steps", "algo")}}
 
 
 def run_trl(overrides: list[str], steps: int, eval_every: int, target: float) -> dict[str, Any]:
@@ -173,7 +194,8 @@ def plot(arms: dict[str, dict[str, Any]], path: Path, target: float) -> None:
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(2, 2, figsize=(11, 7))
-    arms = {k: a for k, a in arms.items() if isinstance(a, dict) and "held_out_curve" in a}
+    # the sanity arm's reward is the graded format reward alone: its own figure (plot_sanity)
+    arms = {k: a for k, a in arms.items() if isinstance(a, dict) and "held_out_curve" in a and k != "sanity"}
     for i, (name, a) in enumerate(arms.items()):
         c = f"C{i}"
         hc = a["held_out_curve"]
@@ -190,10 +212,41 @@ def plot(arms: dict[str, dict[str, Any]], path: Path, target: float) -> None:
     ax[0, 0].axhline(target, ls=":", color="grey", lw=1, label=f"target {target}")
     ax[0, 0].set_title("held-out format validity (greedy; step 0 = cold start, x = untrained)")
     ax[0, 1].set_title("held-out mean Router-R1 reward")
-    ax[1, 0].set_title("sampled format validity per RL step (T=1)")
+    ax[1, 0].set_title("sampled format validity per RL step")
     ax[1, 1].set_title("rollout/logprob_gap: |learner - vLLM| per token")
     ax[1, 1].set_yscale("log")
     for a in ax.flat:
+        a.set_xlabel("RL step")
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        a.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_sanity(arm: dict[str, Any], path: Path) -> None:
+    """The sanity arm (no cold start, graded format reward alone): sampled reward, answered share and
+    format validity per RL step, and the held-out greedy validity."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    tc, hc = arm["train_curve"], arm["held_out_curve"]
+    fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
+    ax[0].plot([r["step"] for r in tc], [r["reward/total"] for r in tc], marker="o", label="graded format reward")
+    ax[0].set_title("sampled graded format reward per RL step (valid = 0)")
+    ax[1].plot([r["step"] for r in tc], [r.get("rollout/format_valid") for r in tc], marker=".",
+               label="sampled format validity")
+    if any("rollout/answered" in r for r in tc):
+        ax[1].plot([r["step"] for r in tc], [r.get("rollout/answered") for r in tc], marker=".", ls="--",
+                   label="sampled: ends in <answer>")
+    ax[1].plot([r["step"] for r in hc], [r["eval/format_valid"] for r in hc], marker="s",
+               label="held-out format validity (greedy)")
+    ax[1].set_ylim(-0.02, 1.02)
+    ax[1].set_title("format validity, no cold start")
+    for a in ax:
         a.set_xlabel("RL step")
         a.xaxis.set_major_locator(MaxNLocator(integer=True))
         a.legend(fontsize=8)
@@ -212,11 +265,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--share-cold-start", action="store_true",
                     help="arms after the first start from the first arm's cold-start checkpoint (train.init_from)")
     ap.add_argument("--quick", action="store_true", help="toy sizes; results to router_r1_learning_quick.json")
+    ap.add_argument("--from-report", nargs="*", default=[], metavar="ARM=REPORT",
+                    help="record an arm from a finished job's report.json (the job run by hand with the arm's "
+                         "overrides) instead of running it")
     ap.add_argument("--keep-arms", action="store_true",
                     help="keep arms of the results file that this run does not run, each labelled with the command "
                          "and date of the run that measured it")
     args = ap.parse_args(argv)
     arms = [a for a in args.arms.split(",") if a]
+    given = dict(x.split("=", 1) for x in args.from_report if "=" in x)
+    if len(given) != len(args.from_report):
+        ap.error(f"--from-report: ARM=REPORT pairs, got {args.from_report}")
+    arms = [a for a in arms if a not in given] + list(given)
     unknown = set(arms) - set(ARMS)
     if unknown:
         ap.error(f"--arms: unknown {sorted(unknown)}; known: {sorted(ARMS)}")
@@ -229,6 +289,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     start: list[str] = []
     for arm in arms:
+        if arm in given:
+            results[arm] = from_report(Path(given[arm]), args.target)
+            continue
         run_name = f"bench_learning_{arm}{'_quick' if args.quick else ''}"
         overrides = [*shared, *ARMS[arm], *start, f"run_name={run_name}"]
         print(f"[learning] arm {arm}: {' '.join(overrides)}", flush=True)
@@ -259,7 +322,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     old = full.get("learning") or {}
     now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     for res in results.values():
-        res["measured"] = now
+        if "measured_in" not in res:  # an arm from --from-report was measured when its job wrote the report
+            res["measured"] = now
     if args.keep_arms:
         for arm, res in (old.get("arms") or {}).items():
             if arm not in results and isinstance(res, dict) and "held_out_curve" in res:
@@ -276,6 +340,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     full["learning"] = section
     path.write_text(json.dumps(full, indent=2))
     plot(results, RESULTS / f"{'router_r1_learning_quick' if args.quick else 'router_r1_learning'}.png", args.target)
+    if isinstance(results.get("sanity"), dict):
+        plot_sanity(results["sanity"], RESULTS / f"router_r1_sanity{'_quick' if args.quick else ''}.png")
     print(f"[learning] wrote {path}", flush=True)
     return section
 
