@@ -40,9 +40,12 @@ ARMS: dict[str, list[str]] = {
     "ppo": ["algo=ppo"],
     "trl": [],
     # RL with no cold start on the graded format reward alone (issue 13's sanity run): the untrained policy
-    # writes no valid trajectory, so 8 samples a prompt at T 0.7 give GRPO's groups some spread
+    # writes no valid trajectory, so 8 samples a prompt at T 0.7 give GRPO's groups some spread, and the
+    # turn opens with "<think>" as the prompt's example does (not "<think>\n"), which the policy then continues
+    # by copying the example's closed thought (docs/benchmarks.md)
     "sanity": ["reward=format_only", "train.warmup_steps=0", "train.n_samples=8", "learner.temperature=0.7",
-               "learner.lr=1e-3", "learner.lr_warmup_steps=0", "eval.untrained=false"],
+               "learner.lr=1e-3", "learner.lr_warmup_steps=0", "rollout.env.prefill='<think>'",
+               "eval.untrained=false"],
 }
 """Each arm's overrides on top of the main job's config and the shared ``--set`` ones. ``trl`` is TRL's
 ``GRPOTrainer`` on the same task, start, data, reward and batch (benchmarks/bench_learning_trl.py, its own

@@ -27,7 +27,9 @@ def test_the_sanity_arm_is_rl_from_scratch_on_the_graded_format_reward():
     cfg = bl.compose([*bl.ARMS["sanity"], "run_name=t"])
     train = train_config(cfg)
     assert train.warmup_steps == 0 and train.init_from is None
-    assert env_config(cfg, train)["temperature"] == 0.7  # the env samples at the learner's temperature
+    env = env_config(cfg, train)
+    assert env["temperature"] == 0.7  # the env samples at the learner's temperature
+    assert env["prefill"] == "<think>"  # as the prompt's example opens its thought
     fmt = router_r1_part(build_reward(train, CANDS)).format_reward
     assert fmt is not None
     graded = [f for f in cfg.reward.functions if f.name == "router_r1_format"]
