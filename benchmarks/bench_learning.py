@@ -194,7 +194,6 @@ def plot(arms: dict[str, dict[str, Any]], path: Path, target: float) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(2, 2, figsize=(11, 7))
     # the sanity arm's reward is the graded format reward alone: its own figure (plot_sanity)
@@ -218,7 +217,15 @@ def plot(arms: dict[str, dict[str, Any]], path: Path, target: float) -> None:
     ax[1, 0].set_title("sampled format validity per RL step")
     ax[1, 1].set_title("rollout/logprob_gap: |learner - vLLM| per token")
     ax[1, 1].set_yscale("log")
-    for a in ax.flat:
+    _save(fig, ax.flat, path)
+
+
+def _save(fig: Any, axes: Any, path: Path) -> None:
+    """RL steps on every x axis, legends, then the PNG."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    for a in axes:
         a.set_xlabel("RL step")
         a.xaxis.set_major_locator(MaxNLocator(integer=True))
         a.legend(fontsize=8)
@@ -234,7 +241,6 @@ def plot_sanity(arm: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     tc, hc = arm["train_curve"], arm["held_out_curve"]
     fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -249,13 +255,7 @@ def plot_sanity(arm: dict[str, Any], path: Path) -> None:
                label="held-out format validity (greedy)")
     ax[1].set_ylim(-0.02, 1.02)
     ax[1].set_title("format validity, no cold start")
-    for a in ax:
-        a.set_xlabel("RL step")
-        a.xaxis.set_major_locator(MaxNLocator(integer=True))
-        a.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, ax, path)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
