@@ -77,8 +77,9 @@ def trained(ray_cluster, pool_cfg, shared_data):
     from rlrouter.rollout.parsing import TrajectoryTokens
     from rlrouter.sync.transports import make_payload
 
+    # the module's tests kill worker 0 four times in all; Ray gives up on an actor after max_restarts
     group = RolloutGroup("smollm2-135m-instruct", {"enable_lora": False}, ENV, pool_cfg,
-                         ResourceSpec(rollout={"num_workers": 1, "num_cpus": 1}))
+                         ResourceSpec(rollout={"num_workers": 1, "num_cpus": 1}), max_restarts=8)
     try:
         base_eval = group.rollout(ITEMS, 1, 1234, step=-1, temperature=0.0)
         learner = Learner(LearnerConfig(lr=5e-3, lora_r=8))
