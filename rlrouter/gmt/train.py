@@ -14,8 +14,8 @@ Each epoch hides a random ``target_frac`` of the training turns from the message
 predicts them from the rest, so a rating never flows into its own prediction. A ``cold_frac`` share of
 those targets is scored as a user with no history asking a new query (``model.score_cold``), the path
 an unknown user's request takes at serving time, which the predictor otherwise never sees in training
-(issue 17). The checkpoint kept is the one with the best validation AUC (with ``cold_frac`` > 0, the
-same mix of the in-graph and the cold-path AUC as the loss). Checkpoints are a folder: ``model.safetensors`` (weights),
+(issue 17). The checkpoint kept is the one with the best validation AUC (in-graph; the cold path's is
+logged beside it). Checkpoints are a folder: ``model.safetensors`` (weights),
 ``graph.safetensors`` + ``config.json`` (the graph the scorer serves from, model config, metrics).
 """
 
@@ -420,12 +420,11 @@ def fit(graph: GMTGraph, split: Split, model_cfg: GMTModelConfig, cfg: TrainConf
             row.update({"val/auc": val["auc"], "val/accuracy": val["accuracy"], "val/loss": val["loss"]})
             auc = val["auc"] if not math.isnan(val["auc"]) else -float(val["loss"])
             if cfg.cold_frac > 0:
+                # logged, not selected on: selecting on a mix with the cold AUC (which cannot know the user)
+                # stopped training before the model learned the users (issue 17, docs/evaluation.md)
                 cold = evaluate(model, graph, split.train, vb, loss=cfg.loss, cold=True)
                 row.update({"val/cold_auc": cold["auc"], "val/cold_loss": cold["loss"]})
                 val = {**val, "cold_auc": cold["auc"], "cold_accuracy": cold["accuracy"], "cold_loss": cold["loss"]}
-                cold_auc = cold["auc"] if not math.isnan(cold["auc"]) else -float(cold["loss"])
-                # select on the mix the loss trains
-                auc = (1 - cfg.cold_frac) * auc + cfg.cold_frac * cold_auc
             improved = auc > best_auc
             if improved:
                 best_auc, best_epoch, best_val = auc, epoch, val
