@@ -53,7 +53,7 @@ def eval_cfg(seed: int, holdout: int) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def gmt_job(seed: int, logged: Path, out: Path, cold_frac: float, epochs: int, threads: int):
+def gmt_job(seed: int, logged: Path, out: Path, cold_frac: float, epochs: int, threads: int, patience: int = 40):
     """The GMTRouter job's default config, simulated users over ``logged``, one rank in this process."""
     from rlrouter.distributed.resources import ResourceSpec, RoleSpec
     from rlrouter.gmt.job import DataConfig, GMTJobConfig
@@ -61,7 +61,8 @@ def gmt_job(seed: int, logged: Path, out: Path, cold_frac: float, epochs: int, t
     from rlrouter.gmt.train import TrainConfig
 
     return GMTJobConfig(seed=seed, output_dir=str(out), data=DataConfig(logged=str(logged), sim=SimConfig(seed=seed)),
-                        train=TrainConfig(seed=seed, epochs=epochs, cold_frac=cold_frac, threads=threads),
+                        train=TrainConfig(seed=seed, epochs=epochs, cold_frac=cold_frac, threads=threads,
+                                          patience=patience),
                         resources=ResourceSpec(learner=RoleSpec(num_workers=1, num_cpus=1, num_gpus=0), ray_train=False))
 
 
@@ -154,7 +155,7 @@ def run_one(seed: int, args, root: Path) -> tuple[dict, dict]:
     routers = {}
     for variant, cold_frac in {**VARIANTS, "after": args.cold_frac}.items():
         out = seed_dir / f"gmt_{variant}"
-        job = gmt_job(seed, logged, out, cold_frac, args.epochs, args.threads)
+        job = gmt_job(seed, logged, out, cold_frac, args.epochs, args.threads, args.patience)
         t = time.perf_counter()
         if args.reuse and (out / "metrics.json").is_file():
             metrics = json.loads((out / "metrics.json").read_text())
@@ -188,6 +189,7 @@ def main() -> None:
     ap.add_argument("--holdout", type=int, default=10)
     ap.add_argument("--cold-frac", type=float, default=0.5, help="the 'after' checkpoints' gmt.train.cold_frac")
     ap.add_argument("--epochs", type=int, default=200, help="gmt.train.epochs (patience stops earlier)")
+    ap.add_argument("--patience", type=int, default=40, help="gmt.train.patience (0: every epoch runs)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads for training (0: torch's default)")
     ap.add_argument("--name", default="unseen_subjects_gmt")
     ap.add_argument("--reuse", action="store_true", help="keep what a seed's folder already holds (a variant's "
@@ -206,7 +208,8 @@ def main() -> None:
     summary = summarize(reports)
     summary["gmtrouter"] = infos
     summary["command"] = (f"python benchmarks/bench_unseen_subjects_gmt.py --seeds {' '.join(map(str, args.seeds))} "
-                          f"--holdout {args.holdout} --cold-frac {args.cold_frac} --epochs {args.epochs}")
+                          f"--holdout {args.holdout} --cold-frac {args.cold_frac} --epochs {args.epochs} "
+                          f"--patience {args.patience}" + (f" --name {args.name}" if args.name != "unseen_subjects_gmt" else ""))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{args.name}.json").write_text(json.dumps(summary, indent=1, default=float))
