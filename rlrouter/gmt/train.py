@@ -420,8 +420,8 @@ def fit(graph: GMTGraph, split: Split, model_cfg: GMTModelConfig, cfg: TrainConf
             row.update({"val/auc": val["auc"], "val/accuracy": val["accuracy"], "val/loss": val["loss"]})
             auc = val["auc"] if not math.isnan(val["auc"]) else -float(val["loss"])
             if cfg.cold_frac > 0:
-                # logged, not selected on: selecting on a mix with the cold AUC (which cannot know the user)
-                # stopped training before the model learned the users (issue 17, docs/evaluation.md)
+                # logged, not selected on: the checkpoint is chosen for the known users, as without
+                # cold_frac (on seed 0 of docs/evaluation.md a mix with the cold AUC picked the same epoch)
                 cold = evaluate(model, graph, split.train, vb, loss=cfg.loss, cold=True)
                 row.update({"val/cold_auc": cold["auc"], "val/cold_loss": cold["loss"]})
                 val = {**val, "cold_auc": cold["auc"], "cold_accuracy": cold["accuracy"], "cold_loss": cold["loss"]}
