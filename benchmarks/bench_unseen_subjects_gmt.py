@@ -19,7 +19,8 @@ Per seed of the leave-subjects-out protocol (``bench_unseen_subjects.py``):
 Writes ``benchmarks/results/unseen_subjects_gmt.{json,md}`` and the per-seed outputs under
 ``outputs/unseen_subjects_gmt/seed<k>/``.
 
-    HF_HUB_OFFLINE=1 python benchmarks/bench_unseen_subjects_gmt.py [--seeds 0 1 2] [--cold-frac 0.5]
+    HF_HUB_OFFLINE=1 python benchmarks/bench_unseen_subjects_gmt.py [--seeds 0 1 2] [--cold-frac 0.1]
+        [--patience 40] [--name unseen_subjects_gmt] [--reuse]
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--holdout", type=int, default=10)
-    ap.add_argument("--cold-frac", type=float, default=0.5, help="the 'after' checkpoints' gmt.train.cold_frac")
+    ap.add_argument("--cold-frac", type=float, default=0.1, help="the 'after' checkpoints' gmt.train.cold_frac")
     ap.add_argument("--epochs", type=int, default=200, help="gmt.train.epochs (patience stops earlier)")
     ap.add_argument("--patience", type=int, default=40, help="gmt.train.patience (0: every epoch runs)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads for training (0: torch's default)")
