@@ -55,12 +55,13 @@ ROUTERS = {
 
 
 def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path, router_r1: str | None = None,
-             test_subset: int = 0) -> dict:
+             test_subset: int = 0, routers: dict | None = None) -> dict:
+    """The evaluate_router job on this seed's split: the baselines, then ``routers`` (default ``ROUTERS``)."""
     from hydra import compose, initialize_config_dir
 
     from rlrouter.eval.job import run
 
-    routers = dict(ROUTERS)
+    routers = dict(ROUTERS if routers is None else routers)
     if intent:
         routers["intent"] = {"type": "intent", "checkpoint": intent, "category_map": "auto", "default": "strong"}
     if router_r1:

@@ -2,8 +2,9 @@
 
 Routers trained by other jobs (GMTRouter's simulated personalization set draws its questions from
 RouteLLM's logs) must not see the evaluation's test questions. This writes a copy of every source CSV
-holding only the rows whose question falls in the training split of ``split_by_question`` (same
-sources, seed and test fraction as the evaluation config), so such a job can read it instead::
+holding only the rows whose question falls in the training split (same sources, split and seed as the
+evaluation config; a source with no training row, a held-out subject, gets no file), so such a job can
+read it instead::
 
     python -m rlrouter.eval.export_split --out outputs/routellm_train_seed0
     python jobs/train_gmtrouter.py gmt.data.logged=outputs/routellm_train_seed0
@@ -51,19 +52,22 @@ def write_train_split(cfg: Mapping[str, Any], out_dir: str | Path) -> dict[str, 
     out_dir = Path(out_dir)
     kept = dropped = 0
     for path, rel in _csv_files([str(s) for s in ev["data"]]):
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader)
+            p_col = [h.strip() for h in header].index("prompt")
+            rows = list(reader)
+        train = [row for row in rows if _normalize(row[p_col]) not in test_keys]
+        kept, dropped = kept + len(train), dropped + len(rows) - len(train)
+        if not train:
+            # a held-out subject (split by subject): no file, since a CSV without rows is malformed
+            continue
         dest = out_dir / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with path.open(newline="", encoding="utf-8") as f, dest.open("w", newline="", encoding="utf-8") as g:
-            reader, writer = csv.reader(f), csv.writer(g)
-            header = next(reader)
+        with dest.open("w", newline="", encoding="utf-8") as g:
+            writer = csv.writer(g)
             writer.writerow(header)
-            p_col = [h.strip() for h in header].index("prompt")
-            for row in reader:
-                if _normalize(row[p_col]) in test_keys:
-                    dropped += 1
-                else:
-                    writer.writerow(row)
-                    kept += 1
+            writer.writerows(train)
     return {"kept": kept, "dropped": dropped}
 
 

@@ -9,8 +9,9 @@
    ``resources=in_process`` the same loop runs in this process.
 4. Rank 0 reports the best-validation-AUC model as a checkpoint folder the Serve app loads
    (``GMTRouterScorer.load``), with every interaction of the log set in its graph.
-5. The driver measures test pairwise accuracy / AUC and, when some users were held out entirely,
-   the few-shot curve, and writes ``metrics.json`` beside the checkpoint.
+5. The driver measures test pairwise accuracy / AUC (``test``; ``test_cold``: the same turns scored for a
+   user with no history on the query as a new node) and, when some users were held out entirely, the
+   few-shot curve, and writes ``metrics.json`` beside the checkpoint.
 """
 
 from __future__ import annotations
@@ -315,6 +316,8 @@ def run(cfg: Any) -> dict[str, Any]:
         "split": {k: int(getattr(sp, k).sum()) for k in ("train", "val", "test")},
         "train": ckpt_cfg.get("train", {}), "ray": ray_metrics if job.resources.ray_train else None,
         "test": evaluate(model, g, sp.train | sp.val, test_batch, loss=job.train.loss),
+        # the same turns for a user with no history on the query as a new node (issue 17)
+        "test_cold": evaluate(model, g, sp.train | sp.val, test_batch, loss=job.train.loss, cold=True),
         "seconds": {"prepare": t_prep, "train": t_train},
     }
     if prep.new_users:

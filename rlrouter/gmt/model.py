@@ -182,10 +182,10 @@ def _isolated_nodes(model: GMTRouterModel, query_x: torch.Tensor) -> dict[str, t
     An isolated node receives no messages, so its output depends only on its own features; a graph of
     just these nodes (no edges) gives the same result as the full graph would, at a fraction of the cost.
     """
-    e = query_x.shape[1]
-    x = {"user": torch.zeros(1, 1), "session": torch.zeros(1, 1), "query": query_x,
-         "response": torch.zeros(1, 1 + e), "llm": torch.zeros(1, e)}
-    empty = torch.empty(2, 0, dtype=torch.long)
+    e, dev = query_x.shape[1], query_x.device
+    x = {"user": torch.zeros(1, 1, device=dev), "session": torch.zeros(1, 1, device=dev), "query": query_x,
+         "response": torch.zeros(1, 1 + e, device=dev), "llm": torch.zeros(1, e, device=dev)}
+    empty = torch.empty(2, 0, dtype=torch.long, device=dev)
     return model.encode(x, {et: empty for et in EDGE_TYPES})
 
 
@@ -202,6 +202,22 @@ def cold_user_embedding(model: GMTRouterModel) -> torch.Tensor:
     """
     e = model.cfg.embed_dim
     return _isolated_nodes(model, torch.zeros(1, e))["user"][0]
+
+
+def score_cold(model: GMTRouterModel, h: dict[str, torch.Tensor], query_x: torch.Tensor,
+               llms: torch.Tensor) -> torch.Tensor:
+    """Logits (B, K) for a user with no history on queries seen as new, isolated nodes.
+
+    ``query_x`` (B, E) are the queries' text features, ``llms`` (B, K) llm node ids (-1 pads, scored
+    0) read from ``h``. This is the path an unknown user's request on an unseen query takes at serving
+    time (``GMTRouterScorer.score_batch(user_id=None)``), and the one ``TrainConfig.cold_frac`` trains:
+    without it the predictor never sees these two embeddings in training (issue 17).
+    """
+    iso = _isolated_nodes(model, query_x)
+    q = iso["query"]  # (B, H)
+    u = iso["user"][0].expand(q.shape[0], -1)  # (B, H), one vector for every cold user
+    s = model.predictor(u, q, h["llm"][llms.clamp(min=0)])  # (B, K)
+    return s.masked_fill(llms < 0, 0.0)
 
 
 def pairwise_logistic(s_win: torch.Tensor, s_lose: torch.Tensor) -> torch.Tensor:

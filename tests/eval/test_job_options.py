@@ -74,6 +74,24 @@ def test_train_split_export_drops_every_test_question(tmp_path):
     assert not {" ".join(p.split()) for p in exported.prompts} & test_keys
 
 
+def test_train_split_export_by_subject_writes_no_file_for_a_held_out_subject(tmp_path):
+    root, out = tmp_path / "logs", tmp_path / "train_logs"
+    _write_csvs(root)
+    with (root / "mmlu" / "mmlu_y.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["prompt", WEAK, STRONG])
+        w.writerows([[f"Other question {i}\nAnswer:", True, False] for i in range(5)])
+    cfg = _cfg(root, tmp_path / "eval", split={"by": "subject", "test_subjects": ["mmlu/y"], "seed": 0})
+    counts = write_train_split(cfg, out)
+    assert counts == {"kept": 102, "dropped": 5}  # every row of gsm8k (42) and mmlu_x (60)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.csv")) == [
+        "gsm8k/gsm8k_responses.csv", "mmlu/mmlu_x.csv"]
+    # the export is a valid RouteLLM folder (an empty CSV would not load)
+    from rlrouter.data.logged import load_routellm
+
+    assert len(load_routellm(out).prompts) == 102
+
+
 def test_test_subset_and_a_router_keeping_its_own_threshold(tmp_path):
     root = tmp_path / "logs"
     _write_csvs(root)
