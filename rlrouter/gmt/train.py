@@ -64,12 +64,13 @@ class TrainConfig:
     loss: str = "pairwise"
     """"pairwise": the paper's loss on turns comparing candidates; "pointwise": each interaction's
     feedback alone, for logs with one model per query."""
-    cold_frac: float = 0.1
+    cold_frac: float = 0.0
     """Share of each step's targets scored for a user with no history on the query as a new, isolated
     node (``model.score_cold``), with the same loss: trains the path RouteLLM-style logs (no user ids,
     unseen prompts) are routed on. 0 = the paper's training, which never shows the predictor that path.
     0.1 lifted the cold user's mean APGR on unseen subjects from 0.528 to 0.584 without lowering the known
-    users' AUC; 0.5 lost them (issue 17, docs/evaluation.md)."""
+    users' AUC, unevenly across 3 seeds; 0.5 lost them (issue 17, docs/evaluation.md). Opt-in: the
+    published GMTRouter figures (benchmarks/results/gmtrouter.json) are the paper's training."""
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
