@@ -148,6 +148,15 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def write_summary(summary: dict, name: str) -> None:
+    """``OUT/<name>.json`` and its table ``OUT/<name>.md`` (printed)."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{name}.json").write_text(json.dumps(summary, indent=1, default=float))
+    md = markdown(summary)
+    (OUT / f"{name}.md").write_text(md + "\n")
+    print(md)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -194,11 +203,7 @@ def main() -> None:
         + ([f"--test-subset {args.test_subset}"] if args.test_subset else [])
         + ([f"--name {args.name}"] if args.name else []) + (["--parallel"] if args.parallel else []))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{name}.json").write_text(json.dumps(summary, indent=1, default=float))
-    md = markdown(summary)
-    (OUT / f"{name}.md").write_text(md + "\n")
-    print(md)
+    write_summary(summary, name)
     print(f"{summary['seconds']} s; per-seed reports under {args.out}")
 
 

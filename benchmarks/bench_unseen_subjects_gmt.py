@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_unseen_subjects import OUT, markdown, run_seed, summarize  # noqa: E402
+from bench_unseen_subjects import run_seed, summarize, write_summary  # noqa: E402
 
 VARIANTS = {"before": 0.0}  # "after" gets --cold-frac
 
@@ -212,11 +212,7 @@ def main() -> None:
                           f"--holdout {args.holdout} --cold-frac {args.cold_frac} --epochs {args.epochs} "
                           f"--patience {args.patience}" + (f" --name {args.name}" if args.name != "unseen_subjects_gmt" else ""))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{args.name}.json").write_text(json.dumps(summary, indent=1, default=float))
-    md = markdown(summary)
-    (OUT / f"{args.name}.md").write_text(md + "\n")
-    print(md)
+    write_summary(summary, args.name)
     print(f"{summary['seconds']} s; per-seed outputs under {root}")
 
 
