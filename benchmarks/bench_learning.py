@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_learning.py [--arms grpo,ppo] [--steps 16] [--eval-every 2]
                                                   [--set train.prompts_per_step=8 ...] [--quick]
+    .venv/bin/python benchmarks/bench_learning.py --arms '' --from-report sanity=outputs/<run>/report.json --keep-arms
 
 Every arm is the main job itself (``rlrouter.learner.job.run``, the config ``make run`` composes, plus the
 arm's overrides): the untrained policy is evaluated, a supervised cold start teaches the format, the
@@ -80,8 +81,8 @@ def summarize(report: dict[str, Any], target: float) -> dict[str, Any]:
     evals = [r for r in rows if "eval/format_valid" in r]
     train = [r for r in rows if "reward/total" in r]
     keep = ("reward/total", "reward/format", "rollout/format_valid", "rollout/answered", "rollout/em",
-            "rollout/logprob_gap", "rollout/is_ratio_mean", "rollout/is_ratio_max", "learner/kl", "learner/entropy", "learner/grad_norm",
-            "time/step_s")
+            "rollout/logprob_gap", "rollout/is_ratio_mean", "rollout/is_ratio_max", "learner/kl", "learner/entropy",
+            "learner/grad_norm", "time/step_s")
     cold = evals[0] if evals and evals[0]["step"] == 0 else None
     res = report["results"]
     ev_keys = ("eval/format_valid", "eval/mean_reward", "eval/accuracy", "eval/cost_per_query")
