@@ -200,8 +200,8 @@ def cold_user_embedding(model: GMTRouterModel) -> torch.Tensor:
     User features are zero, so every such user gets this same vector: it is what the few-shot curve
     measures at k = 0, and what routing a request without a known user id falls back to.
     """
-    e = model.cfg.embed_dim
-    return _isolated_nodes(model, torch.zeros(1, e))["user"][0]
+    e, dev = model.cfg.embed_dim, next(model.parameters()).device
+    return _isolated_nodes(model, torch.zeros(1, e, device=dev))["user"][0]
 
 
 def score_cold(model: GMTRouterModel, h: dict[str, torch.Tensor], query_x: torch.Tensor,
@@ -213,9 +213,8 @@ def score_cold(model: GMTRouterModel, h: dict[str, torch.Tensor], query_x: torch
     time (``GMTRouterScorer.score_batch(user_id=None)``), and the one ``TrainConfig.cold_frac`` trains:
     without it the predictor never sees these two embeddings in training (issue 17).
     """
-    iso = _isolated_nodes(model, query_x)
-    q = iso["query"]  # (B, H)
-    u = iso["user"][0].expand(q.shape[0], -1)  # (B, H), one vector for every cold user
+    q = isolated_query_embedding(model, query_x)  # (B, H)
+    u = cold_user_embedding(model).expand(q.shape[0], -1)  # (B, H), one vector for every cold user
     s = model.predictor(u, q, h["llm"][llms.clamp(min=0)])  # (B, K)
     return s.masked_fill(llms < 0, 0.0)
 
