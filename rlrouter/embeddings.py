@@ -11,6 +11,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -89,7 +90,20 @@ def embed_texts(texts: list[str], model: str = "minilm-l6", cache: bool = True,
     """Embed ``texts`` -> (N, dim) float32; cached on disk per (model, text) when ``cache``."""
     if not cache:
         return get_encoder(model).encode(list(texts), batch_size)
-    root = cache_dir() / "embeddings" / model
+    return cached_rows(texts, cache_dir() / "embeddings" / model,
+                       lambda todo: get_encoder(model).encode(todo, batch_size))
+
+
+def cached_rows(texts: list[str], root: Path, compute: Callable[[list[str]], np.ndarray],
+                chunk: int | None = None, desc: str | None = None) -> np.ndarray:
+    """One float32 row per text, from the store under ``root`` (keyed by the text's hash), computing only
+    the texts it lacks with ``compute`` (list -> (n, D)) and storing them.
+
+    The one on-disk cache of per-text vectors (MiniLM embeddings, the small LLM's confidence features).
+    Several processes may share ``root``: a write merges with what others stored meanwhile. With
+    ``chunk``, the missing texts are computed and stored ``chunk`` at a time (an interrupted run keeps
+    what it computed) under a progress bar named ``desc``.
+    """
     root.mkdir(parents=True, exist_ok=True)
     keys = [hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts]
     store = root / "store.npz"
@@ -104,10 +118,15 @@ def embed_texts(texts: list[str], model: str = "minilm-l6", cache: bool = True,
     by_key = dict(zip(keys, texts))
     # length order: one long prompt then pads only batches of long prompts, not every batch
     missing = sorted({k for k in keys if k not in known}, key=lambda k: len(by_key[k]))
-    if missing:
-        vecs = get_encoder(model).encode([by_key[k] for k in missing], batch_size)
-        fresh = dict(zip(missing, vecs))
-        known.update(fresh)
+    step = chunk or max(1, len(missing))
+    parts = [missing[i:i + step] for i in range(0, len(missing), step)]
+    if len(parts) > 1:
+        from tqdm.auto import tqdm
+
+        parts = tqdm(parts, desc=desc or root.name, unit="chunk")
+    for part in parts:
+        vecs = np.asarray(compute([by_key[k] for k in part]), dtype=np.float32)
+        known.update(zip(part, vecs))
         with _LOCK, _file_lock(root / ".store.lock"):
             # merge with what other processes stored meanwhile instead of overwriting their entries
             if store.exists():
@@ -119,6 +138,8 @@ def embed_texts(texts: list[str], model: str = "minilm-l6", cache: bool = True,
             tmp = root / f"store.{os.getpid()}.{threading.get_ident()}.tmp.npz"
             np.savez(tmp, keys=np.array(list(known.keys())), vecs=np.stack(list(known.values())))
             tmp.replace(store)
+    if not keys:
+        return np.zeros((0, 0), dtype=np.float32)
     return np.stack([known[k] for k in keys]).astype(np.float32)
 
 

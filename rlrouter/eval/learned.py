@@ -7,7 +7,8 @@ formula symbols, negations, multi-statement "I and II" items). This module holds
 
 * ``prompt_form_features``: those form features, generic by construction: none of them names or detects
   a subject (a feature written after looking at the held-out subjects would leak the test set).
-* ``probe``: a linear head on [MiniLM embedding, form features] (either or both). ``head: gain`` fits a
+* ``probe``: a linear head on any of [MiniLM embedding, form features, a small local LLM's confidence on
+  the question (``rlrouter.eval.confidence``)]. ``head: gain`` fits a
   ridge regression of the strong-minus-weak score; ``head: two_heads`` fits one logistic regression per
   candidate (P(weak correct), P(strong correct)) and scores p_strong - p_weak, sharing the difficulty
   signal both candidates feel (RouteLLM's "causal LLM" router also predicts per-model outcomes).
@@ -32,6 +33,7 @@ _NEGATION = re.compile(r"\b(NOT|EXCEPT|LEAST|FALSE)\b")
 _ROMAN = re.compile(r"\b(I|II|III|IV)\b")
 _FORMULA = set("=+*/^<>$\\_{}|")
 
+PROBE_FEATURES = ("embedding", "form", "llm")
 FORM_FEATURES = ("log_chars", "log_question_chars", "has_options", "log_option_chars_mean", "log_option_chars_max",
                  "option_chars_cv", "digit_share", "formula_share", "negation", "question_marks", "upper_share",
                  "lines", "roman_numerals", "all_or_none_of_the_above", "word_chars_mean")
@@ -95,26 +97,35 @@ class ProbeRouter(ThresholdRouter):
     """A linear head on frozen features of the prompt (see the module docstring)."""
 
     def __init__(self, name: str, weak: int, strong: int, embed: Callable[[list[str]], np.ndarray] | None,
-                 features: tuple[str, ...] = ("embedding", "form"), head: str = "two_heads", l2: float = 1.0):
+                 features: tuple[str, ...] = ("embedding", "form"), head: str = "two_heads", l2: float = 1.0,
+                 llm: Callable[[list[str]], np.ndarray] | None = None):
         if head not in ("gain", "two_heads"):
             raise ValueError(f"probe.head: expected 'gain' or 'two_heads', got '{head}'")
-        unknown = sorted(set(features) - {"embedding", "form"})
+        unknown = sorted(set(features) - set(PROBE_FEATURES))
         if unknown or not features:
-            raise ValueError(f"probe.features: expected a non-empty subset of [embedding, form], got {list(features)}")
+            raise ValueError(f"probe.features: expected a non-empty subset of {list(PROBE_FEATURES)}, "
+                             f"got {list(features)}")
         if not l2 > 0:
             raise ValueError(f"probe.l2: must be > 0, got {l2}")
         if "embedding" in features and embed is None:
             raise ValueError("probe.features: 'embedding' needs the job's embedder")
+        if "llm" in features and llm is None:
+            raise ValueError("probe.features: 'llm' needs a confidence scorer (rlrouter.eval.confidence)")
         super().__init__(name, weak, strong, threshold=0.0)
-        self.embed, self.features, self.head, self.l2 = embed, tuple(features), head, l2
+        self.embed, self.features, self.head, self.l2, self.llm = embed, tuple(features), head, l2, llm
         self._mu: np.ndarray | None = None
         self._sd: np.ndarray | None = None
         self._models: list[Any] = []
 
     def _x(self, prompts: list[str]) -> np.ndarray:
         parts = []
+        scaled = []  # form and LLM features: standardised by the training prompts' mean and spread
         if "form" in self.features:
-            f = prompt_form_features(prompts)
+            scaled.append(prompt_form_features(prompts))
+        if "llm" in self.features:
+            scaled.append(np.asarray(self.llm(prompts), dtype=np.float64))
+        if scaled:
+            f = np.concatenate(scaled, axis=1)
             if self._mu is None:
                 self._mu, self._sd = f.mean(axis=0), f.std(axis=0) + 1e-9
             parts.append((f - self._mu) / self._sd)
@@ -173,8 +184,20 @@ def _pop_features(cfg: dict[str, Any]) -> tuple[str, ...]:
 
 @register_router("probe")
 def _build_probe(cfg: dict[str, Any], ctx: RouterContext) -> Router:
-    router = ProbeRouter("probe", ctx.weak, ctx.strong, ctx.embed, features=_pop_features(cfg),
-                         head=str(cfg.pop("head", "two_heads")), l2=float(cfg.pop("l2", 1.0)))
+    """``features``: any of embedding / form / llm; ``llm_model`` and ``llm_max_length`` pick the LLM
+    whose confidence the ``llm`` features read (default SmolLM2-135M-Instruct, 256 tokens)."""
+    features = _pop_features(cfg)
+    llm_model = str(cfg.pop("llm_model", "smollm2-135m-instruct"))
+    llm_max_length = int(cfg.pop("llm_max_length", 256))
+    llm = None
+    if "llm" in features:
+        from rlrouter.eval.confidence import confidence_features
+
+        def llm(prompts: list[str]) -> np.ndarray:
+            return confidence_features(prompts, model=llm_model, max_length=llm_max_length)
+
+    router = ProbeRouter("probe", ctx.weak, ctx.strong, ctx.embed, features=features,
+                         head=str(cfg.pop("head", "two_heads")), l2=float(cfg.pop("l2", 1.0)), llm=llm)
     if cfg:
         raise ValueError(f"router type 'probe': unknown fields {sorted(cfg)}")
     return router
