@@ -9,15 +9,16 @@ and the summary to ``benchmarks/results/unseen_subjects.json`` and ``.md``.
     HF_HUB_OFFLINE=1 python benchmarks/bench_unseen_subjects.py [--seeds 0 1 2] [--holdout 10]
         [--intent outputs/train_intent/supervised_seed0/supervised] [--router-r1 CHECKPOINT --test-subset 200]
 
-Routers besides the baselines (always weak/strong, random, kNN, MF): ``probe_form`` (two logistic heads
-on prompt-form features), ``probe_form_mmlu`` and ``mf_mmlu`` (the same, trained on the MMLU rows only:
-GSM8K in training teaches embedding routers that mathematics needs the strong model, which MMLU's logs
-contradict), ``probe_emb`` (the same on MiniLM embeddings), ``probe`` (both), ``ensemble``
-(probe + MF + kNN, standardised scores), the contextual selector warmed up on the training split
+Routers besides the baselines (always weak/strong, random, kNN, MF): ``probe_form`` (two logistic heads on
+prompt-form features), ``probe_llm`` and ``probe_form_llm`` (on SmolLM2-135M's confidence on the question,
+alone and with the form features; conf/eval/router/probe.yaml), ``probe_form_mmlu`` and ``mf_mmlu`` (the same,
+trained on the MMLU rows only: GSM8K in training teaches embedding routers that mathematics needs the strong
+model, which MMLU's logs contradict), ``probe_emb`` (the same on MiniLM embeddings), ``probe`` (both),
+``ensemble`` (probe + MF + kNN, standardised scores), the contextual selector warmed up on the training split
 (``selector``: then frozen; ``selector_online``: learning online over the held-out stream), the intent
-classifier with the cost-aware map when ``--intent`` names a checkpoint, and a trained Router-R1 policy
-when ``--router-r1`` names one (vLLM on CPU: with ``--test-subset``, every router is scored on that subset
-and the results go to ``unseen_subjects_subset<N>.json`` / ``.md``).
+classifier with the cost-aware map when ``--intent`` names a checkpoint, and a trained Router-R1 policy when
+``--router-r1`` names one (vLLM on CPU: with ``--test-subset``, every router is scored on that subset and the
+results go to ``unseen_subjects_subset<N>.json`` / ``.md``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ OUT = ROOT / "benchmarks" / "results"
 
 ROUTERS = {
     "probe_form": {"type": "probe", "features": ["form"], "head": "two_heads"},
+    # a small local LLM's confidence on the question (rlrouter.eval.confidence), alone and with the form
+    "probe_llm": {"type": "probe", "features": ["llm"], "head": "two_heads"},
+    "probe_form_llm": {"type": "probe", "features": ["form", "llm"], "head": "two_heads"},
     # trained on the MMLU rows only: measures the GSM8K confound (job.train_rows_for), MF included for fairness
     "probe_form_mmlu": {"type": "probe", "features": ["form"], "head": "two_heads", "train_prefix": "mmlu/"},
     "mf_mmlu": {"type": "mf", "dim": 128, "epochs": 30, "lr": 0.001, "weight_decay": 1.0e-5, "batch_size": 256,
