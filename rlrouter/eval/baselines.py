@@ -4,6 +4,8 @@
 * ``random``: strong with probability p. As a threshold router its score is a uniform number hashed
   from the prompt, so its sweep traces the random line; "random at matched cost" in the report is the
   expectation of that line at a router's own cost (``metrics.random_quality_at_cost``).
+* subject oracle (``subject_gain_scores``): each subject's true mean gain; an upper bound for routers
+  that only know a prompt's subject.
 * oracle (``oracle_decisions``): per prompt, the cheapest candidate with the best logged score. It
   reads the outcomes, so it is an upper bound, not a router.
 * ``knn``: MiniLM embeddings; a prompt's score is the mean gain (score_strong - score_weak) of its k
@@ -42,6 +44,22 @@ def oracle_curve(scores: np.ndarray, costs: np.ndarray, weak: int, strong: int,
     cum = np.concatenate([[0.0], np.cumsum(np.maximum(gain[order], 0.0))])
     k = np.floor(np.asarray(shares) * len(gain)).astype(int)
     return (base + cum[k]) / len(gain)
+
+
+def subject_gain_scores(sources: list[str], scores: np.ndarray, weak: int, strong: int) -> np.ndarray:
+    """(N,) each prompt's score = its subject's (source's) mean strong-minus-weak gain on these outcomes.
+
+    As a threshold router this is the subject oracle: the best a router can do that knows only which
+    subject a prompt is from (read from the outcomes it is scored on, like the oracle), routing at random
+    within a subject. It tells how much of a target needs signal below the subject level.
+    """
+    gain = np.asarray(scores, dtype=np.float64)[:, strong] - np.asarray(scores, dtype=np.float64)[:, weak]
+    src = np.asarray(sources)
+    out = np.zeros(len(gain))
+    for s in np.unique(src):
+        rows = src == s
+        out[rows] = gain[rows].mean()
+    return out
 
 
 class FixedRouter(Router):

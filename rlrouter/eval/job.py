@@ -20,11 +20,14 @@ from rlrouter.eval import baselines as _baselines  # noqa: F401 - registers the 
 from rlrouter.eval import adapters as _adapters  # noqa: F401 - registers the adapters of trained routers
 from rlrouter.eval import learned as _learned  # noqa: F401 - registers the probe and ensemble routers
 from rlrouter.eval import encoder_router as _encoder_router  # noqa: F401 - registers the encoder router
-from rlrouter.eval.baselines import oracle_curve, oracle_decisions
+from rlrouter.eval.baselines import oracle_curve, oracle_decisions, subject_gain_scores
 from rlrouter.eval.metrics import RouterMetrics, evaluate_decisions, summarize, threshold_sweep
 from rlrouter.eval.ope import crossfit_reward_model, epsilon_soft, evaluate_all, one_hot, simulate_logging
 from rlrouter.eval.reader import EvalSet, TokenEstimate, read_eval_set
 from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, build_router, load_plugins
+
+# references that read the test outcomes: never a "best fixed router" of the online regret
+ORACLES = ("oracle", "subject_oracle")
 
 
 def _plain(cfg: Any) -> dict[str, Any]:
@@ -319,6 +322,12 @@ def run(cfg: Any) -> dict[str, Any]:
             bar.update(1)
         bar.set_postfix_str("oracle")
         decisions["oracle"] = oracle_decisions(test.scores, test.costs)
+        if len(set(test.sources)) > 1:  # the subject oracle (baselines.subject_gain_scores): reads outcomes too
+            subj = subject_gain_scores(test.sources, test.scores, weak, strong)
+            strong_scores["subject_oracle"] = subj
+            at = 0.5 if operating_share is None else float(operating_share)
+            cut = float(np.quantile(subj, 1.0 - at)) if at > 0 else float(np.inf)
+            decisions["subject_oracle"] = np.where(subj >= cut, strong, weak)
         bar.update(1)
 
     results: dict[str, dict[str, Any]] = {}
@@ -400,7 +409,7 @@ def online_regret(router: Any, test: EvalSet, decisions: Mapping[str, np.ndarray
     order = getattr(router, "stream_order", rows)
     mine = obj[rows, decisions[name]]
     fixed = {f"always {c}": obj[:, j] for j, c in enumerate(test.names)}
-    fixed.update({k: obj[rows, d] for k, d in decisions.items() if k not in (name, "oracle")})
+    fixed.update({k: obj[rows, d] for k, d in decisions.items() if k not in (name, *ORACLES)})
     best_arm = max((k for k in fixed if k.startswith("always ")), key=lambda k: fixed[k].sum())
     best_router = max(fixed, key=lambda k: fixed[k].sum())
     checkpoints = np.linspace(0.1, 1.0, 10)

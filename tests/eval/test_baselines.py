@@ -133,3 +133,11 @@ def test_router_type_by_import_path(monkeypatch):
     assert r.name == "plug" and r.decide(["a"]).tolist() == [0]
     with pytest.raises(TypeError, match="not a Router"):
         build_router({"type": "fake_router_plugin:bad"}, ctx)
+
+
+def test_subject_gain_scores_give_each_prompt_its_subjects_mean_gain():
+    from rlrouter.eval.baselines import subject_gain_scores
+
+    scores = np.array([[1, 1], [0, 1], [1, 0], [0, 0], [0, 1]], dtype=float)  # (weak, strong)
+    s = subject_gain_scores(["a", "a", "b", "b", "b"], scores, weak=0, strong=1)
+    assert s.tolist() == pytest.approx([0.5, 0.5, 0.0, 0.0, 0.0])

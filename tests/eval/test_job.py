@@ -64,7 +64,8 @@ def test_job_end_to_end_on_real_routellm_data(tmp_path, shared_data, monkeypatch
     assert on_disk["slices"]["all"]["n"] == report["data"]["test"] > 0
     sl = report["slices"]["all"]
     routers = sl["routers"]
-    assert set(routers) == {"always_weak", "always_strong", "random", "knn", "mf", "selector", "oracle"}
+    assert set(routers) == {"always_weak", "always_strong", "random", "knn", "mf", "selector", "oracle",
+                            "subject_oracle"}
     # fixed baselines equal the slice's reference candidates; shares sum to one
     assert routers["always_strong"]["quality"] == pytest.approx(sl["strong"]["quality"])
     assert routers["always_weak"]["quality"] == pytest.approx(sl["weak"]["quality"])
@@ -74,7 +75,7 @@ def test_job_end_to_end_on_real_routellm_data(tmp_path, shared_data, monkeypatch
         assert r["quality"] <= routers["oracle"]["quality"] + 1e-12, name
     assert routers["always_strong"]["shares"][strong] == 1.0
     # threshold routers carry a full sweep from 0% to 100% strong calls and the curve metrics
-    for name in ("random", "knn", "mf"):
+    for name in ("random", "knn", "mf", "subject_oracle"):
         c = routers[name]["curve"]
         assert c["strong_share"][0] == 0.0 and c["strong_share"][-1] == 1.0, name
         assert np.isfinite(routers[name]["apgr"]) and 0.0 <= routers[name]["aiq"] <= 1.0, name
