@@ -25,6 +25,8 @@ from typing import Any, Callable
 import numpy as np
 
 from rlrouter.eval import baselines as _baselines  # noqa: F401 - ensemble members are often kNN / MF
+from rlrouter.eval.confidence import DEFAULT_MODEL as DEFAULT_LLM
+from rlrouter.eval.confidence import confidence_features
 from rlrouter.eval.reader import EvalSet
 from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, build_router, register_router
 
@@ -187,11 +189,12 @@ def _build_probe(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     """``features``: any of embedding / form / llm; ``llm_model`` and ``llm_max_length`` pick the LLM
     whose confidence the ``llm`` features read (default SmolLM2-135M-Instruct, 256 tokens)."""
     features = _pop_features(cfg)
-    llm_model = str(cfg.pop("llm_model", "smollm2-135m-instruct"))
+    llm_model = str(cfg.pop("llm_model", DEFAULT_LLM))
     llm_max_length = int(cfg.pop("llm_max_length", 256))
+    if llm_max_length < 2:
+        raise ValueError(f"probe.llm_max_length: must be >= 2 tokens, got {llm_max_length}")
     llm = None
     if "llm" in features:
-        from rlrouter.eval.confidence import confidence_features
 
         def llm(prompts: list[str]) -> np.ndarray:
             return confidence_features(prompts, model=llm_model, max_length=llm_max_length)

@@ -82,11 +82,11 @@ def _set(prompts, scores):
 
 
 def test_probe_on_llm_features_routes_what_the_llm_finds_hard(monkeypatch):
-    import rlrouter.eval.confidence as conf
+    import rlrouter.eval.learned as learned
 
     # the LLM features stand in as a lookup (the probe's logic, not the LLM, is under test here)
     table = {f"q{i}": [float(i % 2), 0, 0, 0, 0, 0] for i in range(200)}
-    monkeypatch.setattr(conf, "confidence_features",
+    monkeypatch.setattr(learned, "confidence_features",
                         lambda prompts, **kw: np.array([table[p] for p in prompts], dtype=np.float32))
     rng = np.random.default_rng(0)
     prompts = list(table)
@@ -99,3 +99,5 @@ def test_probe_on_llm_features_routes_what_the_llm_finds_hard(monkeypatch):
     assert s[0] > s[1] + 0.3
     with pytest.raises(ValueError, match="probe.features"):
         build_router({"type": "probe", "features": ["llm", "vibes"]}, ctx)
+    with pytest.raises(ValueError, match="probe.llm_max_length"):
+        build_router({"type": "probe", "features": ["llm"], "llm_max_length": 0}, ctx)
