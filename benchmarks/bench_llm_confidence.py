@@ -29,8 +29,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "routellm" / "mmlu"))
     args = ap.parse_args()
-    df = pd.concat([pd.read_csv(f).assign(subject=f.stem.removeprefix("mmlu_"))
-                    for f in sorted(Path(args.data).glob("mmlu_*.csv"))], ignore_index=True)
+    files = sorted(Path(args.data).glob("mmlu_*.csv"))
+    if not files:
+        raise SystemExit(f"--data: no mmlu_<subject>.csv under {args.data} (RouteLLM's routellm/mmlu folder)")
+    df = pd.concat([pd.read_csv(f).assign(subject=f.stem.removeprefix("mmlu_")) for f in files], ignore_index=True)
     feats = pd.DataFrame(confidence_features(df["prompt"].tolist()), columns=list(LM_FEATURES))
     out = pd.DataFrame({"weak": df[WEAK].astype(float), "strong": df[STRONG].astype(float)})
     out["gain"] = out["strong"] - out["weak"]
