@@ -8,6 +8,7 @@ and the summary to ``benchmarks/results/unseen_subjects.json`` and ``.md``.
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_unseen_subjects.py [--seeds 0 1 2] [--holdout 10]
         [--intent outputs/train_intent/supervised_seed0/supervised] [--router-r1 CHECKPOINT --test-subset 200]
+        [--routers encoder --name unseen_subjects_encoder]     # only these routers (and the baselines)
 
 Routers besides the baselines (always weak/strong, random, kNN, MF): ``probe_form`` (two logistic heads on
 prompt-form features), ``probe_llm`` and ``probe_form_llm`` (on SmolLM2-135M's confidence on the question,
@@ -18,7 +19,9 @@ model, which MMLU's logs contradict), ``probe_emb`` (the same on MiniLM embeddin
 (``selector``: then frozen; ``selector_online``: learning online over the held-out stream), the intent
 classifier with the cost-aware map when ``--intent`` names a checkpoint, and a trained Router-R1 policy when
 ``--router-r1`` names one (vLLM on CPU: with ``--test-subset``, every router is scored on that subset and the
-results go to ``unseen_subjects_subset<N>.json`` / ``.md``).
+results go to ``unseen_subjects_subset<N>.json`` / ``.md``). ``--routers`` runs only the named routers, from
+those and ``EXTRA_ROUTERS`` (``encoder``: RouteLLM's BERT router on the intent stack, MiniLM + LoRA trained
+supervised then with PPO; about 8 min a seed on 2 CPU cores, so not in the default set).
 """
 
 from __future__ import annotations
@@ -55,6 +58,12 @@ ROUTERS = {
     "selector_online": {"type": "selector", "warmup": True, "online": True,
                         "config": {"use_contextual": True, "cost_awareness": True, "cost_weight": 0.2,
                                    "enable_personalization": False}},
+}
+
+# routers run only when named with --routers (minutes per seed on CPU)
+EXTRA_ROUTERS = {
+    # RouteLLM's BERT router on the intent stack: MiniLM + LoRA, supervised, then PPO (rlrouter.eval.encoder_router)
+    "encoder": {"type": "encoder"},
 }
 
 
@@ -170,6 +179,8 @@ def main() -> None:
                                                        "adds its trained policy (vLLM on CPU: use --test-subset)")
     ap.add_argument("--test-subset", type=int, default=0, help="score every router on a seeded subset of this many "
                                                               "test prompts per seed (0 = all)")
+    ap.add_argument("--routers", nargs="+", default=None, metavar="NAME",
+                    help=f"run only these routers (besides the baselines), from {sorted(ROUTERS) + sorted(EXTRA_ROUTERS)}")
     ap.add_argument("--name", default=None, help="results file stem under benchmarks/results (default "
                                                  "unseen_subjects, or unseen_subjects_subset<N> with --test-subset)")
     ap.add_argument("--out", default=None, help="per-seed reports (default outputs/<name>)")
@@ -178,9 +189,16 @@ def main() -> None:
     ap.add_argument("--parallel", action="store_true", help="one process per seed (on a shared machine this wins "
                                                              "CPU share; each process loads its own torch)")
     args = ap.parse_args()
+    routers = None
+    if args.routers:
+        known = {**ROUTERS, **EXTRA_ROUTERS}
+        unknown = sorted(set(args.routers) - set(known))
+        if unknown:
+            ap.error(f"--routers: unknown {unknown}; known: {sorted(known)}")
+        routers = {r: known[r] for r in args.routers}
     name = args.name or ("unseen_subjects" + (f"_subset{args.test_subset}" if args.test_subset else ""))
     args.out = args.out or str(ROOT / "outputs" / name)
-    extra = (args.router_r1, args.test_subset)
+    extra = (args.router_r1, args.test_subset, routers)
     t0 = time.perf_counter()
     done = {}
     if args.reuse:
@@ -205,6 +223,7 @@ def main() -> None:
         + ([f"--intent {args.intent}"] if args.intent else [])
         + ([f"--router-r1 {args.router_r1}"] if args.router_r1 else [])
         + ([f"--test-subset {args.test_subset}"] if args.test_subset else [])
+        + ([f"--routers {' '.join(args.routers)}"] if args.routers else [])
         + ([f"--name {args.name}"] if args.name else []) + (["--parallel"] if args.parallel else []))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     write_summary(summary, name)
