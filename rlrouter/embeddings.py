@@ -86,12 +86,16 @@ def get_encoder(model: str = "minilm-l6") -> TextEncoder:
 
 
 def embed_texts(texts: list[str], model: str = "minilm-l6", cache: bool = True,
-                batch_size: int = 64) -> np.ndarray:
-    """Embed ``texts`` -> (N, dim) float32; cached on disk per (model, text) when ``cache``."""
+                batch_size: int = 64, chunk: int | None = None) -> np.ndarray:
+    """Embed ``texts`` -> (N, dim) float32, in length order (homogeneous batches); cached on disk per
+    (model, text) when ``cache``, stored every ``chunk`` new texts when given (``cached_rows``)."""
     if not cache:
-        return get_encoder(model).encode(list(texts), batch_size)
+        texts = list(texts)
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        out = get_encoder(model).encode([texts[i] for i in order], batch_size)
+        return out[np.argsort(order)]
     return cached_rows(texts, cache_dir() / "embeddings" / model,
-                       lambda todo: get_encoder(model).encode(todo, batch_size))
+                       lambda todo: get_encoder(model).encode(todo, batch_size), chunk=chunk, desc="embed")
 
 
 def cached_rows(texts: list[str], root: Path, compute: Callable[[list[str]], np.ndarray],

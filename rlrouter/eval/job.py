@@ -24,7 +24,8 @@ from rlrouter.eval.baselines import oracle_curve, oracle_decisions, subject_gain
 from rlrouter.eval.metrics import RouterMetrics, evaluate_decisions, summarize, threshold_sweep
 from rlrouter.eval.ope import crossfit_reward_model, epsilon_soft, evaluate_all, one_hot, simulate_logging
 from rlrouter.eval.reader import EvalSet, TokenEstimate, read_eval_set
-from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, build_router, load_plugins
+from rlrouter.eval.routers import (Router, RouterContext, ThresholdRouter, build_router, load_plugins,
+                                   share_threshold)
 
 # references that read the test outcomes: never a "best fixed router" of the online regret
 ORACLES = ("oracle", "subject_oracle")
@@ -182,32 +183,20 @@ def load_split(ev: Mapping[str, Any], seed: int) -> tuple[EvalSet, EvalSet, dict
 
 
 def _embedder(ev: Mapping[str, Any]):
-    """MiniLM embeddings through ``rlrouter.embeddings`` (disk-cached), fed in buckets of similar length.
-
-    ``embed_texts`` batches the prompts it has not seen in hash order, so one long MMLU passage pads a
-    whole batch to 256 tokens; calling it per length bucket keeps batches homogeneous (about half the
-    compute on RouteLLM's prompts) and saves the cache after every bucket, so an interrupted run resumes.
-    """
+    """MiniLM embeddings through ``rlrouter.embeddings.embed_texts``: disk-cached, encoded in length order
+    (one long MMLU passage pads only batches of long prompts) and stored every ``bucket`` prompts, so an
+    interrupted run resumes."""
     emb = ev.get("embedding") or {}
     model, cache = emb.get("model", "minilm-l6"), bool(emb.get("cache", True))
     bucket = int(emb.get("bucket", 512))
 
     def embed(texts: list[str]) -> np.ndarray:
-        from tqdm.auto import tqdm
-
         from rlrouter.embeddings import embed_texts
 
         texts = list(texts)
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        out: np.ndarray | None = None
-        chunks = range(0, len(texts), bucket)
-        for start in tqdm(chunks, desc="embed", unit="bucket", leave=False, disable=len(chunks) < 4):
-            idx = order[start:start + bucket]
-            vecs = embed_texts([texts[i] for i in idx], model=model, cache=cache)
-            if out is None:
-                out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
-            out[idx] = vecs
-        return out if out is not None else np.zeros((0, 384), dtype=np.float32)
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        return embed_texts(texts, model=model, cache=cache, chunk=bucket)
 
     return embed
 
@@ -325,8 +314,7 @@ def run(cfg: Any) -> dict[str, Any]:
         if len(set(test.sources)) > 1:  # the subject oracle (baselines.subject_gain_scores): reads outcomes too
             subj = subject_gain_scores(test.sources, test.scores, weak, strong)
             strong_scores["subject_oracle"] = subj
-            at = 0.5 if operating_share is None else float(operating_share)
-            cut = float(np.quantile(subj, 1.0 - at)) if at > 0 else float(np.inf)
+            cut = share_threshold(subj, 0.5 if operating_share is None else float(operating_share))
             decisions["subject_oracle"] = np.where(subj >= cut, strong, weak)
         bar.update(1)
 

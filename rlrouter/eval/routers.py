@@ -68,9 +68,14 @@ class ThresholdRouter(Router):
         ``calibrate_threshold``: a quantile of the router's scores on held-in prompts)."""
         if not 0.0 <= strong_share <= 1.0:
             raise ValueError(f"operating_strong_share: must be in [0, 1], got {strong_share}")
-        s = self.strong_score(prompts)
-        self.threshold = float(np.quantile(s, 1.0 - strong_share)) if strong_share > 0 else float(np.inf)
+        self.threshold = share_threshold(self.strong_score(prompts), strong_share)
         return self.threshold
+
+
+def share_threshold(scores: np.ndarray, strong_share: float) -> float:
+    """The threshold that sends ``strong_share`` of these scores to strong (up to ties): their
+    (1 - share) quantile, or +inf for a share of 0."""
+    return float(np.quantile(scores, 1.0 - strong_share)) if strong_share > 0 else float(np.inf)
 
 
 @dataclass
