@@ -9,6 +9,7 @@ and the summary to ``benchmarks/results/unseen_subjects.json`` and ``.md``.
     HF_HUB_OFFLINE=1 python benchmarks/bench_unseen_subjects.py [--seeds 0 1 2] [--holdout 10]
         [--intent outputs/train_intent/supervised_seed0/supervised] [--router-r1 CHECKPOINT --test-subset 200]
         [--routers encoder --name unseen_subjects_encoder]     # only these routers (and the baselines)
+        [--routers form_encoder --name unseen_subjects_encoder --out outputs/unseen_encoder --reuse-checkpoints]
 
 Routers besides the baselines (always weak/strong, random, kNN, MF): ``probe_form`` (two logistic heads on
 prompt-form features), ``probe_llm`` and ``probe_form_llm`` (on SmolLM2-135M's confidence on the question,
@@ -21,7 +22,9 @@ classifier with the cost-aware map when ``--intent`` names a checkpoint, and a t
 ``--router-r1`` names one (vLLM on CPU: with ``--test-subset``, every router is scored on that subset and the
 results go to ``unseen_subjects_subset<N>.json`` / ``.md``). ``--routers`` runs only the named routers, from
 those and ``EXTRA_ROUTERS`` (``encoder``: RouteLLM's BERT router on the intent stack, MiniLM + LoRA trained
-supervised then with PPO; about 8 min a seed on 2 CPU cores, so not in the default set).
+supervised then with PPO; about 8 min a seed on 2 CPU cores, so not in the default set; ``form_encoder``: the
+equal-weight ensemble of ``probe_form`` and ``encoder``, which it adds to the run before itself, reusing their fitted
+routers). ``--reuse-checkpoints`` loads an encoder a previous run saved under ``--out`` instead of training it again.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results"
+MIN_GAP = 0.05  # a split whose always-strong beats always-weak by less has no gap for APGR to measure
 
 ROUTERS = {
     "probe_form": {"type": "probe", "features": ["form"], "head": "two_heads"},
@@ -64,17 +68,42 @@ ROUTERS = {
 EXTRA_ROUTERS = {
     # RouteLLM's BERT router on the intent stack: MiniLM + LoRA, supervised, then PPO (rlrouter.eval.encoder_router)
     "encoder": {"type": "encoder"},
+    # the two trained routers of different kinds, equal weights on their training-standardised scores; the members
+    # are the rows fitted earlier in the run (ref), so the encoder trains once
+    "form_encoder": {"type": "ensemble", "members": {"form": {"ref": "probe_form"}, "encoder": {"ref": "encoder"}}},
 }
 
 
+def with_refs(names: list[str]) -> dict[str, dict]:
+    """The named routers' specs in order, each preceded by the routers its ensemble members ``ref``."""
+    known = {**ROUTERS, **EXTRA_ROUTERS}
+    out: dict[str, dict] = {}
+
+    def add(name: str) -> None:
+        for member in (known[name].get("members") or {}).values():
+            if "ref" in member and member["ref"] not in out:
+                add(member["ref"])
+        out.setdefault(name, known[name])
+
+    for n in names:
+        add(n)
+    return out
+
+
 def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path, router_r1: str | None = None,
-             test_subset: int = 0, routers: dict | None = None) -> dict:
-    """The evaluate_router job on this seed's split: the baselines, then ``routers`` (default ``ROUTERS``)."""
+             test_subset: int = 0, routers: dict | None = None, reuse_checkpoints: bool = False) -> dict:
+    """The evaluate_router job on this seed's split: the baselines, then ``routers`` (default ``ROUTERS``).
+    ``reuse_checkpoints``: an encoder router loads the checkpoint an earlier run of this seed saved under
+    ``out_dir`` (``<name>_checkpoint``) instead of training again."""
     from hydra import compose, initialize_config_dir
 
     from rlrouter.eval.job import run
 
     routers = dict(ROUTERS if routers is None else routers)
+    for name, spec in routers.items():
+        saved = out_dir / "encoder_checkpoint"
+        if reuse_checkpoints and spec.get("type") == "encoder" and "checkpoint" not in spec and saved.is_dir():
+            routers[name] = {**spec, "checkpoint": str(saved)}
     if intent:
         routers["intent"] = {"type": "intent", "checkpoint": intent, "category_map": "auto", "default": "strong"}
     if router_r1:
@@ -126,10 +155,12 @@ def summarize(reports: dict[int, dict]) -> dict:
                 per[seed].update(policy_routes=info["policy_routes"], unrouted=info.get("unrouted"))
             if rep.get("online") and name in rep["online"]:
                 per[seed]["online"] = rep["online"][name]
-        apgrs = [p["apgr"] for p in per.values() if p["apgr"] is not None]
+        # means over the seeds whose split has a gap to recover (MIN_GAP); every seed stays in per_seed
+        kept = [per[s] for s in per if out["seeds"][s]["strong_quality"] - out["seeds"][s]["weak_quality"] >= MIN_GAP]
+        apgrs = [p["apgr"] for p in kept if p["apgr"] is not None]
         out["routers"][name] = {"per_seed": per, "apgr_mean": float(np.mean(apgrs)) if apgrs else None,
-                                "apgr_minus_mf_mean": float(np.mean([p["apgr_minus_mf"] for p in per.values()]))
-                                if apgrs and all(p["apgr_minus_mf"] is not None for p in per.values()) else None,
+                                "apgr_minus_mf_mean": float(np.mean([p["apgr_minus_mf"] for p in kept]))
+                                if apgrs and all(p["apgr_minus_mf"] is not None for p in kept) else None,
                                 "quality_mean": float(np.mean([p["quality"] for p in per.values()])),
                                 "strong_share_mean": float(np.mean([p["strong_share"] for p in per.values()])),
                                 "cost_mean": float(np.mean([p["cost_mean"] for p in per.values()]))}
@@ -158,6 +189,11 @@ def markdown(summary: dict) -> str:
         lines.append(f"| {name} | {r['apgr_mean']:.3f} | {' / '.join(_f(per[s]['apgr']) for s in seeds)} | "
                      f"{_f(r['apgr_minus_mf_mean'])} | {'; '.join(ci)} | {share95} | "
                      f"{at[0]:.3f} / {at[1]:.3f} / {at[2]:.3f} |")
+    # APGR divides by the strong-weak quality gap of the split: where it is small the ratio is noise
+    gaps = {s: summary["seeds"][s]["strong_quality"] - summary["seeds"][s]["weak_quality"] for s in seeds}
+    lines += ["", "Strong − weak quality gap per seed: " + ", ".join(f"{s}: {g:.3f}" for s, g in gaps.items())
+              + "." + "".join(f" Seed {s}'s gap is below {MIN_GAP}: its APGRs divide by it, so the means leave it out."
+                              for s, g in gaps.items() if g < MIN_GAP)]
     return "\n".join(lines)
 
 
@@ -186,6 +222,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="per-seed reports (default outputs/<name>)")
     ap.add_argument("--reuse", action="store_true", help="summarise a seed's existing report.json under --out "
                                                           "instead of running it again")
+    ap.add_argument("--reuse-checkpoints", action="store_true", help="an encoder router loads the checkpoint a "
+                    "previous run saved under --out (seed<N>/encoder_checkpoint) instead of training again")
     ap.add_argument("--parallel", action="store_true", help="one process per seed (on a shared machine this wins "
                                                              "CPU share; each process loads its own torch)")
     args = ap.parse_args()
@@ -195,10 +233,10 @@ def main() -> None:
         unknown = sorted(set(args.routers) - set(known))
         if unknown:
             ap.error(f"--routers: unknown {unknown}; known: {sorted(known)}")
-        routers = {r: known[r] for r in args.routers}
+        routers = with_refs(args.routers)
     name = args.name or ("unseen_subjects" + (f"_subset{args.test_subset}" if args.test_subset else ""))
     args.out = args.out or str(ROOT / "outputs" / name)
-    extra = (args.router_r1, args.test_subset, routers)
+    extra = (args.router_r1, args.test_subset, routers, args.reuse_checkpoints)
     t0 = time.perf_counter()
     done = {}
     if args.reuse:
@@ -224,7 +262,10 @@ def main() -> None:
         + ([f"--router-r1 {args.router_r1}"] if args.router_r1 else [])
         + ([f"--test-subset {args.test_subset}"] if args.test_subset else [])
         + ([f"--routers {' '.join(args.routers)}"] if args.routers else [])
-        + ([f"--name {args.name}"] if args.name else []) + (["--parallel"] if args.parallel else []))
+        + ([f"--name {args.name}"] if args.name else [])
+        + ([f"--out {Path(args.out).resolve().relative_to(ROOT)}"] if Path(args.out).resolve().is_relative_to(ROOT)
+           and Path(args.out).resolve() != (ROOT / "outputs" / name) else [])
+        + (["--reuse-checkpoints"] if args.reuse_checkpoints else []) + (["--parallel"] if args.parallel else []))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     write_summary(summary, name)
     print(f"{summary['seconds']} s; per-seed reports under {args.out}")

@@ -11,6 +11,9 @@ figures compare with that table's:
 * rank-mean ensembles of the transferable routers (form probe, boosting, kNN);
 * MF variants (another torch seed, 5 epochs, ties dropped), a plain logistic regression on the embeddings, and
   MF on the MMLU rows only: is MF below random on seed 0 a bug or the data?
+* two upper bounds that read the test outcomes: the subject oracle (each held-out subject's true mean gain,
+  random within it) and the same with the form probe ordering the prompts within a subject, i.e. perfect
+  subject knowledge plus the question-level signal of the best form router.
 
 Writes ``benchmarks/results/unseen_variants.{json,md}``. Needs scikit-learn (``pip install .[bench]``).
 
@@ -147,6 +150,14 @@ def variants(seed: int, holdout: int) -> tuple[dict[str, np.ndarray], dict]:
     pair = np.where(gain > 0, 1.0, np.where(gain < 0, 0.0, 0.5))
     for l2 in (1.0, 100.0):
         v[f"logistic P(strong wins) on embeddings, l2 {l2:g}"] = _linear(e_te, fit_logistic(e_tr, pair, l2))
+    # upper bounds that read the test outcomes: each subject's true mean gain (the job's subject oracle),
+    # and the same with the form probe ranking prompts within a subject (the question-level signal it adds)
+    from rlrouter.eval.baselines import subject_gain_scores
+
+    subj = subject_gain_scores(test.sources, test.scores, weak, strong)
+    v["subject oracle (reads outcomes)"] = subj
+    spread = form.std() or 1.0
+    v["subject oracle, form probe within a subject (reads outcomes)"] = subj + 1e-6 * (form - form.mean()) / spread
     scores = {name: score(test, weak, strong, s) for name, s in v.items()}
     return scores, {"cv_apgr_by_l2": cv, "cv_pick": pick}
 

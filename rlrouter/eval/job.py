@@ -294,12 +294,13 @@ def run(cfg: Any) -> dict[str, Any]:
             prefix = spec.pop("train_prefix", None)
             router: Router = build_router(spec, ctx)
             router.fit(train_rows_for(train, str(prefix), name) if prefix else train)
+            ctx.extra.setdefault("fitted", {})[name] = router  # an ensemble later in the run may reuse it (ref)
             if isinstance(router, ThresholdRouter):
                 strong_scores[name] = router.strong_score(test.prompts)
                 if share is not None and spec.get("type") not in ("random",):
                     # label-free: a quantile of the router's scores on the test prompts, as RouteLLM's
                     # calibrate_threshold does on unlabelled traffic; outcomes are never read
-                    router.calibrate(test.prompts, float(share))
+                    router.calibrate(test.prompts, float(share), scores=strong_scores[name])
                 decisions[name] = np.where(strong_scores[name] >= router.threshold, router.strong, router.weak)
             else:
                 decisions[name] = np.asarray(router.replay(test), dtype=np.int64)

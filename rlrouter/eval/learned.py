@@ -14,7 +14,9 @@ formula symbols, negations, multi-statement "I and II" items). This module holds
   signal both candidates feel (RouteLLM's "causal LLM" router also predicts per-model outcomes).
 * ``ensemble``: a weighted mean of member routers' scores, each standardised by its own mean and
   standard deviation on the training prompts (a fixed transform, so a prompt's score does not depend on
-  the batch it arrives in).
+  the batch it arrives in). A member may be a router the evaluation job fitted earlier in the same run
+  (``{ref: name}``), so a router that trains for minutes (``encoder``) is trained once for its own row and
+  the ensemble's.
 """
 
 from __future__ import annotations
@@ -157,17 +159,19 @@ class EnsembleRouter(ThresholdRouter):
     """Weighted mean of member threshold routers' standardised scores (see the module docstring)."""
 
     def __init__(self, name: str, weak: int, strong: int, members: dict[str, ThresholdRouter],
-                 weights: dict[str, float]):
+                 weights: dict[str, float], fitted: frozenset[str] = frozenset()):
         if not members:
             raise ValueError("ensemble.members: at least one member router")
         super().__init__(name, weak, strong, threshold=0.0)
         self.members = members
         self.weights = weights
+        self.fitted = fitted  # members already fitted by the job (``ref``): not fitted again
         self._stats: dict[str, tuple[float, float]] = {}
 
     def fit(self, train: EvalSet) -> None:
         for key, router in self.members.items():
-            router.fit(train)
+            if key not in self.fitted:
+                router.fit(train)
             s = router.strong_score(train.prompts)
             self._stats[key] = (float(s.mean()), float(s.std()) or 1.0)
 
@@ -208,18 +212,33 @@ def _build_probe(cfg: dict[str, Any], ctx: RouterContext) -> Router:
 
 @register_router("ensemble")
 def _build_ensemble(cfg: dict[str, Any], ctx: RouterContext) -> Router:
-    """``members``: {key: router spec} of threshold routers; ``weights``: {key: weight} (default 1 each)."""
+    """``members``: {key: router spec} of threshold routers, or {key: {ref: name}} for a router the job fitted
+    earlier in the same run (``ctx.extra["fitted"]``; reused as fitted); ``weights``: {key: weight} (default 1 each)."""
     specs = dict(cfg.pop("members", None) or {})
     weights = {k: float(v) for k, v in dict(cfg.pop("weights", None) or {}).items()}
     if cfg:
         raise ValueError(f"router type 'ensemble': unknown fields {sorted(cfg)}")
     members: dict[str, ThresholdRouter] = {}
+    fitted: set[str] = set()
     for key, spec in specs.items():
-        r = build_router(dict(spec), ctx)
+        spec = dict(spec)
+        if "ref" in spec:
+            ref = spec.pop("ref")
+            if spec:
+                raise ValueError(f"ensemble.members.{key}: a 'ref' member takes no other fields, got {sorted(spec)}")
+            done = ctx.extra.get("fitted") or {}
+            if ref not in done:
+                raise ValueError(f"ensemble.members.{key}.ref: no router '{ref}' was fitted earlier in this run "
+                                 f"(fitted so far: {sorted(done)}); list it before the ensemble")
+            r, what = done[ref], f"ref '{ref}'"
+            fitted.add(key)
+        else:
+            r, what = build_router(spec, ctx), f"'{spec.get('type')}'"
         if not isinstance(r, ThresholdRouter):
-            raise ValueError(f"ensemble.members.{key}: '{spec.get('type')}' is not a threshold router")
+            raise ValueError(f"ensemble.members.{key}: {what} is not a threshold router")
         members[key] = r
     unknown = sorted(set(weights) - set(members))
     if unknown:
         raise ValueError(f"ensemble.weights: {unknown} are not members ({sorted(members)})")
-    return EnsembleRouter("ensemble", ctx.weak, ctx.strong, members, {k: weights.get(k, 1.0) for k in members})
+    return EnsembleRouter("ensemble", ctx.weak, ctx.strong, members, {k: weights.get(k, 1.0) for k in members},
+                          frozenset(fitted))

@@ -63,12 +63,16 @@ class ThresholdRouter(Router):
     def decide(self, prompts: list[str]) -> np.ndarray:
         return np.where(self.strong_score(prompts) >= self.threshold, self.strong, self.weak)
 
-    def calibrate(self, prompts: list[str], strong_share: float) -> float:
+    def calibrate(self, prompts: list[str], strong_share: float, scores: np.ndarray | None = None) -> float:
         """Set the threshold so that ``strong_share`` of ``prompts`` go to strong (RouteLLM's
-        ``calibrate_threshold``: a quantile of the router's scores on held-in prompts)."""
+        ``calibrate_threshold``: a quantile of the router's scores on held-in prompts). ``scores``: this
+        router's ``strong_score(prompts)`` when the caller has them already (a slow router scores once)."""
         if not 0.0 <= strong_share <= 1.0:
             raise ValueError(f"operating_strong_share: must be in [0, 1], got {strong_share}")
-        self.threshold = share_threshold(self.strong_score(prompts), strong_share)
+        s = self.strong_score(prompts) if scores is None else np.asarray(scores)
+        if len(s) != len(prompts):
+            raise ValueError(f"{self.name}: calibrate got {len(s)} scores for {len(prompts)} prompts")
+        self.threshold = share_threshold(s, strong_share)
         return self.threshold
 
 

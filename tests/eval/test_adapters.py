@@ -45,6 +45,11 @@ def test_cost_aware_category_map_trades_loss_for_price_and_sweeps_with_lam():
     # as a threshold router the job can calibrate it to a strong share: half of these prompts are math
     r.calibrate(["m1", "m2", "t1", "t2"], 0.5)
     assert r.decide(["m1", "m2", "t1", "t2"]).tolist() == [1, 1, 0, 0]
+    # the same threshold from scores the caller already has (the job scores a slow router once)
+    t = r.threshold
+    assert r.calibrate(["m1", "m2", "t1", "t2"], 0.5, scores=r.strong_score(["m1", "m2", "t1", "t2"])) == t
+    with pytest.raises(ValueError, match="intent: calibrate got 3 scores for 4 prompts"):
+        r.calibrate(["m1", "m2", "t1", "t2"], 0.5, scores=np.zeros(3))
 
 
 def test_intent_router_from_config_with_classifier_path(monkeypatch):

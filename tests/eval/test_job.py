@@ -55,7 +55,9 @@ def test_job_end_to_end_on_real_routellm_data(tmp_path, shared_data, monkeypatch
     monkeypatch.chdir(ROOT)  # the config's data paths are relative to the project root
     cfg = _compose(["eval=smoke", "eval.max_prompts=200", f"output_dir={tmp_path}", "eval/router@router=selector",
                     "eval.baselines.mf.epochs=5", "eval.ope.n_boot=200", "eval.split.by=question",
-                    "eval.bootstrap.n_boot=50"])
+                    "eval.bootstrap.n_boot=50",
+                    # an ensemble of two baselines the job fitted before it (ref: reused, not refitted)
+                    "+routers.mf_knn={type: ensemble, members: {m: {ref: mf}, k: {ref: knn}}}"])
     report = run(cfg)
     for name in ("report.json", "report.md", "cost_quality_all.png", "cost_quality_gsm8k.png",
                  "cost_quality_mmlu.png", "call_shares.png"):
@@ -64,7 +66,7 @@ def test_job_end_to_end_on_real_routellm_data(tmp_path, shared_data, monkeypatch
     assert on_disk["slices"]["all"]["n"] == report["data"]["test"] > 0
     sl = report["slices"]["all"]
     routers = sl["routers"]
-    assert set(routers) == {"always_weak", "always_strong", "random", "knn", "mf", "selector", "oracle",
+    assert set(routers) == {"always_weak", "always_strong", "random", "knn", "mf", "selector", "mf_knn", "oracle",
                             "subject_oracle"}
     # fixed baselines equal the slice's reference candidates; shares sum to one
     assert routers["always_strong"]["quality"] == pytest.approx(sl["strong"]["quality"])

@@ -67,3 +67,29 @@ def test_probe_on_form_features_and_an_ensemble_route_long_math_to_strong():
         build_router({"type": "ensemble", "members": {"a": {"type": "random"}}, "weights": {"zz": 1}}, ctx)
     with pytest.raises(ValueError, match="ensemble.members.a.*not a threshold router"):
         build_router({"type": "ensemble", "members": {"a": {"type": "always", "candidate": "weak"}}}, ctx)
+
+
+def test_an_ensemble_member_by_ref_is_the_fitted_router_and_is_not_fitted_again():
+    prompts = ["Compute 1234 * 5678 = ?", "Name a colour of the sky"] * 50
+    train = _set(prompts, np.array([[0.0, 1.0], [1.0, 1.0]] * 50))
+    ctx = RouterContext(candidates=["weak", "strong"], weak=0, strong=1, train=train,
+                        embed=lambda t: np.zeros((len(t), 4), dtype=np.float32))
+    probe = build_router({"type": "probe", "features": ["form"]}, ctx)
+    probe.fit(train)
+    fits = []
+    probe.fit = lambda t: fits.append(t)  # a refit would show here
+    ctx.extra["fitted"] = {"probe": probe}
+    ens = build_router({"type": "ensemble", "members": {"p": {"ref": "probe"}, "r": {"type": "random"}},
+                        "weights": {"r": 0.0}}, ctx)
+    assert ens.members["p"] is probe
+    ens.fit(train)
+    assert fits == []
+    s, own = ens.strong_score(prompts[:2]), probe.strong_score(prompts[:2])
+    assert s[0] > s[1] and own[0] > own[1]
+    with pytest.raises(ValueError, match=r"ensemble.members.p.ref: no router 'mf' was fitted.*\['probe'\]"):
+        build_router({"type": "ensemble", "members": {"p": {"ref": "mf"}}}, ctx)
+    with pytest.raises(ValueError, match="ensemble.members.p: a 'ref' member takes no other fields"):
+        build_router({"type": "ensemble", "members": {"p": {"ref": "probe", "type": "probe"}}}, ctx)
+    ctx.extra["fitted"]["weak"] = build_router({"type": "always", "candidate": "weak"}, ctx)
+    with pytest.raises(ValueError, match="ensemble.members.w: ref 'weak' is not a threshold router"):
+        build_router({"type": "ensemble", "members": {"w": {"ref": "weak"}}}, ctx)
