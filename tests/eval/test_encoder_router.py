@@ -53,3 +53,28 @@ def test_encoder_router_trains_supervised_then_ppo_and_scores(tmp_path):
     again = build_router({"type": "encoder", "checkpoint": str(saved)}, ctx)
     again.fit(train)
     np.testing.assert_allclose(again.strong_score(["Prove x"]), r.strong_score(["Prove x"]), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_form_encoder_config_trains_both_members_and_scores(tmp_path):
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from rlrouter.eval import learned as _learned  # noqa: F401 - registers the probe and ensemble routers
+
+    spec = OmegaConf.to_container(OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "eval" / "router"
+                                                 / "form_encoder.yaml"))
+    assert spec["type"] == "ensemble" and set(spec["members"]) == {"form", "encoder"}
+    spec["members"]["encoder"]["train"] = {"max_length": 16, "supervised": {"epochs": 1, "batch_size": 8,
+                                                                           "max_steps": 2}, "ppo": {"iterations": 0}}
+    prompts = [f"Compute {i} * {i + 7} = ?" if i % 2 else f"What colour is sky {i}?" for i in range(40)]
+    train = _set(prompts, [[0.0, 1.0] if i % 2 else [1.0, 1.0] for i in range(40)])
+    ctx = RouterContext(candidates=["weak", "strong"], weak=0, strong=1, train=train, embed=lambda t: None,
+                        work_dir=tmp_path)
+    ens = build_router(spec, ctx)
+    assert ens.name == "form_encoder"
+    ens.fit(train)
+    assert (tmp_path / "encoder_checkpoint").is_dir()  # the member trained inside the ensemble's fit
+    s = ens.strong_score(["Compute 12 * 34 = ?", "What colour is grass?"])
+    assert s.shape == (2,) and np.isfinite(s).all() and s[0] > s[1]  # the form member sees the digits
