@@ -326,7 +326,7 @@ def train_ppo(model: IntentModel, train: Sequence[IntentExample], val: Sequence[
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 optimizer.step()
                 for k in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac"):
-                    sums[k] += float(getattr(losses, k))
+                    sums[k] += float(torch.as_tensor(getattr(losses, k)).detach())  # logged, not differentiated
                 sums["steps"] += 1
                 epoch_kl += float(losses.approx_kl)
             if cfg.target_kl is not None:
