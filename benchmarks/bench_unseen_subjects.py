@@ -101,7 +101,7 @@ def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path, router_
 
     routers = dict(ROUTERS if routers is None else routers)
     for name, spec in routers.items():
-        saved = out_dir / "encoder_checkpoint"
+        saved = out_dir / f"{name}_checkpoint"  # where the encoder router of that name saved itself
         if reuse_checkpoints and spec.get("type") == "encoder" and "checkpoint" not in spec and saved.is_dir():
             routers[name] = {**spec, "checkpoint": str(saved)}
     if intent:
@@ -223,7 +223,7 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="summarise a seed's existing report.json under --out "
                                                           "instead of running it again")
     ap.add_argument("--reuse-checkpoints", action="store_true", help="an encoder router loads the checkpoint a "
-                    "previous run saved under --out (seed<N>/encoder_checkpoint) instead of training again")
+                    "previous run saved under --out (seed<N>/<name>_checkpoint) instead of training again")
     ap.add_argument("--parallel", action="store_true", help="one process per seed (on a shared machine this wins "
                                                              "CPU share; each process loads its own torch)")
     args = ap.parse_args()

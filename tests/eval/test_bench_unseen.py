@@ -1,0 +1,35 @@
+"""benchmarks/bench_unseen_subjects.py's pure parts: the routers a --routers list expands to (an ensemble's
+ref members first), and the summary's means over seeds whose split has a strong-weak gap to measure."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import bench_unseen_subjects as bu
+
+
+def test_routers_list_adds_the_refs_of_an_ensemble_before_it_once():
+    assert list(bu.with_refs(["form_encoder"])) == ["probe_form", "encoder", "form_encoder"]
+    assert list(bu.with_refs(["encoder", "form_encoder", "probe"])) == ["encoder", "probe_form", "form_encoder", "probe"]
+    assert bu.with_refs(["probe_form"]) == {"probe_form": bu.ROUTERS["probe_form"]}
+
+
+def _report(apgr: dict[str, float], weak_q: float, strong_q: float) -> dict:
+    at = {k: {"quality": 0.7} for k in ("0.2", "0.5", "0.8")}
+    routers = {n: {"apgr": a, "quality": 0.7, "shares": [0.5, 0.5], "cost_mean": 0.001,
+                   "share_for_95pct_strong": 0.6, "at_share": at} for n, a in apgr.items()}
+    return {"data": {"split": {"test_subjects": ["mmlu/x"]}, "test": 10, "train": 90, "strong": 1},
+            "slices": {"all": {"routers": routers, "strong": {"quality": strong_q}, "weak": {"quality": weak_q}}},
+            "bootstrap": {"best_baseline": "mf", "routers": {}}}
+
+
+def test_means_leave_out_a_seed_without_a_gap_and_the_table_says_so():
+    reports = {0: _report({"mf": 0.50, "probe_form": 0.60}, 0.60, 0.75),
+               3: _report({"mf": 0.78, "probe_form": 1.84}, 0.670, 0.683)}  # seed 3's gap 0.013 < MIN_GAP
+    s = bu.summarize(reports)
+    r = s["routers"]["probe_form"]
+    assert r["apgr_mean"] == pytest.approx(0.60) and r["apgr_minus_mf_mean"] == pytest.approx(0.10)
+    assert r["per_seed"][3]["apgr"] == 1.84  # kept per seed, shown in the table
+    md = bu.markdown(s)
+    assert "0.600 / 1.840" in md
+    assert "0: 0.150, 3: 0.013" in md and "Seed 3's gap is below 0.05" in md
