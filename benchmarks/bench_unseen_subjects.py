@@ -235,6 +235,7 @@ def main() -> None:
             ap.error(f"--routers: unknown {unknown}; known: {sorted(known)}")
         routers = with_refs(args.routers)
     name = args.name or ("unseen_subjects" + (f"_subset{args.test_subset}" if args.test_subset else ""))
+    out_arg = args.out  # recorded in the summary's command as given
     args.out = args.out or str(ROOT / "outputs" / name)
     extra = (args.router_r1, args.test_subset, routers, args.reuse_checkpoints)
     t0 = time.perf_counter()
@@ -263,8 +264,7 @@ def main() -> None:
         + ([f"--test-subset {args.test_subset}"] if args.test_subset else [])
         + ([f"--routers {' '.join(args.routers)}"] if args.routers else [])
         + ([f"--name {args.name}"] if args.name else [])
-        + ([f"--out {Path(args.out).resolve().relative_to(ROOT)}"] if Path(args.out).resolve().is_relative_to(ROOT)
-           and Path(args.out).resolve() != (ROOT / "outputs" / name) else [])
+        + ([f"--out {out_arg}"] if out_arg else [])
         + (["--reuse-checkpoints"] if args.reuse_checkpoints else []) + (["--parallel"] if args.parallel else []))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     write_summary(summary, name)
