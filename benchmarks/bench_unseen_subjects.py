@@ -24,7 +24,8 @@ results go to ``unseen_subjects_subset<N>.json`` / ``.md``). ``--routers`` runs 
 those and ``EXTRA_ROUTERS`` (``encoder``: RouteLLM's BERT router on the intent stack, MiniLM + LoRA trained
 supervised then with PPO; about 8 min a seed on 2 CPU cores, so not in the default set; ``form_encoder``: the
 equal-weight ensemble of ``probe_form`` and ``encoder``, which it adds to the run before itself, reusing their fitted
-routers). ``--reuse-checkpoints`` loads an encoder a previous run saved under ``--out`` instead of training it again.
+routers; ``probe_form_options``: the form probe with option-match features, conf/eval/router/probe_form_options.yaml).
+``--reuse-checkpoints`` loads an encoder a previous run saved under ``--out`` instead of training it again.
 """
 
 from __future__ import annotations
@@ -64,8 +65,11 @@ ROUTERS = {
                                    "enable_personalization": False}},
 }
 
-# routers run only when named with --routers (minutes per seed on CPU)
+# routers run only when named with --routers (minutes per seed on CPU, or, for probe_form_options, a first pass
+# of MiniLM over every question and option, about 3.5 min, then seconds)
 EXTRA_ROUTERS = {
+    # the form probe with option-match features: question-option and option-option similarities in MiniLM space
+    "probe_form_options": {"type": "probe", "features": ["form", "options"], "head": "two_heads"},
     # RouteLLM's BERT router on the intent stack: MiniLM + LoRA, supervised, then PPO (rlrouter.eval.encoder_router)
     "encoder": {"type": "encoder"},
     # the two trained routers of different kinds, equal weights on their training-standardised scores; the members

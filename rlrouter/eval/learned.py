@@ -7,8 +7,12 @@ formula symbols, negations, multi-statement "I and II" items). This module holds
 
 * ``prompt_form_features``: those form features, generic by construction: none of them names or detects
   a subject (a feature written after looking at the held-out subjects would leak the test set).
-* ``probe``: a linear head on any of [MiniLM embedding, form features, a small local LLM's confidence on
-  the question (``rlrouter.eval.confidence``)]. ``head: gain`` fits a
+* ``option_match_features``: how the options of a multiple-choice prompt sit against its question in the
+  embedder's space (how close the nearest option is, its margin over the next, how alike the options are
+  to each other). Like the form, they describe how hard a question looks, not what it is about: an item
+  whose options are near-paraphrases of each other, or none of which echoes the question, is harder.
+* ``probe``: a linear head on any of [MiniLM embedding, form features, option-match features, a small
+  local LLM's confidence on the question (``rlrouter.eval.confidence``)]. ``head: gain`` fits a
   ridge regression of the strong-minus-weak score; ``head: two_heads`` fits one logistic regression per
   candidate (P(weak correct), P(strong correct)) and scores p_strong - p_weak, sharing the difficulty
   signal both candidates feel (RouteLLM's "causal LLM" router also predicts per-model outcomes).
@@ -37,10 +41,25 @@ _NEGATION = re.compile(r"\b(NOT|EXCEPT|LEAST|FALSE)\b")
 _ROMAN = re.compile(r"\b(I|II|III|IV)\b")
 _FORMULA = set("=+*/^<>$\\_{}|")
 
-PROBE_FEATURES = ("embedding", "form", "llm")
+PROBE_FEATURES = ("embedding", "form", "options", "llm")
 FORM_FEATURES = ("log_chars", "log_question_chars", "has_options", "log_option_chars_mean", "log_option_chars_max",
                  "option_chars_cv", "digit_share", "formula_share", "negation", "question_marks", "upper_share",
                  "lines", "roman_numerals", "all_or_none_of_the_above", "word_chars_mean")
+
+
+OPTION_FEATURES = ("no_options", "sim_top1", "sim_top2", "sim_mean", "sim_min", "sim_margin", "sim_top1_over_mean",
+                   "sim_std", "sim_entropy", "option_pair_mean", "option_pair_max", "option_pair_min")
+_QUESTION_CHARS = 1000  # the end of a long stem (a passage, then the question) is what the options answer
+_SIM_TEMPERATURE = 0.05  # sim_entropy: softmax of the cosines at this temperature, entropy / log(#options)
+
+
+def split_options(prompt: str) -> tuple[str, list[str]]:
+    """(question, options) of a prompt whose options are lines "A. ..." / "B) ..."; the question is every
+    other line but a closing "Answer:". A prompt without such lines has no options."""
+    lines = prompt.split("\n")
+    opts = [ln[3:] for ln in lines if _OPTION.match(ln)]
+    question = "\n".join(ln for ln in lines if not _OPTION.match(ln) and ln.strip() != "Answer:")
+    return question, opts
 
 
 def prompt_form_features(prompts: list[str]) -> np.ndarray:
@@ -48,8 +67,7 @@ def prompt_form_features(prompts: list[str]) -> np.ndarray:
     out = np.zeros((len(prompts), len(FORM_FEATURES)))
     for i, p in enumerate(prompts):
         lines = p.split("\n")
-        opts = [ln[3:] for ln in lines if _OPTION.match(ln)]
-        question = "\n".join(ln for ln in lines if not _OPTION.match(ln) and ln.strip() != "Answer:")
+        question, opts = split_options(p)
         n = max(1, len(p))
         lens = np.array([len(o) for o in opts], dtype=np.float64)
         words = p.split()
@@ -93,6 +111,38 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float, iters: int = 50, tol: 
     return w
 
 
+def option_match_features(prompts: list[str], embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+    """(N, len(OPTION_FEATURES)) features of how a prompt's options sit against its question and each other
+    in ``embed``'s space (cosine similarities). Prompts with fewer than two options get zeros and
+    ``no_options`` 1. Each question and option is one text for ``embed`` (the job's disk-cached embedder)."""
+    out = np.zeros((len(prompts), len(OPTION_FEATURES)))
+    out[:, 0] = 1.0  # no_options, cleared below for each prompt with two or more options
+    split = [split_options(p) for p in prompts]
+    rows = [i for i, (_, opts) in enumerate(split) if len(opts) >= 2]
+    if not rows:
+        return out
+    questions = [split[i][0][-_QUESTION_CHARS:] for i in rows]
+    options = [o for i in rows for o in split[i][1]]
+    eq = _unit(np.asarray(embed(questions), dtype=np.float64))
+    eo = _unit(np.asarray(embed(options), dtype=np.float64))
+    start = 0
+    for r, i in enumerate(rows):
+        k = len(split[i][1])
+        o = eo[start:start + k]
+        start += k
+        sim = np.sort(o @ eq[r])[::-1]
+        z = np.exp((sim - sim[0]) / _SIM_TEMPERATURE)
+        pz = z / z.sum()
+        pair = (o @ o.T)[np.triu_indices(k, 1)]
+        out[i] = [0.0, sim[0], sim[1], sim.mean(), sim[-1], sim[0] - sim[1], sim[0] - sim.mean(), sim.std(),
+                  float(-(pz * np.log(pz + 1e-12)).sum() / np.log(k)), pair.mean(), pair.max(), pair.min()]
+    return out
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / (np.linalg.norm(x, axis=1, keepdims=True) + 1e-12)
+
+
 def _linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return x @ w[:-1] + w[-1]
 
@@ -111,8 +161,9 @@ class ProbeRouter(ThresholdRouter):
                              f"got {list(features)}")
         if not l2 > 0:
             raise ValueError(f"probe.l2: must be > 0, got {l2}")
-        if "embedding" in features and embed is None:
-            raise ValueError("probe.features: 'embedding' needs the job's embedder")
+        for kind in ("embedding", "options"):
+            if kind in features and embed is None:
+                raise ValueError(f"probe.features: '{kind}' needs the job's embedder")
         if "llm" in features and llm is None:
             raise ValueError("probe.features: 'llm' needs a confidence scorer (rlrouter.eval.confidence)")
         super().__init__(name, weak, strong, threshold=0.0)
@@ -123,9 +174,11 @@ class ProbeRouter(ThresholdRouter):
 
     def _x(self, prompts: list[str]) -> np.ndarray:
         parts = []
-        scaled = []  # form and LLM features: standardised by the training prompts' mean and spread
+        scaled = []  # form, option and LLM features: standardised by the training prompts' mean and spread
         if "form" in self.features:
             scaled.append(prompt_form_features(prompts))
+        if "options" in self.features:
+            scaled.append(option_match_features(prompts, self.embed))
         if "llm" in self.features:
             scaled.append(np.asarray(self.llm(prompts), dtype=np.float64))
         if scaled:
@@ -190,7 +243,7 @@ def _pop_features(cfg: dict[str, Any]) -> tuple[str, ...]:
 
 @register_router("probe")
 def _build_probe(cfg: dict[str, Any], ctx: RouterContext) -> Router:
-    """``features``: any of embedding / form / llm; ``llm_model`` and ``llm_max_length`` pick the LLM
+    """``features``: any of embedding / form / options / llm; ``llm_model`` and ``llm_max_length`` pick the LLM
     whose confidence the ``llm`` features read (default SmolLM2-135M-Instruct, 256 tokens)."""
     features = _pop_features(cfg)
     llm_model = str(cfg.pop("llm_model", DEFAULT_LLM))
