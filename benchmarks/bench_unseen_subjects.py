@@ -24,7 +24,8 @@ results go to ``unseen_subjects_subset<N>.json`` / ``.md``). ``--routers`` runs 
 those and ``EXTRA_ROUTERS`` (``encoder``: RouteLLM's BERT router on the intent stack, MiniLM + LoRA trained
 supervised then with PPO; about 8 min a seed on 2 CPU cores, so not in the default set; ``form_encoder``: the
 equal-weight ensemble of ``probe_form`` and ``encoder``, which it adds to the run before itself, reusing their fitted
-routers; ``probe_form_options``: the form probe with option-match features, conf/eval/router/probe_form_options.yaml).
+routers; ``probe_form_options``: the form probe with option-match features, conf/eval/router/probe_form_options.yaml;
+``options_encoder``: the ensemble of that probe and ``encoder``).
 ``--reuse-checkpoints`` loads an encoder a previous run saved under ``--out`` instead of training it again.
 """
 
@@ -75,6 +76,9 @@ EXTRA_ROUTERS = {
     # the two trained routers of different kinds, equal weights on their training-standardised scores; the members
     # are the rows fitted earlier in the run (ref), so the encoder trains once
     "form_encoder": {"type": "ensemble", "members": {"form": {"ref": "probe_form"}, "encoder": {"ref": "encoder"}}},
+    # the same with the option-match features in the probe
+    "options_encoder": {"type": "ensemble", "members": {"form": {"ref": "probe_form_options"},
+                                                        "encoder": {"ref": "encoder"}}},
 }
 
 

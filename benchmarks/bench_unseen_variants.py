@@ -11,9 +11,9 @@ figures compare with that table's:
 * rank-mean ensembles of the transferable routers (form probe, boosting, kNN);
 * MF variants (another torch seed, 5 epochs, ties dropped), a plain logistic regression on the embeddings, and
   MF on the MMLU rows only: is MF below random on seed 0 a bug or the data?
-* two upper bounds that read the test outcomes: the subject oracle (each held-out subject's true mean gain,
-  random within it) and the same with the form probe ordering the prompts within a subject, i.e. perfect
-  subject knowledge plus the question-level signal of the best form router.
+* three upper bounds that read the test outcomes: the subject oracle (each held-out subject's true mean gain,
+  random within it) and the same with the form probe, or the form + option-match probe (``probe_form_options``),
+  ordering the prompts within a subject, i.e. perfect subject knowledge plus a router's question-level signal.
 
 Writes ``benchmarks/results/unseen_variants.{json,md}``. Needs scikit-learn (``pip install .[bench]``).
 
@@ -103,15 +103,18 @@ def variants(seed: int, holdout: int) -> tuple[dict[str, np.ndarray], dict]:
     from sklearn.neural_network import MLPClassifier
 
     from rlrouter.eval.baselines import KNNRouter, MFRouter
-    from rlrouter.eval.learned import _linear, fit_logistic, prompt_form_features
+    from rlrouter.eval.learned import _linear, fit_logistic, option_match_features, prompt_form_features
 
     train, test, weak, strong, embed = load(seed, holdout)
     f_tr, f_te = prompt_form_features(train.prompts), prompt_form_features(test.prompts)
+    o_tr, o_te = option_match_features(train.prompts, embed), option_match_features(test.prompts, embed)
     e_tr, e_te = np.asarray(embed(train.prompts), np.float64), np.asarray(embed(test.prompts), np.float64)
     yw, ys = train.scores[:, weak], train.scores[:, strong]
     v: dict[str, np.ndarray] = {}
     for l2 in L2_GRID:
         v[f"form probe, l2 {l2:g}"] = two_heads(f_tr, yw, ys, f_te, l2)
+    v["form + option-match probe, l2 1 (probe_form_options)"] = two_heads(np.hstack([f_tr, o_tr]), yw, ys,
+                                                                         np.hstack([f_te, o_te]), 1.0)
     cv = grouped_cv_l2(train, weak, strong, f_tr, seed)
     pick = max(cv, key=cv.get)
     v["form probe, l2 by grouped CV on training subjects"] = v[f"form probe, l2 {pick:g}"]
@@ -158,6 +161,9 @@ def variants(seed: int, holdout: int) -> tuple[dict[str, np.ndarray], dict]:
     v["subject oracle (reads outcomes)"] = subj
     spread = form.std() or 1.0
     v["subject oracle, form probe within a subject (reads outcomes)"] = subj + 1e-6 * (form - form.mean()) / spread
+    opt = v["form + option-match probe, l2 1 (probe_form_options)"]
+    v["subject oracle, form + option-match probe within a subject (reads outcomes)"] = (
+        subj + 1e-6 * (opt - opt.mean()) / (opt.std() or 1.0))
     scores = {name: score(test, weak, strong, s) for name, s in v.items()}
     return scores, {"cv_apgr_by_l2": cv, "cv_pick": pick}
 

@@ -12,6 +12,8 @@ def test_routers_list_adds_the_refs_of_an_ensemble_before_it_once():
     assert list(bu.with_refs(["form_encoder"])) == ["probe_form", "encoder", "form_encoder"]
     assert list(bu.with_refs(["encoder", "form_encoder", "probe"])) == ["encoder", "probe_form", "form_encoder", "probe"]
     assert bu.with_refs(["probe_form"]) == {"probe_form": bu.ROUTERS["probe_form"]}
+    assert list(bu.with_refs(["options_encoder", "form_encoder"])) == [
+        "probe_form_options", "encoder", "options_encoder", "probe_form", "form_encoder"]
 
 
 def _report(apgr: dict[str, float], weak_q: float, strong_q: float) -> dict:
