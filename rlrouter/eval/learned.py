@@ -9,8 +9,9 @@ formula symbols, negations, multi-statement "I and II" items). This module holds
   a subject (a feature written after looking at the held-out subjects would leak the test set).
 * ``option_match_features``: how the options of a multiple-choice prompt sit against its question in the
   embedder's space (how close the nearest option is, its margin over the next, how alike the options are
-  to each other). Like the form, they describe how hard a question looks, not what it is about: an item
-  whose options are near-paraphrases of each other, or none of which echoes the question, is harder.
+  to each other). Like the form, they describe how hard a question looks, not what it is about (the idea:
+  options that are near-paraphrases of each other, or none of which echoes the question, make a harder
+  item; what they buy on unseen subjects is measured in docs/evaluation.md, ``probe_form_options``).
 * ``probe``: a linear head on any of [MiniLM embedding, form features, option-match features, a small
   local LLM's confidence on the question (``rlrouter.eval.confidence``)]. ``head: gain`` fits a
   ridge regression of the strong-minus-weak score; ``head: two_heads`` fits one logistic regression per
