@@ -67,7 +67,7 @@ ROUTERS = {
 }
 
 # routers run only when named with --routers (minutes per seed on CPU, or, for probe_form_options, a first pass
-# of MiniLM over every question and option, about 3.5 min, then seconds)
+# of MiniLM over every question and option, 3.2 min here, then seconds)
 EXTRA_ROUTERS = {
     # the form probe with option-match features: question-option and option-option similarities in MiniLM space
     "probe_form_options": {"type": "probe", "features": ["form", "options"], "head": "two_heads"},
