@@ -1,14 +1,13 @@
-"""Evaluate a Router-R1 policy on held-out questions against simple baselines, and plot the run.
+"""Evaluate a Router-R1 policy on held-out questions, and plot the run.
 
-The policy's score: exact match of its final answer, format validity, and the USD cost of its route
-calls. Baselines route every question to one candidate through the same pool (always-cheapest,
-always-strongest, random), so every number comes from the same replayed or live calls.
+The policy's score: exact match of its final answer, format validity, the USD cost of its route calls
+and its Router-R1 reward. The routes it is compared with (each fixed route, random, the per-task rule,
+the oracle) are scored on the same questions and reward by ``rlrouter.eval.route_scores``.
 """
 
 from __future__ import annotations
 
 import json
-import random
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,49 +30,35 @@ def policy_summary(trajs: Sequence[Any], candidates: Sequence[str]) -> dict[str,
 
 
 def held_out_summary(trajs: Sequence[Any], candidates: Sequence[str], alpha: float, cost_window: int = 512,
-                     metric: str = "em") -> dict[str, Any]:
-    """``policy_summary`` plus the mean Router-R1 reward as training scores it (a fresh cost window, so
-    every evaluation of a run scales costs the same way)."""
+                     metric: str = "em", reference: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``policy_summary`` plus the mean Router-R1 reward. With ``reference`` (``cost_bounds`` and ``strong``,
+    ``rlrouter.eval.route_scores``) costs are scaled on the reference window, the scale every route is
+    scored on, and the strong-call share is given per task; without it, a fresh cost window over these
+    trajectories (every evaluation of a run scales costs the same way)."""
+    from rlrouter.eval.route_scores import policy_rows, summarize, task_of
     from rlrouter.rewards.router_r1 import RouterR1Reward, score_trajectories
 
     reward = RouterR1Reward(alpha, candidates=list(candidates), cost_window=cost_window, metric=metric)
     scores = score_trajectories(reward, trajs)
     failures = Counter(s.failure for s in scores if s.failure)
-    return {**policy_summary(trajs, candidates),
-            "mean_reward": float(np.mean([s.total for s in scores])) if scores else 0.0,
-            "format_reward_mean": float(np.mean([s.format for s in scores])) if scores else 0.0,
-            "format_failures": dict(failures.most_common(5))}
-
-
-def baseline_summaries(pool: Any, items: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, dict[str, Any]]:
-    """always-cheapest, always-strongest (largest) and random, answered by the pool on the real questions."""
-    cands = [pool.get(n) for n in pool.names]
-    cheapest = min(cands, key=lambda c: (c.price_in + c.price_out, c.name)).name
-    strongest = max(cands, key=lambda c: (c.params_b, c.price_out, c.name)).name
-    rng = random.Random(seed)
-    plans = {"always_cheapest": [cheapest] * len(items), "always_strongest": [strongest] * len(items),
-             "random": [rng.choice(pool.names) for _ in items]}
-    out = {}
-    for name, models in plans.items():
-        resps = pool.route_sync([(m, it["query"]) for m, it in zip(models, items)])
-        acc = []
-        for it, r in zip(items, resps):
-            if r.correct is not None:
-                acc.append(float(r.correct))
-            else:
-                acc.append(exact_match(r.text, list(it["ground_truth"])))
-        share = Counter(models)
-        out[name] = {"n": len(items), "accuracy": float(np.mean(acc)) if acc else 0.0, "format_valid": 1.0,
-                     "cost_per_query": float(np.mean([r.cost for r in resps])) if resps else 0.0,
-                     "calls_per_query": 1.0, "errors": sum(not r.ok for r in resps),
-                     "route_share": {c: share.get(c, 0) / len(items) for c in pool.names}}
+    out = {**policy_summary(trajs, candidates),
+           "mean_reward": float(np.mean([s.total for s in scores])) if scores else 0.0,
+           "format_reward_mean": float(np.mean([s.format for s in scores])) if scores else 0.0,
+           "format_failures": dict(failures.most_common(5))}
+    if reference and trajs:
+        bounds = tuple(reference["cost_bounds"])
+        s = summarize(policy_rows(trajs, candidates, reference["strong"], alpha, bounds, metric),
+                      [task_of(t.item) for t in trajs])
+        out.update({k: s[k] for k in ("mean_reward", "strong_share", "strong_share_by_task", "mean_reward_by_task")})
+        out["cost_bounds"] = list(bounds)
     return out
 
 
 def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines: dict[str, dict[str, Any]] | None = None,
                   name: str = "held_out_curve.png") -> str | None:
     """The held-out curve of a run (``eval/...`` rows; step 0 is the cold-start level): greedy format
-    validity and accuracy on the left, mean reward on the right. None when the run evaluated nothing."""
+    validity and accuracy, mean reward against the baselines' (the fixed routes and the per-task rule, same
+    questions and reward), and the strong-call share per task. None when the run evaluated nothing."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,16 +69,26 @@ def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines:
     if not rows:
         return None
     steps = [m["step"] for m in rows]
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, ax = plt.subplots(1, 3, figsize=(15, 3.8))
     ax[0].plot(steps, [m["eval/format_valid"] for m in rows], marker="o", label="format valid")
     ax[0].plot(steps, [m["eval/accuracy"] for m in rows], marker="s", label="accuracy (EM)")
     ax[0].set_ylim(-0.05, 1.05)
-    ax[1].plot(steps, [m["eval/mean_reward"] for m in rows], marker="o", color="C2", label="mean reward")
+    ax[1].plot(steps, [m["eval/mean_reward"] for m in rows], marker="o", color="C2", label="policy")
     for k, (bname, b) in enumerate((baselines or {}).items()):
         if "accuracy" in b:
             ax[0].axhline(b["accuracy"], ls=":", lw=1, color=f"C{3 + k}", label=f"{bname} accuracy")
-    for a, title in zip(ax, ("held-out format and accuracy", "held-out mean reward")):
-        a.set_xlabel("RL step (0 = after the cold start)"), a.set_title(title), a.legend(fontsize=8)
+        if "mean_reward" in b:
+            ax[1].axhline(b["mean_reward"], ls=":", lw=1, color=f"C{3 + k}", label=bname)
+    tasks = sorted({k.split("/", 2)[2] for m in rows for k in m if k.startswith("eval/strong_share/")})
+    for k, task in enumerate(tasks):
+        ax[2].plot(steps, [m.get(f"eval/strong_share/{task}", np.nan) for m in rows], marker="os^v"[k % 4],
+                   label=task)
+    ax[2].set_ylim(-0.05, 1.05)
+    titles = ("held-out format and accuracy", "held-out mean reward", "strong-call share per task")
+    for a, title in zip(ax, titles):
+        a.set_xlabel("RL step (0 = after the cold start)"), a.set_title(title)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=8)
         a.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     p = Path(out_dir) / name

@@ -28,7 +28,7 @@ def latest_checkpoint(out_dir: str | Path) -> str | None:
     return str(ckpts[-1]) if ckpts else None
 
 
-JOB_ONLY_TRAIN_FIELDS = ("warmup_demos", "warmup_query_words")
+JOB_ONLY_TRAIN_FIELDS = ("warmup_demos", "warmup_query_words", "warmup_route", "warmup_answer")
 """``train`` fields the job reads itself (building the demonstrations) and the loop's ``TrainConfig`` does not take."""
 
 
@@ -89,7 +89,10 @@ def demonstrations(cfg: DictConfig, train: TrainConfig, pool: Any, items: list[d
     cands = [pool.get(n) for n in pool.names]
     return [demo_tokens(d, tok, cands, EnvConfig(**env))
             for d in build_demonstrations(items, pool, cfg.train.warmup_demos, seed=train.seed,
-                                          query_words=cfg.train.get("warmup_query_words", 24))]
+                                          query_words=cfg.train.get("warmup_query_words", 24),
+                                          route=cfg.train.get("warmup_route", "random"),
+                                          answer=cfg.train.get("warmup_answer", "reply"),
+                                          info_max_chars=env.get("info_max_chars", 400))]
 
 
 def resource_spec(cfg: DictConfig) -> ResourceSpec:
@@ -101,7 +104,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     from rlrouter.data.build import load_split
     from rlrouter.distributed.cluster import connect
-    from rlrouter.eval.router_r1 import baseline_summaries, held_out_summary, plot_held_out, plot_run, write_report
+    from rlrouter.eval.route_scores import cost_bounds, route_table, scoreboard
+    from rlrouter.eval.router_r1 import held_out_summary, plot_held_out, plot_run, write_report
     from rlrouter.learner.group import LearnerGroup
     from rlrouter.metrics import read_jsonl
     from rlrouter.pool.pool import CandidatePool
@@ -121,6 +125,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     candidates = pool.names
     resources = resource_spec(cfg)
     train = train_config(cfg, out, train_path)
+    # the reference cost scale: every candidate's call on the training questions (route_scores)
+    metric = held_out_reward(train)["metric"]
+    reference_table = route_table(pool, train_items, metric)
+    bounds = cost_bounds(reference_table.cost)
+    train.eval_reference = {"cost_bounds": list(bounds), "strong": reference_table.strong}
     build_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
     EngineConfig(**engine_config(cfg, train))  # so does a bad engine (train.sync=nccl on a CPU engine)
     cluster = connect(num_cpus=cfg.ray.num_cpus, num_gpus=cfg.ray.num_gpus,
@@ -149,7 +158,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trained = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
     report["results"]["policy_trained"] = held_out_summary(trained, candidates, **held_out_reward(train))
     print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
-    report["results"].update(baseline_summaries(pool, test_items, seed=eval_seed))
+    board = scoreboard(route_table(pool, test_items, metric), reference_table, held_out_reward(train)["alpha"],
+                       trajs=trained, seed=eval_seed, metric=metric)
+    report["routing"] = board
+    report["results"].update({k: v for k, v in board["routes"].items() if k != "policy"})
+    print("routing:", json.dumps({k: board[k] for k in ("best_fixed", "per_task", "policy_minus_best_fixed")}))
     metrics = read_jsonl(out / "metrics.jsonl")
     report["steps"] = metrics
     report["checkpoint"] = latest_checkpoint(out)
@@ -159,7 +172,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                 for m in metrics if "eval/format_valid" in m]
     train_rows = [m for m in metrics if "reward/total" in m]
     report["plots"] = plot_run(train_rows, report["results"], out)
-    held = plot_held_out(metrics, out, {k: v for k, v in report["results"].items() if k.startswith("always_")})
+    held = plot_held_out(metrics, out, {k: v for k, v in report["results"].items()
+                                        if k.startswith("always_") or k == "per_task_rule"})
     if held:
         report["plots"].append(held)
     report["wall_s"] = time.perf_counter() - t_start

@@ -73,6 +73,10 @@ class TrainConfig:
     """Held-out greedy evaluation every K RL steps, and once after the cold start (logged at step 0 as
     ``eval/...``): the curve that shows whether RL improves on the cold start. 0 = off."""
     eval_seed: int = 1234
+    eval_reference: dict[str, Any] | None = None
+    """The held-out scoring's reference (set by the job, ``rlrouter.eval.route_scores``): ``cost_bounds``,
+    the sqrt-cost scale of every candidate's call on the training questions, and ``strong``, the strong
+    candidate. None: each evaluation scales its own costs."""
     learner: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -160,14 +164,27 @@ def trajectory_metrics(trajs: Sequence[Trajectory], scores: Sequence[Any], candi
 
 def build_reward(cfg: TrainConfig, candidates: Sequence[str]) -> Any:
     """The run's reward, built through the registry, with the pool's candidates filled in."""
-    from rlrouter.rewards.registry import build_reward as build, with_params
+    from rlrouter.rewards.registry import _to_plain, build_reward as build, with_params
 
-    filled = cfg.reward
+    filled = resolve_cost_bounds(_to_plain(cfg.reward), (cfg.eval_reference or {}).get("cost_bounds"))
     for name in ("router_r1", "router_r1_format"):  # the parts that check routes against the candidates
         filled = with_params(filled, name, candidates=list(candidates))
     reward = build(filled, "train.reward")
     router_r1_part(reward)
     return reward
+
+
+def resolve_cost_bounds(reward: Any, bounds: Sequence[float] | None) -> Any:
+    """The reward config with every ``cost_bounds: reference`` replaced by the reference window's bounds
+    (``TrainConfig.eval_reference``); left as it is when the job set none, and the reward then says so."""
+    if isinstance(reward, list):
+        return [resolve_cost_bounds(r, bounds) for r in reward]
+    if not isinstance(reward, dict):
+        return reward
+    out = {k: resolve_cost_bounds(v, bounds) if k in ("functions", "params") else v for k, v in reward.items()}
+    if out.get("cost_bounds") == "reference" and bounds is not None:
+        out["cost_bounds"] = [float(bounds[0]), float(bounds[1])]
+    return out
 
 
 def held_out_reward(cfg: TrainConfig) -> dict[str, Any]:
@@ -187,7 +204,7 @@ def held_out_reward(cfg: TrainConfig) -> dict[str, Any]:
 
     r = find(cfg.reward) or {}
     return {"alpha": float(r.get("alpha", 0.0)), "cost_window": int(r.get("cost_window", 512)),
-            "metric": str(r.get("metric", "em"))}
+            "metric": str(r.get("metric", "em")), "reference": cfg.eval_reference}
 
 
 def held_out_metrics(cfg: TrainConfig, rollout: Rollout, candidates: Sequence[str],
@@ -200,9 +217,10 @@ def held_out_metrics(cfg: TrainConfig, rollout: Rollout, candidates: Sequence[st
     s = held_out_summary(trajs, candidates, **held_out_reward(cfg))
     if s["format_failures"]:
         log.info("held-out format failures (most common): %s", s["format_failures"])
+    shares = {f"eval/strong_share/{task}": v for task, v in s.get("strong_share_by_task", {}).items()}
     return {"eval/format_valid": s["format_valid"], "eval/mean_reward": s["mean_reward"],
             "eval/accuracy": s["accuracy"], "eval/cost_per_query": s["cost_per_query"],
-            "eval/calls_per_query": s["calls_per_query"], "time/eval_s": time.perf_counter() - t0}
+            "eval/calls_per_query": s["calls_per_query"], **shares, "time/eval_s": time.perf_counter() - t0}
 
 
 def run_training(cfg: TrainConfig, rollout: Rollout, learners: Any, candidates: Sequence[str],

@@ -15,6 +15,8 @@ environment inserted after each route::
   (lowercase, no punctuation, no articles, single spaces); token F1 as an option.
 * cost: raw cost = completion tokens x price of each routed candidate; its square root is min-max
   scaled between the 5th and 95th percentile of a sliding window of recent costs; reward = 1 - scaled.
+  ``cost_bounds`` fixes that scale instead (the training job's ``reference``: every candidate's call on
+  the training questions, the scale every evaluation uses, ``rlrouter.eval.route_scores``).
 * combination, two by config (``formula``, issue 15):
 
   - ``"router_r1"`` (the training default; what Router-R1's released code computes, issue 2): a correct
@@ -311,7 +313,9 @@ class RouterR1CostReward:
     __name__ = "router_r1_cost"
 
     def __init__(self, prices: Mapping[str, float] | None = None, cost_window: int = 512,
-                 percentiles: Sequence[float] = (5.0, 95.0), candidates: Sequence[Any] | None = None):
+                 percentiles: Sequence[float] = (5.0, 95.0), candidates: Sequence[Any] | None = None,
+                 cost_bounds: Sequence[float] | None = None):
+        self.fixed_bounds = _fixed_bounds(cost_bounds)
         self.prices = dict(candidate_prices(candidates))
         for name, p in (prices or {}).items():
             if isinstance(p, bool) or not isinstance(p, (int, float)) or p < 0 or not math.isfinite(p):
@@ -391,7 +395,7 @@ class RouterR1CostReward:
             return [None] * len(completions)
         roots = [math.sqrt(c) for c in raw]
         self.window.push(roots)
-        lo, hi = self.window.bounds(roots)
+        lo, hi = self.fixed_bounds or self.window.bounds(roots)
         rewards: list[Reward] = [1.0 - scale_cost(r, lo, hi) for r in roots]
         self.last_raw_costs = list(raw)
         self.last_metrics = {"reward/cost": mean_of(rewards),
@@ -403,6 +407,23 @@ class RouterR1CostReward:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.window.load_state_dict(state["window"])
+
+
+def _fixed_bounds(value: Any) -> tuple[float, float] | None:
+    """``cost_bounds``: ``None`` (scale against the window) or ``[low, high]`` of sqrt(USD), low < high.
+    ``"reference"`` is the job's to replace (the training questions' logged calls) before the reward is built."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise RewardConfigError("cost_bounds", f"got {value!r}: 'reference' is resolved by the training job from "
+                                "the pool's calls on the training questions; here give [low, high] or null")
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if (not isinstance(value, Sequence) or len(value) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+            or not 0 <= value[0] < value[1]):
+        raise RewardConfigError("cost_bounds", f"expected [low, high] with 0 <= low < high, got {value!r}")
+    return float(value[0]), float(value[1])
 
 
 def _sum_costs(value: Any, i: int) -> float:
@@ -471,7 +492,7 @@ class RouterR1Reward:
     def __init__(self, alpha: float, candidates: Sequence[Any] | None = None, cost_window: int = 512,
                  metric: str = "em", prices: Mapping[str, float] | None = None,
                  percentiles: Sequence[float] = (5.0, 95.0), formula: str = "router_r1",
-                 format_penalty: float = -1.0):
+                 format_penalty: float = -1.0, cost_bounds: Sequence[float] | None = None):
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
             raise RewardConfigError("alpha", f"expected a number in [0, 1], got {alpha!r}")
         if formula not in FORMULAS:
@@ -482,8 +503,8 @@ class RouterR1Reward:
             raise RewardConfigError("format_penalty", f"expected a number <= 0, got {format_penalty!r}")
         self.format_reward = RouterR1FormatReward(candidates, penalty=format_penalty)
         self.outcome_reward = RouterR1OutcomeReward(metric)
-        self.cost_reward = RouterR1CostReward(prices=prices, cost_window=cost_window,
-                                              percentiles=percentiles, candidates=candidates)
+        self.cost_reward = RouterR1CostReward(prices=prices, cost_window=cost_window, percentiles=percentiles,
+                                              candidates=candidates, cost_bounds=cost_bounds)
         self.last_scores: list[RouterR1Score] = []
         self.last_metrics: dict[str, float] = {}
 

@@ -3,9 +3,16 @@
 A 3B instruct policy follows Router-R1's tag protocol from the prompt alone; SmolLM2-135M does not
 (0 of 32 sampled trajectories were well-formed in our measurement), so GRPO sees identical -1 rewards
 and no gradient. As DeepSeek-R1's cold start does, a few supervised steps on demonstrations teach the
-format first; RL then optimises routing and answers. Each demonstration routes to the question's
-``optimal_model`` (the cheapest candidate the logs show correct) or else the strongest, shows that
-candidate's real reply in ``<information>``, and answers with the gold answer.
+format first; RL then optimises routing and answers.
+
+What a demonstration may teach is the protocol and copying a reply, not where to route: by default
+(``route="random"``) each one routes to a candidate drawn at random, shows that candidate's real reply in
+``<information>`` (cut as the rollout cuts it), and answers with the answer the reply states
+(``answer="reply"``: ``answer_key``, e.g. the number after "####" or the last number, or the option
+letter), right or wrong. What the policy can do at test time is copy; the choice of candidate is left to
+RL. ``route="optimal"`` (the question's ``optimal_model``, the cheapest candidate the logs show correct)
+and ``answer="gold"`` are the older demonstrations, kept for comparison: they leak the route and an
+answer the policy cannot know.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any, Sequence
 from rlrouter.pool.base import Candidate
 from rlrouter.rollout.env import EnvConfig, prompt_ids
 from rlrouter.rollout.parsing import TrajectoryTokens, format_information
+from rlrouter.selector.aggregate import answer_key
 
 
 def short_query(question: str, max_words: int = 24) -> str:
@@ -49,34 +57,51 @@ def fit_search_turn(model: str, sub_query: str, tokenizer: Any, budget: int) -> 
         words, cut = words[:-1], True
 
 
+DEMO_ROUTES = ("random", "optimal")
+DEMO_ANSWERS = ("reply", "gold")
+
+
 def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, seed: int = 0,
-                         query_words: int = 24) -> list[dict[str, Any]]:
+                         query_words: int = 24, route: str = "random", answer: str = "reply",
+                         info_max_chars: int = 400) -> list[dict[str, Any]]:
     """``n`` demonstrations (dicts with ``query``, ``segments``: [(text, is_policy)]) from real pool calls.
 
     Each demonstrated sub-query is the question's first ``query_words`` words (``short_query``). Short
     ones leave the policy a margin in its turn budget: a policy that copies a few words too many still
     closes ``</search>``. With 24 words (cut further to fit the budget), 13 of the 17 held-out failures
     after the cold start were first turns cut by the budget before ``</search>``, the other 4 later
-    turns cut the same way (issue 13)."""
+    turns cut the same way. ``route`` and ``answer``: see the module docstring."""
     if query_words < 1:
         raise ValueError(f"train.warmup_query_words: expected >= 1, got {query_words}")
+    if route not in DEMO_ROUTES:
+        raise ValueError(f"train.warmup_route: expected one of {DEMO_ROUTES}, got {route!r}")
+    if answer not in DEMO_ANSWERS:
+        raise ValueError(f"train.warmup_answer: expected one of {DEMO_ANSWERS}, got {answer!r}")
     rng = random.Random(seed)
     chosen = rng.sample(list(items), min(n, len(items)))
     cands = [pool.get(name) for name in pool.names]
     strongest = max(cands, key=lambda c: (c.params_b, c.price_out)).name
-    models = [it.get("optimal_model") or strongest for it in chosen]
+    if route == "random":
+        models = [rng.choice(list(pool.names)) for _ in chosen]
+    else:
+        models = [it.get("optimal_model") or strongest for it in chosen]
     replies = pool.route_sync([(m, it["query"]) for m, it in zip(models, chosen)])
     demos = []
     for it, model, reply in zip(chosen, models, replies):
-        gold = list(it["ground_truth"])[0]
         info = reply.text if reply.ok else f"Error: {reply.error}"
+        shown = format_information(info, info_max_chars)
+        final = list(it["ground_truth"])[0] if answer == "gold" or not reply.ok else answer_key(_shown_text(shown))
         sub_query = short_query(it["query"], query_words)
-        segments = [(search_turn(model, sub_query), True),
-                    (format_information(info, 400), False),
-                    (f"<think>The reply helps; the answer is {gold}.</think>\n<answer>{gold}</answer>", True)]
+        segments = [(search_turn(model, sub_query), True), (shown, False),
+                    (f"<think>The reply says {final}.</think>\n<answer>{final}</answer>", True)]
         demos.append({"query": it["query"], "segments": segments, "model": model,
-                      "sub_query": sub_query})
+                      "sub_query": sub_query, "answer": final})
     return demos
+
+
+def _shown_text(block: str) -> str:
+    """The reply as the policy sees it inside ``<information>``."""
+    return block.strip().removeprefix("<information>").removesuffix("</information>")
 
 
 def demo_tokens(demo: dict[str, Any], tokenizer: Any, candidates: Sequence[Candidate],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from omegaconf import OmegaConf
 
 from rlrouter.pool.pool import CandidatePool
@@ -11,13 +12,43 @@ from rlrouter.rollout.env import EnvConfig
 from tests.helpers import CONF_DIR
 
 
-def test_demonstrations_pass_the_format_reward_and_answer_the_gold(shared_data):
+def _pool():
+    return CandidatePool.from_config(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "pool" / "routellm_replay.yaml")))
+
+
+def test_demonstrations_route_at_random_and_copy_the_reply(shared_data):
+    """The default demonstrations: a random candidate, its real reply, and the answer that reply states,
+    so the demonstration is right exactly when the routed model's logged answer is."""
     from rlrouter.data.sources import gsm8k
 
-    pool = CandidatePool.from_config(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "pool" / "routellm_replay.yaml")))
+    pool = _pool()
+    qs = gsm8k(shared_data / "routellm" / "gsm8k")[:40]
+    items = [{"query": q.query, "ground_truth": q.ground_truth, "optimal_model": "mixtral-8x7b-instruct"} for q in qs]
+    demos = build_demonstrations(items, pool, n=40, seed=0)
+    models = [d["model"] for d in demos]
+    assert set(models) == set(pool.names)  # both routes, although every item names an optimal model
+    assert 0.25 <= models.count("gpt-4-1106-preview") / len(models) <= 0.75
+    cfg = EnvConfig(prefill="<think>\n")
+    texts = [cfg.prefill + "".join(t for t, _ in d["segments"]) for d in demos]
+    assert RouterR1FormatReward(pool.names)([d["query"] for d in demos], texts) == [0.0] * 40
+    golds = {q.query: q.ground_truth for q in qs}
+    em = RouterR1OutcomeReward()([d["query"] for d in demos], texts, ground_truth=[golds[d["query"]] for d in demos])
+    logged = [r.correct for r in pool.route_sync([(d["model"], d["query"]) for d in demos])]
+    # the copied answer is right where the logs say the routed model was right (and wrong where it was wrong)
+    assert sum(e == float(c) for e, c in zip(em, logged)) >= 38
+    assert 0 < sum(em) < 40
+    # the answer is the one the shown reply states (its final number, thousands separators dropped)
+    for d in demos:
+        assert d["answer"] in d["segments"][1][0].replace(",", "")
+
+
+def test_gold_demonstrations_to_the_optimal_model_are_kept_for_comparison(shared_data):
+    from rlrouter.data.sources import gsm8k
+
+    pool = _pool()
     qs = gsm8k(shared_data / "routellm" / "gsm8k")[:6]
     items = [{"query": q.query, "ground_truth": q.ground_truth, "optimal_model": None} for q in qs]
-    demos = build_demonstrations(items, pool, n=6, seed=0)
+    demos = build_demonstrations(items, pool, n=6, seed=0, route="optimal", answer="gold")
     cfg = EnvConfig(prefill="<think>\n")
     texts = [cfg.prefill + "".join(t for t, _ in d["segments"]) for d in demos]
     fmt = RouterR1FormatReward(pool.names)([d["query"] for d in demos], texts)
@@ -27,6 +58,10 @@ def test_demonstrations_pass_the_format_reward_and_answer_the_gold(shared_data):
                                    ground_truth=[golds[d["query"]] for d in demos]) == [1.0] * 6
     # no optimal model known -> the strongest candidate, whose real logged reply is in <information>
     assert all("gpt-4-1106-preview:" in d["segments"][0][0] for d in demos)
+    with pytest.raises(ValueError, match="train.warmup_route"):
+        build_demonstrations(items, pool, n=2, route="best")
+    with pytest.raises(ValueError, match="train.warmup_answer"):
+        build_demonstrations(items, pool, n=2, answer="oracle")
 
     class CharTok:
         chat_template = None

@@ -128,7 +128,10 @@ def test_information_block_and_defused_tags():
 
 
 def test_information_is_cut_to_max_chars():
-    assert format_information("abcdefghij", max_chars=4) == "\n\n<information>abcd ...</information>\n\n"
+    assert format_information("abcdefghij", max_chars=4) == "\n\n<information>a ... hij</information>\n\n"
+    # a long reply keeps its end, where the final answer is
+    reply = "Step one. " * 60 + "#### 391"
+    assert format_information(reply, max_chars=100).endswith("#### 391</information>\n\n")
     assert format_information("abcd", max_chars=4) == "\n\n<information>abcd</information>\n\n"
 
 

@@ -1,0 +1,332 @@
+"""Score routing on the policy's own objective: the Router-R1 reward of every fixed route, random
+routing, the best per-task fixed route, the oracle and the policy, on the same questions and under one
+cost scale.
+
+Why one cost scale: the Router-R1 cost reward is ``1 - minmax(sqrt(cost))`` between percentiles of a
+window of recent costs (``rlrouter.rewards.router_r1.CostWindow``). Scored each against its own window,
+"always Mixtral" would spread its tiny costs over [0, 1] and lose cost reward it did not spend. Here the
+window is the *reference window*: every candidate's call on every question of a reference set (the
+training questions), so the same call earns the same cost reward whichever route made it.
+
+A fixed route sends each question to one candidate and copies that candidate's reply into a well-formed
+answer: format 0, outcome the logged correctness, cost the call's USD. The oracle takes the cheapest
+candidate the logs show correct (the cheapest of all when none is). The per-task rule takes, for each
+task, the fixed route with the best mean reward on the *reference* questions, so it is chosen on one set
+and reported on another.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from rlrouter.eval.bootstrap import Interval, _interval
+from rlrouter.rewards.router_r1 import (
+    RouterR1FormatReward,
+    best_f1,
+    combine,
+    exact_match,
+    scale_cost,
+)
+
+PERCENTILES = (5.0, 95.0)
+
+
+def strongest(candidates: Sequence[Any]) -> str:
+    """The strong candidate: the largest (``params_b``), then the dearest."""
+    return max(candidates, key=lambda c: (c.params_b, c.price_out, c.name)).name
+
+
+def cheapest(candidates: Sequence[Any]) -> str:
+    return min(candidates, key=lambda c: (c.price_in + c.price_out, c.name)).name
+
+
+@dataclass
+class RouteTable:
+    """Each question's task and, per candidate, its logged correctness and the USD cost of the call."""
+
+    tasks: list[str]
+    candidates: list[str]
+    correct: np.ndarray  # (N, K) 0/1
+    cost: np.ndarray  # (N, K) USD
+    strong: str
+    prices: dict[str, float]  # USD per 1M output tokens, for the oracle's "cheapest"
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    @property
+    def strong_index(self) -> int:
+        return self.candidates.index(self.strong)
+
+    def subset(self, rows: Sequence[int]) -> "RouteTable":
+        rows = list(rows)
+        return RouteTable([self.tasks[i] for i in rows], self.candidates, self.correct[rows], self.cost[rows],
+                          self.strong, self.prices)
+
+
+def task_of(item: Mapping[str, Any]) -> str:
+    """A question's task: its data source (``gsm8k``, ``mmlu``, ...)."""
+    return str(item.get("source") or item.get("query_type") or "all")
+
+
+def route_table(pool: Any, items: Sequence[Mapping[str, Any]], metric: str = "em") -> RouteTable:
+    """Send every question to every candidate of ``pool`` (what a fixed route does) and keep the outcome and
+    cost of each call. A reply without logged correctness is scored against the gold answers."""
+    names = list(pool.names)
+    cands = [pool.get(n) for n in names]
+    n, k = len(items), len(names)
+    correct, cost = np.zeros((n, k)), np.zeros((n, k))
+    for j, name in enumerate(names):
+        resps = pool.route_sync([(name, it["query"]) for it in items])
+        for i, (it, r) in enumerate(zip(items, resps)):
+            correct[i, j] = outcome_of(r, list(it["ground_truth"]), metric)
+            cost[i, j] = r.cost
+    return RouteTable([task_of(it) for it in items], names, correct, cost, strongest(cands),
+                      {c.name: float(c.price_out) for c in cands})
+
+
+def outcome_of(response: Any, golds: list[str], metric: str = "em") -> float:
+    if getattr(response, "correct", None) is not None:
+        return float(response.correct)
+    if not response.ok:
+        return 0.0
+    return exact_match(response.text, golds) if metric == "em" else best_f1(response.text, golds)
+
+
+def cost_bounds(costs: np.ndarray, percentiles: Sequence[float] = PERCENTILES) -> tuple[float, float]:
+    """(low, high) percentiles of the square-rooted costs: the reference window's scale."""
+    roots = np.sqrt(np.asarray(costs, dtype=np.float64).ravel())
+    if roots.size == 0:
+        return (0.0, 0.0)
+    lo, hi = np.percentile(roots, list(percentiles))
+    return float(lo), float(hi)
+
+
+def cost_rewards(costs: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
+    """The cost reward of each USD cost under fixed bounds (``scale_cost``, the training reward's scaling)."""
+    lo, hi = bounds
+    flat = [1.0 - scale_cost(math.sqrt(max(float(c), 0.0)), lo, hi) for c in np.asarray(costs).ravel()]
+    return np.asarray(flat).reshape(np.shape(costs))
+
+
+def rewards(format_r: np.ndarray | float, outcome: np.ndarray, costs: np.ndarray, alpha: float,
+            bounds: tuple[float, float]) -> np.ndarray:
+    """Router-R1 totals (``combine``, formula ``router_r1``) of arrays of parts."""
+    fmt = np.broadcast_to(np.asarray(format_r, dtype=np.float64), np.shape(outcome))
+    c = cost_rewards(costs, bounds)
+    return np.vectorize(lambda f, o, cr: combine(f, o, cr, alpha))(fmt, outcome, c).astype(np.float64)
+
+
+def fixed_route_rewards(table: RouteTable, alpha: float, bounds: tuple[float, float]) -> np.ndarray:
+    """(N, K): the reward of sending each question to each candidate and copying the reply."""
+    return rewards(0.0, table.correct, table.cost, alpha, bounds)
+
+
+# ---------------------------------------------------------------- routes: a candidate index per question
+
+
+def oracle_choice(table: RouteTable) -> np.ndarray:
+    """The cheapest candidate the logs show correct; the cheapest of all when none is."""
+    order = sorted(range(len(table.candidates)), key=lambda j: (table.prices[table.candidates[j]], j))
+    out = np.full(len(table), order[0], dtype=np.int64)
+    for i in range(len(table)):
+        for j in order:
+            if table.correct[i, j] >= 0.5:
+                out[i] = j
+                break
+    return out
+
+
+def per_task_rule(reference: RouteTable, alpha: float, bounds: tuple[float, float]) -> dict[str, str]:
+    """Each task's best fixed route by mean reward on the reference questions (ties: the cheaper)."""
+    r = fixed_route_rewards(reference, alpha, bounds)
+    tasks = np.asarray(reference.tasks)
+    rule = {}
+    for task in sorted(set(reference.tasks)):
+        means = r[tasks == task].mean(axis=0)
+        rule[task] = min(range(len(reference.candidates)),
+                         key=lambda j: (-round(float(means[j]), 12), reference.prices[reference.candidates[j]]))
+        rule[task] = reference.candidates[rule[task]]
+    return rule
+
+
+def best_fixed(reference: RouteTable, alpha: float, bounds: tuple[float, float]) -> str:
+    """The fixed route with the best mean reward on the reference questions (ties: the cheaper)."""
+    means = fixed_route_rewards(reference, alpha, bounds).mean(axis=0)
+    j = min(range(len(reference.candidates)),
+            key=lambda j: (-round(float(means[j]), 12), reference.prices[reference.candidates[j]]))
+    return reference.candidates[j]
+
+
+def fixed_name(table: RouteTable, candidate: str) -> str:
+    cands = list(table.candidates)
+    cheap = min(cands, key=lambda c: (table.prices[c], c))
+    if candidate == table.strong:
+        return "always_strongest"
+    if candidate == cheap:
+        return "always_cheapest"
+    return f"always_{candidate}"
+
+
+# ---------------------------------------------------------------- per-question rows of a route or a policy
+
+
+@dataclass
+class Rows:
+    """Per question: reward, outcome, USD cost, calls and strong calls, format validity."""
+
+    reward: np.ndarray
+    outcome: np.ndarray
+    cost: np.ndarray
+    calls: np.ndarray
+    strong_calls: np.ndarray
+    format_valid: np.ndarray
+
+
+def choice_rows(table: RouteTable, choice: np.ndarray, alpha: float, bounds: tuple[float, float]) -> Rows:
+    idx = np.arange(len(table))
+    outcome, cost = table.correct[idx, choice], table.cost[idx, choice]
+    return Rows(rewards(0.0, outcome, cost, alpha, bounds), outcome, cost, np.ones(len(table)),
+                (choice == table.strong_index).astype(np.float64), np.ones(len(table)))
+
+
+def policy_rows(trajs: Sequence[Any], candidates: Sequence[str], strong: str, alpha: float,
+                bounds: tuple[float, float], metric: str = "em") -> Rows:
+    """The policy's trajectories (one per question) under the same reward and cost scale as the routes."""
+    fmt = RouterR1FormatReward(list(candidates))([t.item["query"] for t in trajs], [t.text for t in trajs])
+    outcome = []
+    for t in trajs:
+        golds = list(t.item["ground_truth"])
+        if t.answer is None:
+            outcome.append(0.0)
+        else:
+            outcome.append(exact_match(t.answer, golds) if metric == "em" else best_f1(t.answer, golds))
+    outcome_a = np.asarray(outcome, dtype=np.float64)
+    fmt_a = np.asarray(fmt, dtype=np.float64)
+    cost = np.asarray([t.cost for t in trajs], dtype=np.float64)
+    calls = np.asarray([len(t.routes) for t in trajs], dtype=np.float64)
+    strong_calls = np.asarray([sum(r.model == strong for r in t.routes) for t in trajs], dtype=np.float64)
+    return Rows(rewards(fmt_a, outcome_a, cost, alpha, bounds), outcome_a, cost, calls, strong_calls,
+                (fmt_a == 0).astype(np.float64))
+
+
+def summarize(rows: Rows, tasks: Sequence[str], route_share: dict[str, float] | None = None) -> dict[str, Any]:
+    """Mean reward, accuracy, cost per query, format validity, and the strong-call share (strong calls over
+    all calls) in all and per task."""
+    tasks_a = np.asarray(tasks)
+
+    def share(mask: np.ndarray) -> float:
+        calls = rows.calls[mask].sum()
+        return float(rows.strong_calls[mask].sum() / calls) if calls else 0.0
+
+    everything = np.ones(len(tasks_a), dtype=bool)
+    return {"n": int(len(tasks_a)), "mean_reward": float(rows.reward.mean()) if len(tasks_a) else 0.0,
+            "accuracy": float(rows.outcome.mean()) if len(tasks_a) else 0.0,
+            "cost_per_query": float(rows.cost.mean()) if len(tasks_a) else 0.0,
+            "format_valid": float(rows.format_valid.mean()) if len(tasks_a) else 0.0,
+            "calls_per_query": float(rows.calls.mean()) if len(tasks_a) else 0.0,
+            "strong_share": share(everything),
+            "strong_share_by_task": {t: share(tasks_a == t) for t in sorted(set(tasks))},
+            "mean_reward_by_task": {t: float(rows.reward[tasks_a == t].mean()) for t in sorted(set(tasks))},
+            **({"route_share": route_share} if route_share is not None else {})}
+
+
+def choice_share(table: RouteTable, choice: np.ndarray) -> dict[str, float]:
+    n = max(1, len(choice))
+    return {c: float((np.asarray(choice) == j).sum() / n) for j, c in enumerate(table.candidates)}
+
+
+def trajectory_share(trajs: Sequence[Any], candidates: Sequence[str]) -> dict[str, float]:
+    calls = Counter(r.model for t in trajs for r in t.routes)
+    total = sum(calls.values())
+    return {c: calls.get(c, 0) / total if total else 0.0 for c in candidates}
+
+
+def paired_diff(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> Interval:
+    """Paired percentile bootstrap interval of mean(a) - mean(b) over questions (each resample draws the
+    questions once for both)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired_diff: {a.shape} against {b.shape}")
+    if a.size == 0:
+        return Interval(float("nan"), float("nan"), float("nan"))
+    d = a - b
+    rng = np.random.default_rng(seed)
+    draws = np.array([d[rng.integers(0, d.size, size=d.size)].mean() for _ in range(n_boot)])
+    return _interval(float(d.mean()), draws, level)
+
+
+def scoreboard(table: RouteTable, reference: RouteTable, alpha: float, trajs: Sequence[Any] | None = None,
+               seed: int = 0, metric: str = "em", n_boot: int = 2000,
+               percentiles: Sequence[float] = PERCENTILES) -> dict[str, Any]:
+    """Every route on ``table``'s questions under one reward: each fixed route, random, the per-task rule and
+    the best fixed route (both chosen on ``reference``), the oracle and, given its trajectories, the policy,
+    with paired bootstrap intervals of the policy against the best fixed route and the per-task rule."""
+    bounds = cost_bounds(reference.cost, percentiles)
+    rng = random.Random(seed)
+    rule = per_task_rule(reference, alpha, bounds)
+    fixed = best_fixed(reference, alpha, bounds)
+    choices = {fixed_name(table, c): np.full(len(table), j, dtype=np.int64) for j, c in enumerate(table.candidates)}
+    choices["random"] = np.asarray([rng.randrange(len(table.candidates)) for _ in range(len(table))], dtype=np.int64)
+    choices["per_task_rule"] = np.asarray([table.candidates.index(rule.get(t, fixed)) for t in table.tasks],
+                                          dtype=np.int64)
+    choices["oracle"] = oracle_choice(table)
+    routes = {k: choice_rows(table, c, alpha, bounds) for k, c in choices.items()}
+    shares = {k: choice_share(table, c) for k, c in choices.items()}
+    if trajs is not None:
+        if len(trajs) != len(table):
+            raise ValueError(f"scoreboard: {len(trajs)} trajectories for {len(table)} questions")
+        routes["policy"] = policy_rows(trajs, table.candidates, table.strong, alpha, bounds, metric)
+        shares["policy"] = trajectory_share(trajs, table.candidates)
+    best = fixed_name(table, fixed)
+    out: dict[str, Any] = {"alpha": alpha, "cost_bounds": list(bounds), "percentiles": list(percentiles),
+                           "strong": table.strong, "best_fixed": best, "per_task": rule,
+                           "routes": {k: summarize(v, table.tasks, shares[k]) for k, v in routes.items()},
+                           "tasks": dict(Counter(table.tasks))}
+    if "policy" in routes:
+        p = routes["policy"].reward
+        out["policy_minus_best_fixed"] = paired_diff(p, routes[best].reward, n_boot, seed=seed).to_dict()
+        out["policy_minus_per_task_rule"] = paired_diff(p, routes["per_task_rule"].reward, n_boot, seed=seed).to_dict()
+    out["per_task_minus_best_fixed"] = paired_diff(routes["per_task_rule"].reward, routes[best].reward, n_boot,
+                                                   seed=seed).to_dict()
+    return out
+
+
+# ---------------------------------------------------------------- where routing pays: the alpha sweep
+
+
+def alpha_sweep(table: RouteTable, alphas: Sequence[float], percentiles: Sequence[float] = PERCENTILES) -> dict[str, Any]:
+    """For each alpha: every task's mean reward per fixed route and its best one, the best fixed route, the
+    per-task rule and the oracle (mean rewards on ``table``, one reference window: ``table`` itself), and
+    the alpha range where the tasks' best routes differ."""
+    bounds = cost_bounds(table.cost, percentiles)
+    tasks = np.asarray(table.tasks)
+    oracle = choice_rows(table, oracle_choice(table), 0.0, bounds)
+    rows = []
+    for a in alphas:
+        r = fixed_route_rewards(table, float(a), bounds)
+        by_task = {}
+        for t in sorted(set(table.tasks)):
+            means = r[tasks == t].mean(axis=0)
+            by_task[t] = {"rewards": {c: float(means[j]) for j, c in enumerate(table.candidates)},
+                          "best": table.candidates[int(np.argmax(means))], "n": int((tasks == t).sum())}
+        means = r.mean(axis=0)
+        rule = np.asarray([table.candidates.index(by_task[t]["best"]) for t in table.tasks])
+        idx = np.arange(len(table))
+        oracle_r = rewards(0.0, oracle.outcome, oracle.cost, float(a), bounds)
+        best_q = r.max(axis=1)  # the reward-optimal candidate of each question
+        rows.append({"alpha": float(a), "by_task": by_task,
+                     "best_fixed": table.candidates[int(np.argmax(means))], "best_fixed_reward": float(means.max()),
+                     "per_task_rule_reward": float(r[idx, rule].mean()),
+                     "oracle_reward": float(oracle_r.mean()), "per_question_best_reward": float(best_q.mean())})
+    split = [row["alpha"] for row in rows if len({v["best"] for v in row["by_task"].values()}) > 1]
+    return {"cost_bounds": list(bounds), "percentiles": list(percentiles), "candidates": table.candidates,
+            "strong": table.strong, "tasks": dict(Counter(table.tasks)), "rows": rows,
+            "tasks_differ": {"alphas": split, "low": min(split) if split else None,
+                             "high": max(split) if split else None}}

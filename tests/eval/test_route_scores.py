@@ -1,0 +1,152 @@
+"""Routes scored on the policy's own objective: fixed routes, the per-task rule, the oracle, the policy,
+the alpha sweep and the paired bootstrap, each against rewards computed by hand."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from rlrouter.eval.route_scores import (
+    RouteTable,
+    alpha_sweep,
+    cost_bounds,
+    oracle_choice,
+    paired_diff,
+    per_task_rule,
+    scoreboard,
+)
+
+# two tasks, two candidates: "big" (strong, dear) and "small"; costs in USD
+#            correct (big, small)   cost (big, small)
+ROWS = [("math", (1, 0), (0.0400, 0.0001)),
+        ("math", (1, 1), (0.0400, 0.0001)),
+        ("math", (0, 1), (0.0400, 0.0001)),
+        ("mcq", (1, 0), (0.0009, 0.0001)),
+        ("mcq", (1, 1), (0.0009, 0.0001)),
+        ("mcq", (0, 0), (0.0009, 0.0001))]
+
+
+def table(rows=ROWS) -> RouteTable:
+    return RouteTable([r[0] for r in rows], ["big", "small"], np.array([r[1] for r in rows], dtype=float),
+                      np.array([r[2] for r in rows], dtype=float), "big", {"big": 30.0, "small": 0.6})
+
+
+BOUNDS = (0.01, 0.2)  # sqrt-cost scale: sqrt(0.0001)=0.01 -> cost reward 1; sqrt(0.04)=0.2 -> 0; sqrt(0.0009)=0.03
+
+
+def by_hand(correct: int, cost: float, alpha: float, fmt: float = 0.0) -> float:
+    c = 1.0 - min(1.0, max(0.0, (math.sqrt(cost) - BOUNDS[0]) / (BOUNDS[1] - BOUNDS[0])))
+    return ((1 + fmt) * (1 - alpha) + alpha * c) if correct else fmt
+
+
+def test_fixed_routes_per_task_rule_and_oracle_against_hand_computed_rewards(monkeypatch):
+    import rlrouter.eval.route_scores as rs
+
+    monkeypatch.setattr(rs, "cost_bounds", lambda costs, percentiles=None: BOUNDS)
+    alpha = 0.5
+    t = table()
+    board = scoreboard(t, t, alpha, seed=0, n_boot=200)
+    big = [by_hand(r[1][0], r[2][0], alpha) for r in ROWS]
+    small = [by_hand(r[1][1], r[2][1], alpha) for r in ROWS]
+    routes = board["routes"]
+    assert routes["always_strongest"]["mean_reward"] == pytest.approx(np.mean(big))
+    assert routes["always_cheapest"]["mean_reward"] == pytest.approx(np.mean(small))
+    assert routes["always_strongest"]["strong_share_by_task"] == {"math": 1.0, "mcq": 1.0}
+    assert routes["always_cheapest"]["cost_per_query"] == pytest.approx(0.0001)
+    # per task, on the reference: math big 2/3 * 0.5 = 0.333 vs small 2/3 * 1 = 0.667 -> small;
+    # mcq: big 2/3 * (0.5 + 0.5 * (1 - 0.02 / 0.19)) = 0.614 vs small 1/3 -> big
+    assert board["per_task"] == {"math": "small", "mcq": "big"}
+    rule = small[:3] + big[3:]
+    assert routes["per_task_rule"]["mean_reward"] == pytest.approx(np.mean(rule))
+    assert routes["per_task_rule"]["strong_share_by_task"] == {"math": 0.0, "mcq": 1.0}
+    assert board["best_fixed"] == "always_cheapest"  # 0.5 (small) vs 0.474 (big)
+    # the oracle: the cheapest candidate the logs show correct; the cheapest when none is
+    assert oracle_choice(t).tolist() == [0, 1, 1, 0, 1, 1]
+    oracle = [big[0], small[1], small[2], big[3], small[4], small[5]]
+    assert routes["oracle"]["mean_reward"] == pytest.approx(np.mean(oracle))
+    assert routes["oracle"]["accuracy"] == pytest.approx(5 / 6)
+    d = board["per_task_minus_best_fixed"]
+    assert d["value"] == pytest.approx(np.mean(rule) - np.mean(small))
+
+
+def test_the_policy_is_scored_on_the_same_reward_and_scale(monkeypatch):
+    import rlrouter.eval.route_scores as rs
+
+    monkeypatch.setattr(rs, "cost_bounds", lambda costs, percentiles=None: BOUNDS)
+    alpha = 0.5
+
+    def traj(i, model, answer, cost, valid=True):
+        text = (f"<think>x</think><search>{model}: q</search><information>r</information>"
+                f"<think>y</think><answer>{answer}</answer>") if valid else "<think>x</think><answer>"
+        return SimpleNamespace(item={"query": f"q{i}", "ground_truth": ["7"], "source": ROWS[i][0]}, text=text,
+                               answer=answer if valid else None, cost=cost,
+                               routes=[SimpleNamespace(model=model)] if valid else [])
+
+    trajs = [traj(0, "big", "7", 0.04), traj(1, "small", "7", 0.0001), traj(2, "small", "5", 0.0001),
+             traj(3, "big", "7", 0.0009), traj(4, "big", "7", 0.0009), traj(5, "big", "x", 0.0, valid=False)]
+    board = scoreboard(table(), table(), alpha, trajs=trajs, seed=0, n_boot=200)
+    p = board["routes"]["policy"]
+    want = [by_hand(1, 0.04, alpha), by_hand(1, 0.0001, alpha), 0.0, by_hand(1, 0.0009, alpha),
+            by_hand(1, 0.0009, alpha), -1.0]
+    assert p["mean_reward"] == pytest.approx(np.mean(want))
+    assert p["format_valid"] == pytest.approx(5 / 6)
+    assert p["strong_share_by_task"] == pytest.approx({"math": 1 / 3, "mcq": 1.0})  # a call-less trajectory adds no call
+    assert p["route_share"] == {"big": 0.6, "small": 0.4}
+    assert board["policy_minus_best_fixed"]["value"] == pytest.approx(
+        np.mean(want) - board["routes"]["always_cheapest"]["mean_reward"])
+    with pytest.raises(ValueError, match="6 questions"):
+        scoreboard(table(), table(), alpha, trajs=trajs[:5])
+
+
+def test_alpha_sweep_on_a_hand_made_log():
+    """math: big right 4/5 at cost reward 0, small right 1/5 at cost reward 1 -> big wins while
+    0.8 (1 - alpha) > 0.2, i.e. below alpha 0.75. mcq: big right 4/5 at cost reward 1 - 0.04 / 0.19, small
+    1/5 -> big at every alpha. So the tasks' best routes differ above 0.75 only."""
+    rows = [("math", (1, 0), (0.0400, 0.0001))] * 4 + [("math", (0, 1), (0.0400, 0.0001))] + \
+           [("mcq", (1, 0), (0.0025, 0.0001))] * 4 + [("mcq", (0, 1), (0.0025, 0.0001))]
+    sweep = alpha_sweep(table(rows), [0.0, 0.5, 0.9, 1.0], percentiles=(0.0, 100.0))
+    assert sweep["cost_bounds"] == pytest.approx([0.01, 0.2])
+    by_alpha = {r["alpha"]: r for r in sweep["rows"]}
+    for alpha in (0.0, 0.5, 0.9, 1.0):
+        r = by_alpha[alpha]["by_task"]
+        assert r["math"]["rewards"]["big"] == pytest.approx(0.8 * (1 - alpha))
+        assert r["math"]["rewards"]["small"] == pytest.approx(0.2)
+        assert r["mcq"]["rewards"]["big"] == pytest.approx(0.8 * (1 - alpha + alpha * (1 - 0.04 / 0.19)))
+        assert r["mcq"]["rewards"]["small"] == pytest.approx(0.2)
+        assert r["mcq"]["best"] == "big"
+        assert r["math"]["best"] == ("big" if alpha < 0.75 else "small")
+    assert sweep["tasks_differ"] == {"alphas": [0.9, 1.0], "low": 0.9, "high": 1.0}
+    row = by_alpha[0.9]
+    assert row["best_fixed"] == "big"
+    assert row["best_fixed_reward"] == pytest.approx((0.8 * 0.1 + 0.8 * (0.1 + 0.9 * (1 - 0.04 / 0.19))) / 2)
+    assert row["per_task_rule_reward"] == pytest.approx((0.2 + 0.8 * (0.1 + 0.9 * (1 - 0.04 / 0.19))) / 2)
+    # the oracle: big where it alone is right, small where small is right
+    mcq_big = 0.1 + 0.9 * (1 - 0.04 / 0.19)
+    assert row["oracle_reward"] == pytest.approx((4 * 0.1 + 1.0 + 4 * mcq_big + 1.0) / 10)
+    for r in sweep["rows"]:
+        assert r["per_task_rule_reward"] >= r["best_fixed_reward"] - 1e-12
+        assert r["per_question_best_reward"] >= r["oracle_reward"] - 1e-12
+
+
+def test_paired_bootstrap_interval():
+    rng = np.random.default_rng(0)
+    b = rng.normal(0.5, 0.3, size=2000)
+    up = paired_diff(b + 0.05 + rng.normal(0, 0.05, size=2000), b, n_boot=500)
+    assert up.lo > 0 and up.value == pytest.approx(0.05, abs=0.01)
+    same = paired_diff(b + rng.normal(0, 0.05, size=2000), b, n_boot=500)
+    assert same.lo < 0 < same.hi
+    with pytest.raises(ValueError):
+        paired_diff(b, b[:10])
+
+
+def test_cost_bounds_are_the_sqrt_percentiles():
+    costs = np.array([[0.0001, 0.04], [0.0004, 0.01]])
+    assert cost_bounds(costs, (0.0, 100.0)) == pytest.approx((0.01, 0.2))
+
+
+def test_per_task_rule_breaks_ties_toward_the_cheaper():
+    rows = [("t", (1, 1), (0.0001, 0.0001))]
+    assert per_task_rule(table(rows), 0.0, BOUNDS) == {"t": "small"}
