@@ -290,12 +290,38 @@ def scoreboard(table: RouteTable, reference: RouteTable, alpha: float, trajs: Se
                            "routes": {k: summarize(v, table.tasks, shares[k]) for k, v in routes.items()},
                            "tasks": dict(Counter(table.tasks))}
     if "policy" in routes:
+        out["policy_loss"] = loss_breakdown(trajs, table, routes["policy"], routes[best].reward,
+                                            fixed_route_rewards(table, alpha, bounds))
         p = routes["policy"].reward
         out["policy_minus_best_fixed"] = paired_diff(p, routes[best].reward, n_boot, seed=seed).to_dict()
         out["policy_minus_per_task_rule"] = paired_diff(p, routes["per_task_rule"].reward, n_boot, seed=seed).to_dict()
     out["per_task_minus_best_fixed"] = paired_diff(routes["per_task_rule"].reward, routes[best].reward, n_boot,
                                                    seed=seed).to_dict()
     return out
+
+
+def loss_breakdown(trajs: Sequence[Any], table: RouteTable, policy: Rows, best_fixed_reward: np.ndarray,
+                   fixed: np.ndarray) -> dict[str, float]:
+    """Where the policy loses reward against the best fixed route, summing to the gap:
+
+    * ``route``: best fixed route minus what the policy's own first route would earn with its reply copied
+      perfectly into a well-formed answer (negative: its routes beat the fixed route);
+    * ``format``: on trajectories that break the protocol, that copied reward minus what they got;
+    * ``copy``: on well-formed ones, the same (a wrong copy of the reply, more calls than one).
+
+    A trajectory that routed nowhere is charged to format, at the best fixed route's reward."""
+    index = {c: j for j, c in enumerate(table.candidates)}
+    copied = np.array(best_fixed_reward, dtype=np.float64)
+    for i, t in enumerate(trajs):
+        first = next((r.model for r in t.routes if r.model in index), None)
+        if first is not None:
+            copied[i] = fixed[i, index[first]]
+    n = max(1, len(trajs))
+    valid = policy.format_valid > 0
+    return {"gap": float((best_fixed_reward - policy.reward).sum() / n),
+            "route": float((best_fixed_reward - copied).sum() / n),
+            "format": float((copied - policy.reward)[~valid].sum() / n),
+            "copy": float((copied - policy.reward)[valid].sum() / n)}
 
 
 # ---------------------------------------------------------------- where routing pays: the alpha sweep

@@ -189,7 +189,51 @@ def plot_run(metrics: list[dict[str, Any]], results: dict[str, dict[str, Any]], 
     return paths
 
 
+ROW_LABELS = {"policy_untrained": "policy, untrained", "policy_cold_start": "policy after the cold start (RL step 0)",
+              "policy_trained": "policy, trained", "always_cheapest": "always cheapest", "always_strongest":
+              "always strongest", "random": "random", "per_task_rule": "best fixed route per task", "oracle":
+              "oracle (cheapest correct)"}
+
+
+def results_table(report: dict[str, Any]) -> str:
+    """The run's held-out table in Markdown: every row on the same questions, reward and cost scale, with the
+    strong-call share per task, then the policy against the best fixed route and where its reward goes."""
+    results = dict(report.get("results", {}))
+    curve = report.get("held_out_curve") or []
+    if curve and curve[0].get("step") == 0:  # the cold-start level, from the held-out curve
+        c = curve[0]
+        results["policy_cold_start"] = {
+            "format_valid": c.get("eval/format_valid"), "accuracy": c.get("eval/accuracy"),
+            "mean_reward": c.get("eval/mean_reward"), "cost_per_query": c.get("eval/cost_per_query"),
+            "strong_share_by_task": {k.split("/", 2)[2]: v for k, v in c.items() if k.startswith("eval/strong_share/")}}
+    tasks = sorted({t for r in results.values() for t in (r.get("strong_share_by_task") or {})})
+    head = ["route", "format valid", "accuracy", "mean reward", "cost / query"] + [f"strong share {t}" for t in tasks]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    order = [k for k in ROW_LABELS if k in results] + [k for k in results if k not in ROW_LABELS]
+
+    def num(v: Any, fmt: str) -> str:
+        return "–" if v is None else format(v, fmt)
+
+    for k in order:
+        r = results[k]
+        shares = r.get("strong_share_by_task") or {}
+        cells = [ROW_LABELS.get(k, k), num(r.get("format_valid"), ".3f"), num(r.get("accuracy"), ".3f"),
+                 num(r.get("mean_reward"), ".3f"), num(r.get("cost_per_query"), ".5f")]
+        lines.append("| " + " | ".join(cells + [num(shares.get(t), ".2f") for t in tasks]) + " |")
+    routing = report.get("routing") or {}
+    if "policy_minus_best_fixed" in routing:
+        d, loss = routing["policy_minus_best_fixed"], routing["policy_loss"]
+        lines += ["", f"alpha {routing['alpha']:g}; best fixed route: {routing['best_fixed']}; per-task rule: "
+                  + ", ".join(f"{t} -> {c}" for t, c in routing["per_task"].items())
+                  + f" (both chosen on the training questions). Policy minus best fixed route: {d['value']:+.3f} "
+                  f"[{d['lo']:+.3f}, {d['hi']:+.3f}] (paired bootstrap, 95%, {routing['routes']['policy']['n']} "
+                  f"questions). The gap, {loss['gap']:+.3f}, is route {loss['route']:+.3f}, format "
+                  f"{loss['format']:+.3f}, copying the reply {loss['copy']:+.3f}."]
+    return "\n".join(lines) + "\n"
+
+
 def write_report(out_dir: str | Path, report: dict[str, Any]) -> Path:
     p = Path(out_dir) / "report.json"
     p.write_text(json.dumps(report, indent=2, default=str))
+    (Path(out_dir) / "report.md").write_text(results_table(report))
     return p

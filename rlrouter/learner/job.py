@@ -105,7 +105,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from rlrouter.data.build import load_split
     from rlrouter.distributed.cluster import connect
     from rlrouter.eval.route_scores import cost_bounds, route_table, scoreboard
-    from rlrouter.eval.router_r1 import held_out_summary, plot_held_out, plot_run, write_report
+    from rlrouter.eval.router_r1 import held_out_summary, plot_held_out, plot_run, results_table, write_report
     from rlrouter.learner.group import LearnerGroup
     from rlrouter.metrics import read_jsonl
     from rlrouter.pool.pool import CandidatePool
@@ -182,7 +182,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     pool.close_sync()
     if cluster["mode"] == "embedded":
         ray.shutdown()
-    print(f"report: {path}")
+    print(results_table(report))
+    print(f"report: {path} (the table above: {path.with_suffix('.md')})")
     for p in report["plots"]:
         print(f"plot:   {p}")
     if store.push():

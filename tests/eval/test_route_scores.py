@@ -97,6 +97,16 @@ def test_the_policy_is_scored_on_the_same_reward_and_scale(monkeypatch):
     assert p["route_share"] == {"big": 0.6, "small": 0.4}
     assert board["policy_minus_best_fixed"]["value"] == pytest.approx(
         np.mean(want) - board["routes"]["always_cheapest"]["mean_reward"])
+    # where the reward goes: the parts add up to the gap; the fifth trajectory copied perfectly, the third
+    # copied a wrong number, the sixth broke the format
+    loss = board["policy_loss"]
+    assert loss["route"] + loss["format"] + loss["copy"] == pytest.approx(loss["gap"])
+    assert loss["gap"] == pytest.approx(-board["policy_minus_best_fixed"]["value"])
+    small = [by_hand(r[1][1], r[2][1], alpha) for r in ROWS]
+    big = [by_hand(r[1][0], r[2][0], alpha) for r in ROWS]
+    assert loss["copy"] == pytest.approx((small[2] - 0.0) / 6)
+    assert loss["format"] == pytest.approx((small[5] - (-1.0)) / 6)
+    assert loss["route"] == pytest.approx((small[0] - big[0] + small[3] - big[3] + small[4] - big[4]) / 6)
     with pytest.raises(ValueError, match="6 questions"):
         scoreboard(table(), table(), alpha, trajs=trajs[:5])
 

@@ -36,3 +36,28 @@ def test_coinciding_points_share_one_label(tmp_path):
     results = {n: {"cost_per_query": x, "accuracy": y, "route_share": {"a": 1.0}} for n, (x, y) in pts.items()}
     paths = plot_run(METRICS, results, tmp_path)
     assert [p.rsplit("/", 1)[1] for p in paths] == ["reward_curve.png", "route_shares.png", "accuracy_vs_cost.png"]
+
+
+def test_results_table_has_reward_and_strong_share_columns_for_every_row():
+    from rlrouter.eval.router_r1 import results_table
+
+    row = {"format_valid": 1.0, "accuracy": 0.5, "mean_reward": 0.41, "cost_per_query": 0.0002,
+           "strong_share_by_task": {"gsm8k": 0.0, "mmlu": 1.0}}
+    report = {"results": {"policy_trained": {**row, "format_valid": 0.9}, "always_cheapest": row, "oracle": row},
+              "held_out_curve": [{"step": 0, "eval/format_valid": 0.5, "eval/accuracy": 0.25, "eval/mean_reward": 0.1,
+                                  "eval/cost_per_query": 0.001, "eval/strong_share/gsm8k": 0.5,
+                                  "eval/strong_share/mmlu": 0.25}],
+              "routing": {"alpha": 0.36, "best_fixed": "always_cheapest", "per_task": {"gsm8k": "m", "mmlu": "g"},
+                          "policy_minus_best_fixed": {"value": -0.05, "lo": -0.1, "hi": 0.01},
+                          "policy_loss": {"gap": 0.05, "route": 0.01, "format": 0.03, "copy": 0.01},
+                          "routes": {"policy": {"n": 32}}}}
+    table = results_table(report).splitlines()
+    assert table[0] == ("| route | format valid | accuracy | mean reward | cost / query | strong share gsm8k "
+                        "| strong share mmlu |")
+    rows = [line for line in table[2:] if line.startswith("| ")]
+    assert [r.split(" | ")[0] for r in rows] == ["| policy after the cold start (RL step 0)", "| policy, trained",
+                                                 "| always cheapest", "| oracle (cheapest correct)"]
+    assert rows[0].endswith("| 0.100 | 0.00100 | 0.50 | 0.25 |")
+    assert all(r.count("|") == 8 for r in rows)
+    assert "Policy minus best fixed route: -0.050 [-0.100, +0.010]" in table[-1]
+    assert "route +0.010, format +0.030, copying the reply +0.010" in table[-1]

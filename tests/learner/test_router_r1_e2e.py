@@ -183,7 +183,16 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     assert (out / "checkpoints" / "step_000002" / "adapter" / "adapter_model.safetensors").exists()
     saved = json.loads((out / "report.json").read_text())
     assert set(saved["results"]) >= {"policy_untrained", "policy_trained", "always_cheapest", "always_strongest",
-                                     "random"}
+                                     "random", "per_task_rule", "oracle"}
+    # every row scored on one reward and cost scale, the policy against the best fixed route
+    routing = saved["routing"]
+    assert routing["cost_bounds"] == saved["results"]["policy_trained"]["cost_bounds"]
+    assert routing["routes"]["policy"]["mean_reward"] == pytest.approx(saved["results"]["policy_trained"]["mean_reward"])
+    assert all("mean_reward" in r and "strong_share_by_task" in r for r in saved["results"].values())
+    assert set(routing["policy_minus_best_fixed"]) >= {"value", "lo", "hi"}
+    loss = routing["policy_loss"]
+    assert loss["route"] + loss["format"] + loss["copy"] == pytest.approx(loss["gap"])
+    assert "eval/strong_share/gsm8k" in steps[2] or "eval/strong_share/mmlu" in steps[2]
     for name in ("reward_curve.png", "route_shares.png", "accuracy_vs_cost.png", "held_out_curve.png"):
         assert (out / name).stat().st_size > 1000
     assert report["wall_s"] > 0

@@ -1,0 +1,219 @@
+"""Where routing pays under Router-R1's reward: the alpha sweep over the logged outcomes, and the trained
+policies scored against every fixed route on the same questions.
+
+    python benchmarks/bench_routing.py                       # the alpha sweep (seconds)
+    python benchmarks/bench_routing.py --runs outputs/A outputs/B ...   # add trained runs' report.json
+
+The sweep sends every logged question to every candidate of the replay pool (what a fixed route does)
+and scores each call with the Router-R1 reward on one reference cost scale (every call of the mix), for
+alpha from 0 to 1: each task's best fixed route, the best fixed route, the per-task rule, the oracle
+(cheapest correct candidate) and the per-question best. Two mixes: the logs as they are (90% MMLU) and
+the training job's mix (GSM8K and MMLU in equal numbers). The questions of ``--exclude`` (a run's test
+split) are left out, so the alpha chosen here is not chosen on the questions a run reports on.
+
+``--runs`` adds each run's held-out ``routing`` block (``report.json``: the policy and the routes on the
+run's test questions) to the JSON and to the accuracy-against-cost plot: the cost knob.
+
+``--evaluate RUN --questions N`` first scores RUN's final policy on N logged questions that RUN never
+trained on (tasks in equal numbers; GSM8K has 1,319 logged questions in all): it builds that held-out
+split (``jobs/prepare_data.py`` with a large test size, minus RUN's training questions), then runs the
+training job with ``train.total_steps=0 train.init_from=<RUN's last checkpoint>`` on it, at RUN's alpha
+and with RUN's training questions as the reference cost scale. The new run folder (``RUN_heldout<N>``)
+joins ``--runs``. Enough questions for the paired interval of policy minus best fixed route to be
+narrow: at 32 it spans about +-0.2.
+
+Writes ``benchmarks/results/routing.json`` and ``routing.png`` (``--name`` changes the stem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ALPHAS = [round(0.02 * i, 2) for i in range(51)]
+
+
+def logged_items(exclude: set[str]) -> list[dict]:
+    from rlrouter.data.logged import normalize_prompt
+    from rlrouter.pool.replay import shared_table
+
+    table = shared_table(None)
+    items = []
+    for prompt, source in zip(table.prompts, table.source):
+        if normalize_prompt(prompt) in exclude:
+            continue
+        task = "gsm8k" if source.startswith("gsm8k") else "mmlu" if source.startswith("mmlu") else source
+        items.append({"query": prompt, "ground_truth": [""], "source": task})
+    return items
+
+
+def excluded_prompts(paths: list[str]) -> set[str]:
+    from rlrouter.data.build import load_split
+    from rlrouter.data.logged import normalize_prompt
+
+    out: set[str] = set()
+    for p in paths:
+        out |= {normalize_prompt(it["query"]) for it in load_split(p)}
+    return out
+
+
+def balanced(table, seed: int = 0):
+    """Every task in equal numbers (the smallest task's count), as the training job's data mix."""
+    rng = random.Random(seed)
+    by_task: dict[str, list[int]] = {}
+    for i, t in enumerate(table.tasks):
+        by_task.setdefault(t, []).append(i)
+    n = min(len(v) for v in by_task.values())
+    rows = [i for t in sorted(by_task) for i in sorted(rng.sample(by_task[t], n))]
+    return table.subset(rows)
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = result.get("runs", [])
+    fig, ax = plt.subplots(1, 3 if runs else 2, figsize=(17 if runs else 12, 4.4))
+    for a, (mix, sweep) in zip(ax, result["sweeps"].items()):
+        rows = sweep["rows"]
+        alphas = [r["alpha"] for r in rows]
+        for k, task in enumerate(sorted(rows[0]["by_task"])):
+            for j, cand in enumerate(sweep["candidates"]):
+                a.plot(alphas, [r["by_task"][task]["rewards"][cand] for r in rows], ls="-" if j == 0 else "--",
+                       color=f"C{k}", lw=1, label=f"{task}: always {cand.split('-')[0]}")
+        a.plot(alphas, [r["best_fixed_reward"] for r in rows], color="k", lw=2, label="best fixed route")
+        a.plot(alphas, [r["per_task_rule_reward"] for r in rows], color="C3", lw=1.5, ls=":", label="per-task rule")
+        a.plot(alphas, [r["oracle_reward"] for r in rows], color="C4", lw=1, label="oracle (cheapest correct)")
+        lo, hi = sweep["tasks_differ"]["low"], sweep["tasks_differ"]["high"]
+        if lo is not None:
+            a.axvspan(lo - 0.01, hi + 0.01, color="C3", alpha=0.12, label="tasks' best routes differ")
+        a.set_xlabel("alpha (cost weight)"), a.set_ylabel("mean Router-R1 reward")
+        a.set_title(f"{mix}: {', '.join(f'{t} {n}' for t, n in sweep['tasks'].items())}", fontsize=9)
+        a.grid(alpha=0.3)
+    ax[0].legend(fontsize=7)
+    if runs:
+        a = ax[2]
+        first = runs[0]["routing"]["routes"]
+        for name, mk in (("always_cheapest", "s"), ("always_strongest", "D"), ("random", "v"),
+                         ("per_task_rule", "P"), ("oracle", "*")):
+            if name in first:
+                a.scatter(first[name]["cost_per_query"], first[name]["accuracy"], marker=mk, s=60, color="grey")
+                a.annotate(name, (first[name]["cost_per_query"], first[name]["accuracy"]), fontsize=7,
+                           xytext=(4, 3), textcoords="offset points")
+        for k, run in enumerate(runs):
+            p = run["routing"]["routes"]["policy"]
+            a.scatter(p["cost_per_query"], p["accuracy"], s=80, color=f"C{k}", marker="o")
+            a.annotate(f"policy alpha={run['alpha']:g}\nstrong {p['strong_share']:.0%}", (p["cost_per_query"], p["accuracy"]),
+                       fontsize=7, xytext=(4, -12), textcoords="offset points", color=f"C{k}")
+        a.set_xlabel("mean cost per query (USD)"), a.set_ylabel("held-out accuracy")
+        a.set_title("the cost knob: trained policies against the routes", fontsize=9)
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_entry(run_dir: str) -> dict:
+    report = json.loads((Path(run_dir) / "report.json").read_text())
+    if "routing" not in report:
+        raise SystemExit(f"{run_dir}/report.json has no 'routing' block: run it with the current job")
+    routing = report["routing"]
+    return {"run": str(run_dir), "alpha": routing["alpha"], "routing": routing,
+            "held_out_curve": report.get("held_out_curve", []), "wall_s": report.get("wall_s")}
+
+
+def evaluate_run(run_dir: str, questions: int) -> str:
+    """Score RUN's last checkpoint on ``questions`` held-out logged questions (module docstring); returns the
+    new run folder."""
+    import subprocess
+
+    import yaml
+    from datasets import Dataset
+
+    from rlrouter.data.build import load_split
+    from rlrouter.data.logged import normalize_prompt
+
+    run = Path(run_dir).resolve()
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    ckpts = sorted((run / "checkpoints").glob("step_*"))
+    if not ckpts:
+        raise SystemExit(f"{run}: no checkpoints")
+    train_path = Path(cfg["data"]["out_dir"]) / "train.parquet"
+    seen = {normalize_prompt(it["query"]) for it in load_split(train_path)}
+    data = ROOT / "outputs" / "data" / f"heldout_{run.name}_{questions}"
+    if not (data / "test.parquet").exists():
+        per_task = questions // 2
+        # seed 0's shuffle puts the run's own test questions first; the run's training questions are removed
+        subprocess.run([sys.executable, str(ROOT / "jobs" / "prepare_data.py"), "data.train_size=2",
+                        f"data.test_size={2 * (per_task + 300)}", f"data.out_dir={data}"], check=True, cwd=ROOT)
+        rows = [r for r in load_split(data / "test.parquet") if normalize_prompt(r["query"]) not in seen]
+        by_task: dict[str, list] = {}
+        for r in rows:
+            by_task.setdefault(r["source"], []).append(r)
+        held = [r for t in sorted(by_task) for r in by_task[t][:per_task]]
+        Dataset.from_list(held).to_parquet(str(data / "test.parquet"))
+        Dataset.from_list(load_split(train_path)).to_parquet(str(data / "train.parquet"))
+    n = len(load_split(data / "test.parquet"))
+    out_name = f"{run.name}_heldout{n}"
+    alpha = cfg["reward"].get("alpha", cfg["reward"].get("params", {}).get("alpha"))
+    cmd = [sys.executable, str(ROOT / "jobs" / "train_router_r1.py"), f"run_name={out_name}", f"data.out_dir={data}",
+           f"train.init_from={ckpts[-1]}", "train.total_steps=0", "train.eval_every=0", f"eval.num_questions={n}",
+           "eval.untrained=false", f"reward.alpha={alpha}", f"model={cfg['model']}"]
+    print("+", " ".join(cmd))
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    return str(ROOT / "outputs" / out_name)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--exclude", nargs="*", default=None,
+                    help="parquet splits whose questions the sweep leaves out (default: the default job's test split)")
+    ap.add_argument("--runs", nargs="*", default=[], help="run folders (report.json with a routing block)")
+    ap.add_argument("--evaluate", nargs="*", default=[], help="run folders whose final policy to score on --questions")
+    ap.add_argument("--questions", type=int, default=2000)
+    ap.add_argument("--name", default="routing")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = ap.parse_args()
+    from omegaconf import OmegaConf
+
+    from rlrouter.eval.route_scores import alpha_sweep, route_table
+    from rlrouter.pool.pool import CandidatePool
+
+    t0 = time.perf_counter()
+    runs = list(args.runs) + [evaluate_run(r, args.questions) for r in args.evaluate]
+    exclude = args.exclude
+    if exclude is None:
+        default = ROOT / "outputs" / "data" / "gsm8k_mmlu_n512-128_s0" / "test.parquet"
+        exclude = [str(default)] if default.exists() else []
+    pool = CandidatePool.from_config(OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "pool" / "routellm_replay.yaml")))
+    items = logged_items(excluded_prompts(exclude))
+    table = route_table(pool, items)
+    sweeps = {"logs as they are": alpha_sweep(table, ALPHAS), "job mix (tasks equal)": alpha_sweep(balanced(table), ALPHAS)}
+    result = {"alphas": ALPHAS, "excluded": exclude, "questions": len(items), "sweeps": sweeps,
+              "runs": [run_entry(r) for r in runs]}
+    for mix, sweep in sweeps.items():
+        best = max(sweep["rows"], key=lambda r: r["per_task_rule_reward"] - r["best_fixed_reward"])
+        sweep["most_per_task_gain"] = {"alpha": best["alpha"],
+                                       "gain": best["per_task_rule_reward"] - best["best_fixed_reward"]}
+        print(f"{mix}: tasks' best routes differ at alpha {sweep['tasks_differ']['alphas']}; largest per-task "
+              f"gain over the best fixed route {sweep['most_per_task_gain']['gain']:+.4f} at alpha "
+              f"{best['alpha']:g} (oracle {best['oracle_reward']:.3f}, best fixed {best['best_fixed_reward']:.3f})")
+    result["seconds"] = time.perf_counter() - t0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+    plot(result, out / f"{args.name}.png")
+    print(f"wrote {out / (args.name + '.json')} and .png ({result['seconds']:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
