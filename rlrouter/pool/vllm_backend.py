@@ -150,7 +150,9 @@ class VLLMBackend(Backend):
                 await self.start()
             outs = await self._actor.generate.remote(conversations, sampling)
         except Exception as e:  # noqa: BLE001 - engine death or a bad request: per-prompt errors, no raise
-            msg = f"vllm '{self.candidate.name}': {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            cause = getattr(e, "cause", None) or e  # a RayTaskError carries the actor's own exception
+            said = str(cause).strip().splitlines()
+            msg = f"vllm '{self.candidate.name}': {type(cause).__name__}: {said[0] if said else ''}"
             return [CandidateResponse(text="", latency_s=time.perf_counter() - t0, error=msg) for _ in conversations]
         dt = time.perf_counter() - t0
         return [CandidateResponse(text=o["text"], prompt_tokens=o["prompt_tokens"],

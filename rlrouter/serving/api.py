@@ -5,10 +5,12 @@ documents the API), auth, the body-size cap and the error shape. Each endpoint d
 :class:`~rlrouter.serving.service.RouterService` installed with :func:`install` (the Serve ingress
 replica installs its own in its process; tests install one around a local selector).
 
-Errors are always ``{"error": {"message", "type", "field", "code"}}``: 401 without a valid key,
+Errors are always ``{"error": {"message", "type", "field", "param", "code"}}`` (OpenAI's shape; ``param``
+is ``field`` under OpenAI's name, ``code`` the status or OpenAI's code): 401 without a valid key,
 403 when a key acts for another user, 404 for an unknown request_id or model, 409 for a second
-feedback, 413 for a body over ``max_body_bytes``, 422 (or 400 for unparsable JSON) naming the field,
-502/503 when a candidate or the Router-R1 server fails. Bad input never yields a 5xx.
+feedback, 413 for a body over ``max_body_bytes``, 422 (or 400 for unparsable JSON, an unsupported
+option, or a prompt a candidate refuses) naming the field, 502/503 when a candidate or the Router-R1
+server fails. Bad input never yields a 5xx, and no message carries a traceback or a Ray actor id.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from rlrouter.serving.schemas import (
     RouterR1RouteRequest,
     RouterR1RouteResponse,
 )
-from rlrouter.serving.errors import ApiError
+from rlrouter.serving.errors import ApiError, public_text
 from rlrouter.serving.service import RouterService
 
 _STATE: dict[str, Any] = {"service": None, "auth": None, "max_body_bytes": 1_000_000}
@@ -58,15 +60,15 @@ def _service() -> RouterService:
 
 
 def _error(status: int, message: str, field: str | None = None, type_: str | None = None,
-           headers: dict[str, str] | None = None) -> JSONResponse:
+           headers: dict[str, str] | None = None, code: str | None = None) -> JSONResponse:
     t = type_ or ("invalid_request_error" if 400 <= status < 500 else "server_error")
     if status == 401:
         t = "authentication_error"
         headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     elif status == 403:
         t = "permission_error"
-    return JSONResponse({"error": {"message": message, "type": t, "field": field, "code": status}},
-                        status_code=status, headers=headers)
+    body = {"message": message, "type": t, "field": field, "param": field, "code": code or status}
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
 def _field_path(loc: tuple | list) -> str:
@@ -92,16 +94,25 @@ def router_r1_principal(request: Request, authorization: str | None = Header(def
                         x_api_key: str | None = Header(default=None)) -> Principal | None:
     """A key, or none for a client inside ``serving.router_r1_keyless_networks`` (VSR sends no key).
 
-    The address is the TCP peer's, never a forwarded-for header, which any client can write."""
-    host = request.client.host if request.client else None
+    The address is the TCP peer's; an X-Forwarded-For header, which any client can write, counts only
+    when the peer is in ``serving.trusted_proxies`` (:mod:`rlrouter.serving.peer`)."""
     svc = _STATE["service"]
-    if not authorization and not x_api_key:
-        if svc is not None and svc.serving.keyless(host):
-            return None
-        if svc is not None and svc.serving.router_r1_keyless_networks:
-            raise AuthError(401, f"missing API key: send 'Authorization: Bearer <key>' (client address {host} is "
-                                 f"not in serving.router_r1_keyless_networks)")
-    return principal(authorization, x_api_key)
+    if authorization or x_api_key or svc is None:
+        return principal(authorization, x_api_key)
+    serving = svc.serving
+    send = "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key'"
+    if not serving.router_r1_keyless_networks:
+        raise AuthError(401, f"{send} (VSR's Router-R1 client sends none: to let it in without one, list the "
+                             f"network it calls from in serving.router_r1_keyless_networks)")
+    forwarded = request.headers.getlist("x-forwarded-for")
+    host = serving.client_address(request.client.host if request.client else None, forwarded)
+    if serving.keyless(host):
+        return None
+    if host is None and forwarded:
+        raise AuthError(401, f"{send} (the request carries X-Forwarded-For, and no proxy listed in "
+                             f"serving.trusted_proxies sent it, so its client address is unknown and "
+                             f"serving.router_r1_keyless_networks does not apply)")
+    raise AuthError(401, f"{send} (client address {host} is not in serving.router_r1_keyless_networks)")
 
 
 class BodySizeLimit:
@@ -183,7 +194,7 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, e: ApiError) -> JSONResponse:
-        return _error(e.status, e.message, e.field, e.type)
+        return _error(e.status, e.message, e.field, e.type, code=e.code)
 
     @app.exception_handler(AuthError)
     async def _auth_error(_: Request, e: AuthError) -> JSONResponse:
@@ -233,7 +244,7 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, e: Exception) -> JSONResponse:
-        return _error(500, f"internal error: {type(e).__name__}: {e}")
+        return _error(500, f"internal error: {public_text(f'{type(e).__name__}: {e}')}")
 
     @app.post("/route", response_model=RouteResponse, tags=["selector"],
               responses={403: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})

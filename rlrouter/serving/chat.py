@@ -21,8 +21,8 @@ from typing import Any
 
 from rlrouter.selector.aggregate import aggregate
 from rlrouter.serving.auth import Principal
-from rlrouter.serving.context import ServiceContext
-from rlrouter.serving.errors import ApiError
+from rlrouter.serving.context import ServiceContext, match_name
+from rlrouter.serving.errors import ApiError, candidate_error, public_text
 from rlrouter.serving.routing import Routing
 from rlrouter.serving.schemas import ChatCompletionRequest, ModelCard, ModelList
 
@@ -86,19 +86,28 @@ class ChatProxy:
 
         query = last_user_text(messages)
         ctx.check_query(query, "messages")
-        user = principal.user_for(body.user, "user")
+        if body.n is not None and body.n != 1:
+            # every candidate is asked once and its one answer returned: n choices would need n calls
+            raise ApiError(400, f"field 'n': only n=1 is supported (one choice per request), got n={body.n}; "
+                                "send n=1 or leave it out", "n")
+        end_user = None
+        if ctx.serving.openai_user == "user_id":
+            user = principal.user_for(body.user, "user")
+        else:  # OpenAI's user tags the caller's end user; the key says who the caller is
+            user, end_user = principal.user_id, body.user
         session = body.session_id or session_header
         params = self._params(body)
-        if body.model not in SPECIAL_MODELS:
-            if body.model not in ctx.candidates:
-                raise ApiError(404, f"field 'model': unknown model '{body.model}'; "
-                                    f"use 'auto', 'arena' or one of {ctx.candidates}", "model")
-            if await self._misses(query, [body.model]):
-                raise self._miss_error([body.model])
+        name = match_name(body.model, [*SPECIAL_MODELS, *ctx.candidates])
+        if name is None:
+            raise ApiError(404, f"field 'model': unknown model '{body.model}'; "
+                                f"use 'auto', 'arena' or one of {ctx.candidates}", "model")
+        if name not in SPECIAL_MODELS:
+            if await self._misses(query, [name]):
+                raise self._miss_error([name])
             dec = None
-            models = [body.model]
+            models = [name]
         else:
-            how = "all" if body.model == "arena" else self.routing.how()
+            how = "all" if name == "arena" else self.routing.how()
             cands = None
             if ctx.serving.replay_miss == "fallthrough":
                 missed = await self._misses(query, ctx.candidates)
@@ -118,6 +127,8 @@ class ChatProxy:
             meta = {"request_id": dec["request_id"], "mode": dec["mode"], "scores": dec["scores"]}
             if dec.get("fallback_reason"):
                 meta["fallback_reason"] = dec["fallback_reason"]
+        if end_user is not None:
+            meta["end_user"] = end_user
         if len(models) > 1:
             data = await self._fan_out(dec, models, messages, params, meta)
             headers["X-RLRouter-Model"] = data["model"]
@@ -126,10 +137,10 @@ class ChatProxy:
             return data, headers
         model = models[0]
         if body.stream:
-            return self._stream(model, messages, params, meta), headers
+            return await self._stream(model, messages, params, meta), headers
         r, data = await asyncio.wait_for(ctx.pool.chat(model, messages, **params), ctx.serving.proxy_timeout_s)
         if not r.ok:
-            raise ApiError(502, f"candidate '{model}' failed: {r.error}", type_="upstream_error")
+            raise candidate_error(model, str(r.error))
         data = {**data, "model": model}
         if meta:
             data["x_rlrouter"] = meta
@@ -151,7 +162,11 @@ class ChatProxy:
                 errors[m] = str(res[0].error)
             else:
                 answers[m] = res[1]
+        refused = {m: candidate_error(m, e) for m, e in errors.items()}
+        errors = {m: public_text(e) for m, e in errors.items()}
         if not answers:
+            if all(e.status < 500 for e in refused.values()):
+                raise next(iter(refused.values()))  # the input itself, refused by every candidate
             raise ApiError(502, f"every candidate failed: {errors}", type_="upstream_error")
         texts = {m: d["choices"][0]["message"]["content"] or "" for m, d in answers.items()}
         agg = aggregate(texts, dec["scores"], ctx.serving.aggregation)
@@ -163,15 +178,29 @@ class ChatProxy:
 
     async def _stream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
                       meta: dict[str, Any]) -> AsyncIterator[bytes]:
-        first = True
+        """The candidate's chunks as SSE. The first chunk is awaited here, before the 200 goes out, so a
+        call that fails from the start (a prompt over the context, a candidate down) gets its status."""
+        chunks = self.ctx.pool.stream(model, messages, **params)
         try:
-            async for chunk in self.ctx.pool.stream(model, messages, **params):
-                if first and meta:
-                    chunk = {**chunk, "x_rlrouter": meta}
-                first = False
-                yield _sse({**chunk, "model": model})
+            first = await chunks.__anext__()
+        except StopAsyncIteration:
+            first = None
+        except Exception as e:  # noqa: BLE001 - the candidate's failure, mapped to a status
+            raise candidate_error(model, str(e) or type(e).__name__) from None
+        return self._sse_stream(model, first, chunks, meta)
+
+    @staticmethod
+    async def _sse_stream(model: str, first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]],
+                          meta: dict[str, Any]) -> AsyncIterator[bytes]:
+        try:
+            if first is not None:
+                yield _sse({**first, **({"x_rlrouter": meta} if meta else {}), "model": model})
+                async for chunk in chunks:
+                    yield _sse({**chunk, "model": model})
         except Exception as e:  # noqa: BLE001 - the status is sent already: report in-band, as OpenAI does
-            yield _sse({"error": {"message": f"candidate '{model}' failed: {e}", "type": "upstream_error", "code": 502}})
+            err = candidate_error(model, str(e) or type(e).__name__)
+            yield _sse({"error": {"message": err.message, "type": err.type, "param": err.field,
+                                  "code": err.code or err.status}})
         yield b"data: [DONE]\n\n"
 
     async def _replay_stream(self, data: dict[str, Any]) -> AsyncIterator[bytes]:

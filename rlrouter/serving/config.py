@@ -17,6 +17,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from rlrouter.serving.peer import client_address
+
 
 class ServingConfigError(ValueError):
     def __init__(self, field_path: str, message: str):
@@ -70,6 +72,14 @@ class ServingConfig:
     router_r1_keyless_networks: list[str] = field(default_factory=list)
     """CIDR ranges (e.g. 10.0.0.0/8) whose clients may call POST /router_r1/route without a key: VSR's
     Router-R1 client sends none. Empty (default): a key is required there too."""
+    trusted_proxies: list[str] = field(default_factory=list)
+    """CIDR ranges of the reverse proxies in front of the app whose X-Forwarded-For names the client for
+    router_r1_keyless_networks. Empty (default): only the TCP peer counts, and a request carrying
+    X-Forwarded-For has no known address (rlrouter.serving.peer says why)."""
+    openai_user: str = "end_user"
+    """What OpenAI's ``user`` field of a chat completion is: 'end_user' (default, as OpenAI means it: a tag
+    of the caller's end user, echoed in x_rlrouter.end_user; the API key's user stays the identity) or
+    'user_id' (the user whose posteriors to use: 403 unless it is the key's own user or an admin key)."""
     model_map: dict[str, str] = field(default_factory=dict)
     """A caller's model names -> candidate names (e.g. VSR's 'qwen3-8b' -> 'smollm2-135m'); /router_r1/route
     reads the offered models and answers in the caller's names."""
@@ -119,13 +129,17 @@ class ServingConfig:
                 raise ServingConfigError(f, "expected true/false")
         if self.replay_miss not in ("fallthrough", "error"):
             raise ServingConfigError("replay_miss", f"expected 'fallthrough' or 'error', got {self.replay_miss!r}")
-        if not isinstance(self.router_r1_keyless_networks, list):
-            raise ServingConfigError("router_r1_keyless_networks", "expected a list of CIDR ranges")
-        for i, net in enumerate(self.router_r1_keyless_networks):
-            try:
-                ipaddress.ip_network(net, strict=False)
-            except (TypeError, ValueError) as e:
-                raise ServingConfigError(f"router_r1_keyless_networks[{i}]", f"not a CIDR range: {e}") from None
+        for f in ("router_r1_keyless_networks", "trusted_proxies"):
+            nets = getattr(self, f)
+            if not isinstance(nets, list):
+                raise ServingConfigError(f, "expected a list of CIDR ranges")
+            for i, net in enumerate(nets):
+                try:
+                    ipaddress.ip_network(net, strict=False)
+                except (TypeError, ValueError) as e:
+                    raise ServingConfigError(f"{f}[{i}]", f"not a CIDR range: {e}") from None
+        if self.openai_user not in ("end_user", "user_id"):
+            raise ServingConfigError("openai_user", f"expected 'end_user' or 'user_id', got {self.openai_user!r}")
         if not isinstance(self.model_map, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in self.model_map.items()):
             raise ServingConfigError("model_map", "expected a mapping of model name -> candidate name")
@@ -139,6 +153,12 @@ class ServingConfig:
         except ValueError:
             return False
         return any(addr in ipaddress.ip_network(n, strict=False) for n in self.router_r1_keyless_networks)
+
+    def client_address(self, reported: str | None, forwarded_for: list[str]) -> str | None:
+        """The address ``keyless`` judges: the TCP peer, or behind ``trusted_proxies`` the forwarded client;
+        None when the request carries X-Forwarded-For that no trusted proxy vouches for."""
+        proxies = [ipaddress.ip_network(n, strict=False) for n in self.trusted_proxies]
+        return client_address(reported, forwarded_for, proxies)
 
     def keys(self, environ: dict[str, str] | None = None) -> list[ApiKey]:
         """Config keys plus the environment's; a key listed twice must name the same user."""

@@ -18,6 +18,15 @@ from rlrouter.serving.errors import ApiError
 from rlrouter.serving.selector_client import SelectorClient
 
 
+def match_name(name: str, names: list[str]) -> str | None:
+    """``name`` as ``names`` spell it: the exact name, else the one name equal to it but for case (model
+    names are written with varying case: 'Mixtral-8x7B-Instruct'); None for no match, or several."""
+    if name in names:
+        return name
+    folded = [n for n in names if n.casefold() == name.casefold()]
+    return folded[0] if len(folded) == 1 else None
+
+
 @dataclass
 class ServiceContext:
     selector: SelectorClient
@@ -52,8 +61,9 @@ class ServiceContext:
         """The request's candidate restriction, checked against the pool."""
         if requested is None:
             return list(self.candidates)
-        unknown = [c for c in requested if c not in self.candidates]
+        matched = [match_name(c, self.candidates) for c in requested]
+        unknown = [c for c, m in zip(requested, matched) if m is None]
         if unknown:
             raise ApiError(422, f"field 'candidates': unknown candidate(s) {unknown}; known: {self.candidates}",
                            "candidates")
-        return list(requested)
+        return [m for m in matched if m is not None]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlrouter.serving.auth import Principal
-from rlrouter.serving.context import ServiceContext
+from rlrouter.serving.context import ServiceContext, match_name
 from rlrouter.serving.errors import ApiError
 from rlrouter.serving.router_r1_client import (
     HTTPRouterR1Client,
@@ -57,8 +57,8 @@ def offered_candidates(offer: Offer, candidates: list[str], model_map: dict[str,
     """Candidate name -> the caller's name, for each offered model this server can route to."""
     out: dict[str, str] = {}
     for name in offer.models:
-        cand = model_map.get(name, name)
-        if cand in candidates and cand not in out:
+        cand = match_name(model_map.get(name, name), candidates)
+        if cand is not None and cand not in out:
             out[cand] = name
     return out
 

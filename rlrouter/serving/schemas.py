@@ -26,7 +26,9 @@ class ErrorBody(BaseModel):
     message: str
     type: str
     field: str | None = None
-    code: int
+    param: str | None = Field(default=None, description="OpenAI's name for ``field``")
+    code: int | str = Field(description="The HTTP status, or OpenAI's code where one applies "
+                                        "(e.g. 'context_length_exceeded')")
 
 
 class ErrorResponse(BaseModel):
@@ -130,7 +132,10 @@ class ChatCompletionRequest(BaseModel):
     model: str = Field(min_length=1, description='"auto" routes; "arena" calls every candidate; or a candidate name')
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
-    user: str | None = Field(default=None, max_length=256, description="OpenAI's end-user id = our user_id")
+    user: str | None = Field(default=None, max_length=256,
+                             description="OpenAI's end-user tag, echoed in x_rlrouter.end_user; the API key's "
+                                         "user stays the identity (serving.openai_user: user_id makes it one)")
+    n: int | None = Field(default=None, ge=1, description="Number of choices: only 1 is supported")
     session_id: str | None = Field(default=None, min_length=1, max_length=256)
     category: str | None = Field(default=None, min_length=1, max_length=128)
     max_tokens: int | None = Field(default=None, ge=1, le=131072)

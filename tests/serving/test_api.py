@@ -63,7 +63,15 @@ def gsm8k_prompt(pool):
     return table.prompts[i], table.responses[GPT4][i]
 
 
-def make_client(tmp_path, pool, serving_kw=None, client_addr=("testclient", 50000), **selector_kw):
+@pytest.fixture(scope="module")
+def logged_answers(pool, gsm8k_prompt):
+    """Each candidate's logged answer to the GSM8K prompt, as its replay backend reads the table."""
+    table = pool.backend(GPT4).table
+    i = table.index(gsm8k_prompt[0])
+    return {m: table.response(i, pool.backend(m).model) for m in pool.names}
+
+
+def make_client(tmp_path, pool, serving_kw=None, client_addr=("testclient", 50000), wrap=None, **selector_kw):
     selector_kw.setdefault("seed", 0)
     cfg = SelectorConfig(storage_path=str(tmp_path / "state.json"), costs={GPT4: 20.0, MIXTRAL: 0.6}, **selector_kw)
     selector = Selector(cfg, pool.names)
@@ -74,7 +82,8 @@ def make_client(tmp_path, pool, serving_kw=None, client_addr=("testclient", 5000
     svc = RouterService(LocalSelectorClient(selector), cfg, serving, pool.names, pool=pool,
                         classifier=StubClassifier())
     install(svc, ApiKeyAuth(serving.keys({})))
-    return TestClient(create_app(), client=client_addr), selector, svc
+    app = create_app() if wrap is None else wrap(create_app())
+    return TestClient(app, client=client_addr), selector, svc
 
 
 @pytest.fixture
@@ -188,17 +197,18 @@ def test_bad_feedback_and_body_limits(env):
     assert r.status_code == 404 and err(r)["field"] == "model"
 
 
-def test_chat_completions_auto_and_stream(env, gsm8k_prompt):
+def test_chat_completions_auto_and_stream(env, gsm8k_prompt, logged_answers):
     client, _, _ = env
-    prompt, gpt4_answer = gsm8k_prompt
+    prompt, _ = gsm8k_prompt
+    assert len(set(logged_answers.values())) == len(logged_answers)  # the answer tells which candidate gave it
     r = client.post("/v1/chat/completions", json={"model": "auto", "messages": [{"role": "user", "content": prompt}]},
                     headers=ALICE)
     assert r.status_code == 200, r.text
     data = r.json()
     assert data["model"] in (GPT4, MIXTRAL) and data["object"] == "chat.completion"
     assert data["x_rlrouter"]["request_id"] == r.headers["x-rlrouter-request-id"]
-    if data["model"] == GPT4:
-        assert data["choices"][0]["message"]["content"] == gpt4_answer  # the logged answer, proxied
+    # the chosen candidate's logged answer, proxied
+    assert data["choices"][0]["message"]["content"] == logged_answers[data["model"]]
     with client.stream("POST", "/v1/chat/completions", headers=ALICE,
                        json={"model": "auto", "stream": True, "messages": [{"role": "user", "content": prompt}]}) as s:
         assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
@@ -350,3 +360,123 @@ def test_replay_miss_is_never_a_200(tmp_path, pool, gsm8k_prompt):
     r = client.post("/v1/chat/completions", headers=ALICE,  # a logged prompt still goes to the replays
                     json={"model": GPT4, "messages": [{"role": "user", "content": gsm8k_prompt[0]}]})
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == gsm8k_prompt[1]
+
+
+def behind_uvicorn_proxy_headers(app):
+    """The app as Ray Serve's HTTP servers run it: uvicorn's ProxyHeadersMiddleware with its defaults
+    (forwarded_allow_ips 127.0.0.1 and ::1), which replaces a loopback peer by its X-Forwarded-For."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    return ProxyHeadersMiddleware(app, trusted_hosts="127.0.0.1,::1")
+
+
+def test_forwarded_for_is_not_the_client_address(tmp_path, pool):
+    kw = {"router_r1_keyless_networks": ["10.0.0.0/8"], "model_map": {"qwen3-8b": MIXTRAL, "llama-3.1-70b": GPT4}}
+    client, _, _ = make_client(tmp_path, pool, serving_kw=kw, client_addr=("127.0.0.1", 40000),
+                               wrap=behind_uvicorn_proxy_headers)
+    r = client.post("/router_r1/route", content=VSR_BYTES, headers={**VSR_HEADERS, "X-Forwarded-For": "10.1.2.3"})
+    assert r.status_code == 401, r.text
+    assert "X-Forwarded-For" in err(r)["message"] and "serving.trusted_proxies" in err(r)["message"]
+    # with the sender listed as a trusted proxy, the client it forwarded for counts
+    kw = {**kw, "trusted_proxies": ["127.0.0.1/32", "::1/128"]}
+    client, _, _ = make_client(tmp_path / "t", pool, serving_kw=kw, client_addr=("127.0.0.1", 40000),
+                               wrap=behind_uvicorn_proxy_headers)
+    r = client.post("/router_r1/route", content=VSR_BYTES, headers={**VSR_HEADERS, "X-Forwarded-For": "10.1.2.3"})
+    assert r.status_code == 200, r.text
+    # the proxy appends the address it saw: what the client wrote to the left of it counts for nothing
+    r = client.post("/router_r1/route", content=VSR_BYTES,
+                    headers={**VSR_HEADERS, "X-Forwarded-For": "10.1.2.3, 192.0.2.7"})
+    assert r.status_code == 401 and "192.0.2.7 is not in serving.router_r1_keyless_networks" in err(r)["message"]
+
+
+def test_keyless_401_names_the_setting_that_lets_vsr_in(env):
+    client, _, _ = env  # no router_r1_keyless_networks: VSR's keyless request is refused, saying how to allow it
+    r = client.post("/router_r1/route", content=VSR_BYTES, headers=VSR_HEADERS)
+    assert r.status_code == 401 and "serving.router_r1_keyless_networks" in err(r)["message"]
+
+
+def test_openai_user_is_an_end_user_tag(tmp_path, pool, gsm8k_prompt):
+    client, selector, _ = make_client(tmp_path, pool)
+    body = {"model": "auto", "user": "customer-42", "messages": [{"role": "user", "content": gsm8k_prompt[0]}]}
+    r = client.post("/v1/chat/completions", json=body, headers=ALICE)
+    assert r.status_code == 200, r.text
+    meta = r.json()["x_rlrouter"]
+    assert meta["end_user"] == "customer-42"
+    assert selector.pending(meta["request_id"]).user_id == "alice"  # the key's user stays the identity
+    r = client.post("/v1/chat/completions", json={**body, "model": GPT4}, headers=ALICE)  # a candidate named directly
+    assert r.status_code == 200 and r.json()["x_rlrouter"]["end_user"] == "customer-42"
+    # a server that maps OpenAI's user to user_id: then it is an identity, bound to the key
+    mapped, _, _ = make_client(tmp_path / "m", pool, serving_kw={"openai_user": "user_id"})
+    r = mapped.post("/v1/chat/completions", json=body, headers=ALICE)
+    assert r.status_code == 403 and err(r)["field"] == "user"
+    assert mapped.post("/v1/chat/completions", json={**body, "user": "alice"}, headers=ALICE).status_code == 200
+
+
+def test_n_other_than_one_is_refused_naming_it(env, gsm8k_prompt):
+    client, _, _ = env
+    body = {"model": "auto", "messages": [{"role": "user", "content": gsm8k_prompt[0]}]}
+    r = client.post("/v1/chat/completions", json={**body, "n": 3}, headers=ALICE)
+    assert r.status_code == 400 and err(r)["field"] == "n" and "'n'" in err(r)["message"], r.text
+    r = client.post("/v1/chat/completions", json={**body, "n": 1}, headers=ALICE)
+    assert r.status_code == 200 and len(r.json()["choices"]) == 1
+
+
+def test_model_names_match_case_insensitively(env, gsm8k_prompt, logged_answers):
+    client, _, _ = env
+    msgs = [{"role": "user", "content": gsm8k_prompt[0]}]
+    r = client.post("/v1/chat/completions", json={"model": "Mixtral-8x7B-Instruct", "messages": msgs}, headers=ALICE)
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == MIXTRAL and r.json()["choices"][0]["message"]["content"] == logged_answers[MIXTRAL]
+    r = client.post("/v1/chat/completions", json={"model": "AUTO", "messages": msgs}, headers=ALICE)
+    assert r.status_code == 200 and r.json()["x_rlrouter"]["mode"] == "thompson"
+    r = client.post("/route", json={"query": "hi", "candidates": ["GPT-4-1106-Preview"]}, headers=ALICE)
+    assert r.status_code == 200 and r.json()["model"] == GPT4, r.text
+    # a match is exact but for case: no fuzzy matching, and the error still names the known names
+    r = client.post("/v1/chat/completions", json={"model": "mixtral-8x7b", "messages": msgs}, headers=ALICE)
+    assert r.status_code == 404 and err(r)["field"] == "model" and MIXTRAL in err(r)["message"]
+    r = client.post("/route", json={"query": "hi", "candidates": ["mixtral"]}, headers=ALICE)
+    assert r.status_code == 422 and GPT4 in err(r)["message"]
+
+
+def test_live_candidates_errors_are_statuses_without_internals(tmp_path, pool):
+    """Real OpenAI-compatible upstreams (uvicorn on 127.0.0.1) behind the proxy: one echoes, one answers
+    every request as OpenAI does a prompt over the model's context."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from tests.pool.openai_server import ServerThread, make_app
+
+    small = FastAPI()
+
+    @small.post("/v1/chat/completions")
+    async def too_long():
+        return JSONResponse({"error": {"message": "This model's maximum context length is 8 tokens. However, your "
+                                                  "messages resulted in 12 tokens.", "type": "invalid_request_error",
+                                       "param": "messages", "code": "context_length_exceeded"}}, status_code=400)
+
+    echo, tiny = ServerThread(make_app()).start(), ServerThread(small).start()
+    try:
+        cfg = yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text())
+        cfg["candidates"] += [{"name": n, "price_in": 0.1, "price_out": 0.1, "backend": "openai",
+                               "options": {"base_url": f"{srv.url}/v1", "max_retries": 0}}
+                              for n, srv in (("echo", echo), ("tiny", tiny))]
+        client, _, _ = make_client(tmp_path, CandidatePool.from_config(cfg))
+        ask = [{"role": "user", "content": "three little words"}]
+        with client.stream("POST", "/v1/chat/completions", headers=ALICE,
+                           json={"model": "echo", "stream": True, "messages": ask}) as s:
+            assert s.status_code == 200
+            chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+        assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == \
+            "echo: three little words"
+        r = client.post("/v1/chat/completions", headers=ALICE,
+                        json={"model": "echo", "messages": [{"role": "user", "content": "BAD400"}]})
+        assert r.status_code == 400 and err(r)["param"] == "messages" and "refused" in err(r)["message"], r.text
+        for stream in (False, True):
+            r = client.post("/v1/chat/completions", headers=ALICE, json={"model": "tiny", "stream": stream,
+                                                                         "messages": ask})
+            assert r.status_code == 400, r.text
+            assert err(r)["code"] == "context_length_exceeded" and err(r)["type"] == "invalid_request_error"
+            assert "maximum context length is 8 tokens" in err(r)["message"] and err(r)["param"] == "messages"
+    finally:
+        echo.stop()
+        tiny.stop()

@@ -1,0 +1,155 @@
+"""A user's second day, over real HTTP against the Serve app on the local Ray cluster, with the
+default pool (two replays and SmolLM2 on a vLLM engine, max_model_len 2048):
+
+- a keyless VSR request from loopback with a forged X-Forwarded-For is refused (Ray Serve's uvicorn
+  takes a loopback peer's X-Forwarded-For as the client); from a listed trusted proxy the client it
+  forwarded for counts;
+- the openai SDK's ``user=`` is an end-user tag, not a second identity;
+- ``n=3`` is refused naming ``n``; a model name in another case is that model;
+- a prompt over SmolLM2's context is a 400 without Ray internals in its message.
+"""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import time
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.vllm, pytest.mark.slow]
+
+APP = "rlrouter-second-day"
+KEY = "7d1e9a3c5b0f2e4d6c8a1b3e"
+# A reverse proxy in front of the app. 127.0.0.2 is a loopback address, so the test can connect from it,
+# but not one uvicorn trusts by default (127.0.0.1 and ::1): its X-Forwarded-For reaches the app as sent.
+PROXY = "127.0.0.2"
+VSR_BYTES = b'{"query":"Task: math_decision\\nAvailable models: qwen3-8b, llama-3.1-70b"}'
+VSR_HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1"}
+UNLOGGED = "Name one colour of a ripe banana, in one word."
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def base(ray_cluster, tmp_path_factory):
+    from ray import serve
+
+    app_mod = importlib.import_module("serve.app")
+    serve.start(http_options={"host": "127.0.0.1", "port": _free_port()})
+    from ray.serve.context import _get_global_client
+
+    port = _get_global_client().http_config.port
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RLROUTER_API_KEYS", f"{KEY}=second-day")
+    try:
+        app = app_mod.build_app({
+            "selector": {"storage_path": str(tmp_path_factory.mktemp("sel") / "state.json"), "seed": 0},
+            "serving": {"router_r1_keyless_networks": ["10.0.0.0/8"], "trusted_proxies": [f"{PROXY}/32"],
+                        "model_map": {"qwen3-8b": "smollm2-135m", "llama-3.1-70b": "mixtral-8x7b-instruct"}}})
+    finally:
+        mp.undo()
+    serve.run(app, name=APP, route_prefix="/", blocking=False)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=5).json().get("selector") == "ok":
+                break
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.5)
+    yield url
+    serve.delete(APP)
+
+
+@pytest.fixture(scope="module")
+def sdk(base):
+    import openai
+
+    return openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, timeout=600, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def logged_prompt():
+    """A prompt the replays logged, and each replay's logged answer (the app's pool reads the same table)."""
+    from rlrouter.pool.replay import shared_table
+
+    table = shared_table(None)
+    i = table.source.index("gsm8k")
+    return table.prompts[i], {"mixtral-8x7b-instruct": table.response(i, "mistralai/Mixtral-8x7B-Instruct-v0.1")}
+
+
+def test_forged_forwarded_for_from_loopback_is_refused(base):
+    r = httpx.post(f"{base}/router_r1/route", content=VSR_BYTES, timeout=30,
+                   headers={**VSR_HEADERS, "X-Forwarded-For": "10.1.2.3"})
+    assert r.status_code == 401, r.text
+    msg = r.json()["error"]["message"]
+    assert "X-Forwarded-For" in msg and "serving.trusted_proxies" in msg and "serving.router_r1_keyless_networks" in msg
+
+
+def test_a_trusted_proxy_forwards_the_client_address(base):
+    with httpx.Client(base_url=base, timeout=30, transport=httpx.HTTPTransport(local_address=PROXY)) as proxy:
+        r = proxy.post("/router_r1/route", content=VSR_BYTES, headers={**VSR_HEADERS, "X-Forwarded-For": "10.1.2.3"})
+        assert r.status_code == 200, r.text
+        assert r.json()["selected_model"] in ("qwen3-8b", "llama-3.1-70b")
+        # the proxy appended the address it saw; what the client wrote to the left of it counts for nothing
+        r = proxy.post("/router_r1/route", content=VSR_BYTES,
+                       headers={**VSR_HEADERS, "X-Forwarded-For": "10.1.2.3, 192.0.2.7"})
+        assert r.status_code == 401 and "192.0.2.7 is not in serving.router_r1_keyless_networks" in r.text
+        r = proxy.post("/router_r1/route", content=VSR_BYTES, headers=VSR_HEADERS)  # the proxy itself is not VSR
+        assert r.status_code == 401 and f"{PROXY} is not in serving.router_r1_keyless_networks" in r.text
+
+
+def test_openai_user_is_an_end_user_tag(sdk, logged_prompt):
+    r = sdk.chat.completions.create(model="auto", user="customer-42", max_tokens=8,
+                                    messages=[{"role": "user", "content": logged_prompt[0]}])
+    assert r.choices[0].message.content and r.model_extra["x_rlrouter"]["end_user"] == "customer-42"
+
+
+def test_n_other_than_one_is_refused_naming_it(sdk, logged_prompt):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as e:
+        sdk.chat.completions.create(model="auto", n=3, messages=[{"role": "user", "content": logged_prompt[0]}])
+    assert e.value.status_code == 400 and e.value.param == "n" and "field 'n'" in e.value.message
+
+
+def test_a_model_name_in_another_case_is_that_model(sdk, logged_prompt):
+    import openai
+
+    prompt, answers = logged_prompt
+    r = sdk.chat.completions.create(model="Mixtral-8x7B-Instruct", messages=[{"role": "user", "content": prompt}])
+    assert r.model == "mixtral-8x7b-instruct" and r.choices[0].message.content == answers[r.model]
+    with pytest.raises(openai.NotFoundError, match="mixtral-8x7b-instruct"):  # unknown: the known names
+        sdk.chat.completions.create(model="mixtral-8x7b", messages=[{"role": "user", "content": prompt}])
+
+
+INTERNALS = ("\x1b", "actor_id", "pid=", "RayTaskError", "Traceback", "ray::", 'File "')
+
+
+def over_the_context(base: str, stream: bool) -> httpx.Response:
+    long = "word " * 3000  # about 3,000 SmolLM2 tokens: over its max_model_len of 2048
+    return httpx.post(f"{base}/v1/chat/completions", timeout=600, headers={"Authorization": f"Bearer {KEY}"},
+                      json={"model": "smollm2-135m", "stream": stream, "max_tokens": 8,
+                            "messages": [{"role": "user", "content": long}]})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_over_the_context_is_a_400_without_internals(base, stream):
+    r = over_the_context(base, stream)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert set(err) >= {"message", "type", "param", "code"} and err["type"] == "invalid_request_error"
+    assert err["param"] == "messages" and "smollm2-135m" in err["message"]
+    assert not [bad for bad in INTERNALS if bad in err["message"]], err["message"]
+
+
+def test_a_prompt_over_the_context_says_context_length_exceeded(base):
+    err = over_the_context(base, stream=False).json()["error"]
+    assert err["code"] == "context_length_exceeded", err["message"]
