@@ -50,7 +50,7 @@ def main() -> None:
     from benchmarks.bench_learning import compose
     from rlrouter.data.build import load_split
     from rlrouter.eval.router_r1 import held_out_summary
-    from rlrouter.learner.job import _container, ensure_data, env_config, train_config
+    from rlrouter.learner.job import _container, ensure_data, env_config, set_reference, train_config
     from rlrouter.learner.loop import build_reward, held_out_reward
     from rlrouter.rewards.router_r1 import score_trajectories
     from rlrouter.models import load_causal_lm, load_tokenizer
@@ -67,6 +67,7 @@ def main() -> None:
     eval_items = load_split(test_path)[: cfg.eval.num_questions]
     pool = CandidatePool.from_config(_container(cfg.pool))
     candidates = pool.names
+    set_reference(train, pool, items)  # the job's reference cost scale, from the same training questions
     reward = build_reward(train, candidates)
     tok = load_tokenizer(cfg.model)
     base = load_causal_lm(cfg.model, dtype="float32")

@@ -141,9 +141,11 @@ class Context:
         return render_chat(self.tokenizer, build_prompt(question, self.cand_objs, max_turns)) + prefill
 
     def train(self):
-        from rlrouter.learner.job import train_config
+        from rlrouter.learner.job import set_reference, train_config
 
-        return train_config(self.cfg, train_path=self.train_path)
+        train = train_config(self.cfg, train_path=self.train_path)
+        set_reference(train, self.pool, self.train_items)  # the job's reference cost scale
+        return train
 
     def resources(self):
         from rlrouter.learner.job import resource_spec

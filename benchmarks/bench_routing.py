@@ -122,6 +122,46 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+TABLE_ALPHAS = (0.0, 0.2, 0.3, 0.32, 0.34, 0.36, 0.38, 0.4, 0.42, 0.5, 0.6, 0.8, 1.0)
+
+
+def sweep_table(sweep: dict) -> str:
+    """Mean reward of each task's fixed routes, the best fixed route, the per-task rule and the oracle."""
+    tasks = sorted(sweep["tasks"])
+    cands = sweep["candidates"]
+    head = ["alpha"] + [f"{t}: {c.split('-')[0]}" for t in tasks for c in cands] + [
+        "best fixed route", "per-task rule (gain)", "oracle (headroom)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sweep["rows"]:
+        if r["alpha"] not in TABLE_ALPHAS:
+            continue
+        cells = [f"{r['alpha']:g}"]
+        for t in tasks:
+            for c in cands:
+                v = r["by_task"][t]["rewards"][c]
+                cells.append(f"**{v:.3f}**" if r["by_task"][t]["best"] == c else f"{v:.3f}")
+        gain, head_q = r["per_task_rule_reward"] - r["best_fixed_reward"], r["oracle_reward"] - r["best_fixed_reward"]
+        cells += [f"{r['best_fixed_reward']:.3f} ({r['best_fixed'].split('-')[0]})",
+                  f"{r['per_task_rule_reward']:.3f} ({gain:+.4f})", f"{r['oracle_reward']:.3f} ({head_q:+.3f})"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def runs_table(runs: list[dict]) -> str:
+    """Each trained run's policy on its held-out questions against the routes, with the paired interval."""
+    lines = ["| run | alpha | questions | policy reward | best fixed route | policy - best fixed [95%] | "
+             "per-task rule | oracle | strong share per task | format valid | accuracy |", "|" + "---|" * 11]
+    for run in runs:
+        b = run["routing"]
+        p, d = b["routes"]["policy"], b["policy_minus_best_fixed"]
+        shares = ", ".join(f"{t} {v:.2f}" for t, v in p["strong_share_by_task"].items())
+        lines.append(f"| {Path(run['run']).name} | {b['alpha']:g} | {p['n']} | {p['mean_reward']:.3f} | "
+                     f"{b['routes'][b['best_fixed']]['mean_reward']:.3f} ({b['best_fixed']}) | "
+                     f"{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] | {b['routes']['per_task_rule']['mean_reward']:.3f} | "
+                     f"{b['routes']['oracle']['mean_reward']:.3f} | {shares} | {p['format_valid']:.3f} | {p['accuracy']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def run_entry(run_dir: str) -> dict:
     report = json.loads((Path(run_dir) / "report.json").read_text())
     if "routing" not in report:
@@ -211,6 +251,11 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+    md = "".join(f"### {mix}\n\n{sweep_table(sweep)}\n" for mix, sweep in sweeps.items())
+    if result["runs"]:
+        md += "### trained runs\n\n" + runs_table(result["runs"])
+    (out / f"{args.name}.md").write_text(md)
+    print(md)
     plot(result, out / f"{args.name}.png")
     print(f"wrote {out / (args.name + '.json')} and .png ({result['seconds']:.1f} s)")
 

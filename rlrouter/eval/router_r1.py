@@ -75,10 +75,11 @@ def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines:
     ax[0].set_ylim(-0.05, 1.05)
     ax[1].plot(steps, [m["eval/mean_reward"] for m in rows], marker="o", color="C2", label="policy")
     for k, (bname, b) in enumerate((baselines or {}).items()):
+        style = {"ls": (":", "--", "-.")[k % 3], "lw": 1.2, "color": ("C3", "C4", "C7", "C5")[k % 4]}
         if "accuracy" in b:
-            ax[0].axhline(b["accuracy"], ls=":", lw=1, color=f"C{3 + k}", label=f"{bname} accuracy")
+            ax[0].axhline(b["accuracy"], **style, label=f"{bname} accuracy")
         if "mean_reward" in b:
-            ax[1].axhline(b["mean_reward"], ls=":", lw=1, color=f"C{3 + k}", label=bname)
+            ax[1].axhline(b["mean_reward"], **style, label=bname)
     tasks = sorted({k.split("/", 2)[2] for m in rows for k in m if k.startswith("eval/strong_share/")})
     for k, task in enumerate(tasks):
         ax[2].plot(steps, [m.get(f"eval/strong_share/{task}", np.nan) for m in rows], marker="os^v"[k % 4],

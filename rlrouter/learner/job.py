@@ -95,6 +95,25 @@ def demonstrations(cfg: DictConfig, train: TrainConfig, pool: Any, items: list[d
                                           info_max_chars=env.get("info_max_chars", 400))]
 
 
+def set_reference(train: TrainConfig, pool: Any, items: list[dict[str, Any]]) -> Any:
+    """Fix the run's reference cost scale on ``train`` (``eval_reference``): every candidate's call on the
+    training questions (``rlrouter.eval.route_scores``). Every held-out evaluation scores on it, and so
+    does the training reward where it says ``cost_bounds: reference``. Returns the route table.
+
+    Only a pool of replay candidates has these calls for free. With live candidates it would call every
+    candidate on every training question, so there is no reference: ``None``, the training reward keeps
+    Router-R1's window and evaluations scale on the held-out questions' own calls."""
+    from rlrouter.eval.route_scores import cost_bounds, route_table
+
+    if any(pool.get(n).backend != "replay" for n in pool.names):
+        train.eval_reference = None
+        log.warning("live candidates: no reference cost scale; cost_bounds: reference falls back to the window")
+        return None
+    table = route_table(pool, items, held_out_reward(train)["metric"])
+    train.eval_reference = {"cost_bounds": list(cost_bounds(table.cost)), "strong": table.strong}
+    return table
+
+
 def resource_spec(cfg: DictConfig) -> ResourceSpec:
     return ResourceSpec(**_container(cfg.resources))
 
@@ -104,7 +123,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     from rlrouter.data.build import load_split
     from rlrouter.distributed.cluster import connect
-    from rlrouter.eval.route_scores import cost_bounds, route_table, scoreboard
+    from rlrouter.eval.route_scores import route_table, scoreboard
     from rlrouter.eval.router_r1 import held_out_summary, plot_held_out, plot_run, results_table, write_report
     from rlrouter.learner.group import LearnerGroup
     from rlrouter.metrics import read_jsonl
@@ -125,11 +144,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     candidates = pool.names
     resources = resource_spec(cfg)
     train = train_config(cfg, out, train_path)
-    # the reference cost scale: every candidate's call on the training questions (route_scores)
+    reference_table = set_reference(train, pool, train_items)
     metric = held_out_reward(train)["metric"]
-    reference_table = route_table(pool, train_items, metric)
-    bounds = cost_bounds(reference_table.cost)
-    train.eval_reference = {"cost_bounds": list(bounds), "strong": reference_table.strong}
     build_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
     EngineConfig(**engine_config(cfg, train))  # so does a bad engine (train.sync=nccl on a CPU engine)
     cluster = connect(num_cpus=cfg.ray.num_cpus, num_gpus=cfg.ray.num_gpus,
@@ -158,8 +174,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trained = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
     report["results"]["policy_trained"] = held_out_summary(trained, candidates, **held_out_reward(train))
     print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
-    board = scoreboard(route_table(pool, test_items, metric), reference_table, held_out_reward(train)["alpha"],
+    test_table = route_table(pool, test_items, metric)
+    board = scoreboard(test_table, reference_table or test_table, held_out_reward(train)["alpha"],
                        trajs=trained, seed=eval_seed, metric=metric)
+    board["reference"] = "training questions" if reference_table is not None else "held-out questions (live pool)"
     report["routing"] = board
     report["results"].update({k: v for k, v in board["routes"].items() if k != "policy"})
     print("routing:", json.dumps({k: board[k] for k in ("best_fixed", "per_task", "policy_minus_best_fixed")}))

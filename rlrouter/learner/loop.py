@@ -176,14 +176,15 @@ def build_reward(cfg: TrainConfig, candidates: Sequence[str]) -> Any:
 
 def resolve_cost_bounds(reward: Any, bounds: Sequence[float] | None) -> Any:
     """The reward config with every ``cost_bounds: reference`` replaced by the reference window's bounds
-    (``TrainConfig.eval_reference``); left as it is when the job set none, and the reward then says so."""
+    (``TrainConfig.eval_reference``). ``bounds`` ``None`` (no reference: live candidates) leaves Router-R1's
+    window (``cost_bounds: null``)."""
     if isinstance(reward, list):
         return [resolve_cost_bounds(r, bounds) for r in reward]
     if not isinstance(reward, dict):
         return reward
     out = {k: resolve_cost_bounds(v, bounds) if k in ("functions", "params") else v for k, v in reward.items()}
-    if out.get("cost_bounds") == "reference" and bounds is not None:
-        out["cost_bounds"] = [float(bounds[0]), float(bounds[1])]
+    if out.get("cost_bounds") == "reference":
+        out["cost_bounds"] = None if bounds is None else [float(bounds[0]), float(bounds[1])]
     return out
 
 

@@ -13,12 +13,15 @@ from rlrouter.learner.loop import build_reward
 from rlrouter.rewards.router_r1 import router_r1_part
 
 CANDS = ["gpt-4-1106-preview", "mixtral-8x7b-instruct"]
+# the job sets the reference cost scale from its training questions (learner.job.set_reference)
+REFERENCE = {"cost_bounds": [0.005, 0.072], "strong": "gpt-4-1106-preview"}
 
 
 @pytest.mark.parametrize("arm", sorted(bl.ARMS))
 def test_every_arm_composes_and_builds_its_reward(arm):
     cfg = bl.compose([*bl.ARMS[arm], "run_name=t"])
     train = train_config(cfg)
+    train.eval_reference = REFERENCE
     reward = build_reward(train, CANDS)
     assert router_r1_part(reward).format_reward is not None
 
@@ -26,6 +29,7 @@ def test_every_arm_composes_and_builds_its_reward(arm):
 def test_the_sanity_arm_is_rl_from_scratch_on_the_graded_format_reward():
     cfg = bl.compose([*bl.ARMS["sanity"], "run_name=t"])
     train = train_config(cfg)
+    train.eval_reference = REFERENCE
     assert train.warmup_steps == 0 and train.init_from is None
     env = env_config(cfg, train)
     assert env["temperature"] == 0.7  # the env samples at the learner's temperature

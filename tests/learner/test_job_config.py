@@ -13,6 +13,8 @@ from rlrouter.rewards.registry import with_params
 from tests.helpers import CONF_DIR
 
 CANDS = ["gpt-4-1106-preview", "mixtral-8x7b-instruct"]
+# the job sets the reference cost scale from its training questions (learner.job.set_reference)
+REFERENCE = {"cost_bounds": [0.005, 0.072], "strong": "gpt-4-1106-preview"}
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 
@@ -25,6 +27,7 @@ def _compose(*overrides: str):
 def test_every_experiment_builds_its_objects(experiment):
     cfg = _compose(*([f"experiment={experiment}"] if experiment else []))
     train = train_config(cfg)
+    train.eval_reference = REFERENCE
     reward = build_reward(train, CANDS)
     assert router_r1_part(reward).format_reward is not None
     assert train.learner_cfg.algo in ("grpo", "ppo")
@@ -37,6 +40,7 @@ def test_every_experiment_builds_its_objects(experiment):
 
 def test_budget_experiment_adds_the_budget_term_to_the_router_r1_total():
     train = train_config(_compose("experiment=toolrl_budget"))
+    train.eval_reference = REFERENCE
     reward = build_reward(train, CANDS)
     text = ("<think>easy</think><search>mixtral-8x7b-instruct: 2+2?</search>"
             "<information>4</information><answer>4</answer>")

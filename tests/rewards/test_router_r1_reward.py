@@ -90,3 +90,24 @@ def test_state_and_config_errors():
     with pytest.raises(RewardConfigError, match=r"field 'candidates\[1\]'"):
         RouterR1Reward(alpha=0.5, candidates=["a", 3])
     assert RouterR1Score(0.0, 1.0, None, 1.0).to_dict()["cost"] is None
+
+
+def test_fixed_cost_bounds_replace_the_window():
+    """cost_bounds: the reference scale (the job's, from the training questions' calls): the same call earns
+    the same cost reward whatever else is in the batch."""
+    from rlrouter.learner.loop import resolve_cost_bounds
+    from rlrouter.rewards.base import RewardConfigError
+    from rlrouter.rewards.router_r1 import RouterR1CostReward
+
+    fixed = RouterR1CostReward(prices={"m": 1.0}, cost_bounds=[0.01, 0.11])
+    # sqrt(0.0036) = 0.06 -> halfway -> 0.5, alone or beside a dearer call
+    assert fixed(["q"], ["x"], route_costs=[0.0036]) == pytest.approx([0.5])
+    assert fixed(["q", "q"], ["x", "y"], route_costs=[0.0036, 0.04]) == pytest.approx([0.5, 0.0])
+    window = RouterR1CostReward(prices={"m": 1.0})
+    assert window(["q"], ["x"], route_costs=[0.0036]) == pytest.approx([1.0])  # alone in its window
+    for bad in ("reference", [0.2, 0.1], [0.1], "x"):
+        with pytest.raises(RewardConfigError, match="cost_bounds"):
+            RouterR1CostReward(cost_bounds=bad)
+    cfg = {"name": "combined", "functions": [{"name": "router_r1", "alpha": 0.3, "cost_bounds": "reference"}]}
+    assert resolve_cost_bounds(cfg, (0.01, 0.11))["functions"][0]["cost_bounds"] == [0.01, 0.11]
+    assert resolve_cost_bounds(cfg, None)["functions"][0]["cost_bounds"] is None  # live pool: the window
