@@ -51,9 +51,11 @@ def _candidate_costs(pool_cfg: dict[str, Any]) -> dict[str, float]:
 
 
 def _metrics() -> Any:
-    """``on_result`` of the selector host: decision and feedback counters on the Ray dashboard / metrics
-    endpoint (docs/metrics.md)."""
+    """``on_result`` of the selector host: decision and feedback counters on the app's ``GET /metrics`` and
+    on the Ray dashboard / metrics endpoint (docs/metrics.md)."""
     from ray.util.metrics import Counter
+
+    from rlrouter.serving.metrics import METRICS
 
     decisions = Counter("rlrouter_selector_decisions", description="selector decisions", tag_keys=("model", "mode"))
     feedback = Counter("rlrouter_selector_feedback", description="acknowledged feedback updates",
@@ -61,6 +63,7 @@ def _metrics() -> Any:
 
     def count(method: str, r: tuple) -> None:
         try:
+            METRICS.observe_selector(method, r)
             if r[0] != "ok":
                 return
             if method in ("select", "select_top_k", "select_all", "register"):

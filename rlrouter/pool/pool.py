@@ -272,8 +272,8 @@ class CandidatePool:
         return r, (completion_dict(name, r) if r.ok else {})
 
     async def stream(self, name: str, messages: list[dict[str, Any]], **params: Any) -> AsyncIterator[dict]:
-        """Chat-completion chunks from ``name``: a live stream for OpenAI-compatible candidates, else the
-        whole answer as role / content / finish chunks. Raises ``KeyError`` for an unknown model and
+        """Chat-completion chunks from ``name``: a live stream for OpenAI-compatible and vLLM candidates,
+        else (replays) the whole answer as role / content / finish chunks. Raises ``KeyError`` for an unknown model and
         ``RuntimeError`` for a failed call, so the proxy can answer 404 / 502 before streaming starts.
         """
         b = self.backend(name)

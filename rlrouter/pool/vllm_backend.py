@@ -3,7 +3,8 @@
 The engine is a Ray actor (``VLLMCandidateActor``) so it gets its own process and cores, the way
 OpenRLHF places vLLM engines, and so a crashed engine cannot take the rollout controller with it.
 The actor applies the model's chat template (``LLM.chat``), generates with ``SamplingParams`` and
-returns text and exact token counts from the engine's token ids.
+returns text and exact token counts from the engine's token ids. ``stream`` is a Ray streaming generator:
+each engine step's new text reaches the Serve proxy as it is decoded.
 
 Options (``Candidate.options``):
 
@@ -27,8 +28,11 @@ built, so a pool config can list a vLLM candidate that a job never calls.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import ray
@@ -51,6 +55,7 @@ class VLLMCandidateEngine:
         self.start_s = time.perf_counter() - t0
         # what the engine was built with, resolved (dtype "auto" -> float32 on CPU, ...)
         self.engine = {k: v for k, v in cfg.llm_kwargs(self.model_path).items() if k != "model"}
+        self._stream_ids = itertools.count()
 
     def info(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "start_s": self.start_s, "engine": self.engine, "pid": os.getpid()}
@@ -69,7 +74,47 @@ class VLLMCandidateEngine:
         return res
 
 
+    def stream(self, conversation: list[dict[str, Any]], sampling: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """One chat-templated generation, yielded as the engine decodes it: dicts {text (the new text only),
+        prompt_tokens, completion_tokens (so far), finish_reason (None until the last)}.
+
+        ``LLM.chat`` hands back finished requests only (it sets each request's output kind to FINAL_ONLY),
+        so this adds the request to the engine itself with output kind DELTA and drives the engine's steps.
+        The actor runs one method at a time, so no other request is in the engine meanwhile. A prompt the
+        engine refuses (longer than the context) raises before the first yield."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        tok = self.llm.get_tokenizer()
+        # the chat template renders the whole prompt: no tokenizer special tokens on top (as LLM.chat)
+        ids = tok.encode(tok.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False),
+                         add_special_tokens=False)
+        engine = self.llm.llm_engine
+        rid = f"stream-{next(self._stream_ids)}"
+        engine.add_request(rid, {"prompt_token_ids": ids},
+                           SamplingParams(**sampling, output_kind=RequestOutputKind.DELTA))
+        finished, n = False, 0
+        try:
+            while not finished and engine.has_unfinished_requests():
+                for o in engine.step():
+                    c = o.outputs[0]
+                    n += len(c.token_ids)
+                    finished = o.finished
+                    yield {"text": c.text, "prompt_tokens": len(ids), "completion_tokens": n,
+                           "finish_reason": c.finish_reason if finished else None}
+        finally:
+            if not finished:  # the caller went away: free the engine for the next request
+                engine.abort_request([rid])
+
+
 VLLMCandidateActor = ray.remote(VLLMCandidateEngine)
+
+
+def _engine_error(name: str, e: BaseException) -> str:
+    """``e`` raised by the engine actor as one line naming the candidate."""
+    cause = getattr(e, "cause", None) or e  # a RayTaskError carries the actor's own exception
+    said = str(cause).strip().splitlines()
+    return f"vllm '{name}': {type(cause).__name__}: {said[0] if said else ''}"
 
 
 class VLLMBackend(Backend):
@@ -141,18 +186,18 @@ class VLLMBackend(Backend):
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return msgs + [{"role": "user", "content": prompt}]
 
+    def _sampling(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {**self.sampling, **{k: v for k, v in kwargs.items() if k in ("max_tokens", "temperature",
+                                                                               "top_p", "seed", "stop")}}
+
     async def _call(self, conversations: list[list[dict[str, Any]]], kwargs: dict[str, Any]) -> list[CandidateResponse]:
         t0 = time.perf_counter()
-        sampling = {**self.sampling, **{k: v for k, v in kwargs.items() if k in ("max_tokens", "temperature",
-                                                                                  "top_p", "seed", "stop")}}
         try:
             if self._actor is None:
                 await self.start()
-            outs = await self._actor.generate.remote(conversations, sampling)
+            outs = await self._actor.generate.remote(conversations, self._sampling(kwargs))
         except Exception as e:  # noqa: BLE001 - engine death or a bad request: per-prompt errors, no raise
-            cause = getattr(e, "cause", None) or e  # a RayTaskError carries the actor's own exception
-            said = str(cause).strip().splitlines()
-            msg = f"vllm '{self.candidate.name}': {type(cause).__name__}: {said[0] if said else ''}"
+            msg = _engine_error(self.candidate.name, e)
             return [CandidateResponse(text="", latency_s=time.perf_counter() - t0, error=msg) for _ in conversations]
         dt = time.perf_counter() - t0
         return [CandidateResponse(text=o["text"], prompt_tokens=o["prompt_tokens"],
@@ -163,15 +208,59 @@ class VLLMBackend(Backend):
     async def generate(self, prompts: list[str], **kwargs: Any) -> list[CandidateResponse]:
         return await self._call([self.conversation(p) for p in prompts], kwargs)
 
+    def _with_system(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        msgs = list(messages)
+        if self.system_prompt and not any(m.get("role") == "system" for m in msgs):
+            msgs = [{"role": "system", "content": self.system_prompt}] + msgs
+        return msgs
+
     async def chat(self, messages: list[dict[str, Any]], **params: Any) -> tuple[CandidateResponse, dict[str, Any]]:
         """A full conversation through the chat template (the Serve proxy keeps multi-turn context)."""
         from rlrouter.pool.chat import completion_dict
 
-        msgs = list(messages)
-        if self.system_prompt and not any(m.get("role") == "system" for m in msgs):
-            msgs = [{"role": "system", "content": self.system_prompt}] + msgs
-        r = (await self._call([msgs], params))[0]
+        r = (await self._call([self._with_system(messages)], params))[0]
         return r, (completion_dict(self.candidate.name, r) if r.ok else {})
+
+    async def stream(self, messages: list[dict[str, Any]], **params: Any) -> AsyncIterator[dict[str, Any]]:
+        """``chat.completion.chunk`` dicts as the engine decodes (a Ray streaming generator from the actor):
+        the role, one chunk of new text per engine step, then ``finish_reason`` with usage.
+
+        Nothing is yielded before the engine's first output, so a call that fails from the start (a
+        prompt over the context, a dead engine) raises ``RuntimeError`` with the engine's message and the
+        proxy can still answer with a status."""
+        name = self.candidate.name
+        rid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+            return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": name,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+        try:
+            if self._actor is None:
+                await self.start()
+            pieces = self._actor.stream.options(num_returns="streaming").remote(self._with_system(messages),
+                                                                                self._sampling(params))
+        except Exception as e:  # noqa: BLE001 - the engine did not start
+            raise RuntimeError(_engine_error(name, e)) from None
+        started = False
+        try:
+            async for ref in pieces:
+                try:
+                    p = await ref
+                except Exception as e:  # noqa: BLE001 - the engine's error, said in one line
+                    raise RuntimeError(_engine_error(name, e)) from None
+                if not started:
+                    started = True
+                    yield chunk({"role": "assistant", "content": ""})
+                if p["text"]:
+                    yield chunk({"content": p["text"]})
+                if p["finish_reason"] is not None:
+                    usage = {"prompt_tokens": p["prompt_tokens"], "completion_tokens": p["completion_tokens"],
+                             "total_tokens": p["prompt_tokens"] + p["completion_tokens"]}
+                    yield chunk({}, p["finish_reason"], usage=usage,
+                                x_cost_usd=self.candidate.cost(p["prompt_tokens"], p["completion_tokens"]))
+        finally:
+            ray.cancel(pieces)  # a client that went away stops the generation (no-op once it has finished)
 
     async def close(self) -> None:
         if self._actor is not None and not self.actor_name:

@@ -21,7 +21,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -42,6 +42,7 @@ from rlrouter.serving.schemas import (
     RouterR1RouteResponse,
 )
 from rlrouter.serving.errors import ApiError, public_text
+from rlrouter.serving.metrics import METRICS, RequestMetrics
 from rlrouter.serving.service import RouterService
 
 _STATE: dict[str, Any] = {"service": None, "auth": None, "max_body_bytes": 1_000_000}
@@ -191,6 +192,7 @@ def create_app() -> FastAPI:
         responses={401: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
     )
     app.add_middleware(BodySizeLimit)
+    app.add_middleware(RequestMetrics)  # outermost: a 413 of the body cap is counted too
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, e: ApiError) -> JSONResponse:
@@ -302,6 +304,13 @@ def create_app() -> FastAPI:
         """Posteriors (alpha, beta, mean, counts) per scope: global, categories, and the caller's user
         scope (admin keys: every user)."""
         return JSONResponse(json.loads(json.dumps(await _service().stats(who))))
+
+    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}})
+    async def metrics() -> Response:
+        """This replica's request counts by route and status, latency histogram and selector decision /
+        feedback counters, in Prometheus text format (docs/metrics.md). No key needed, as ``/health``."""
+        return Response(METRICS.render(), media_type=METRICS.content_type)
 
     @app.get("/health", response_model=Health, tags=["ops"])
     async def health(request: Request) -> Health:

@@ -6,17 +6,23 @@ default pool (two replays and SmolLM2 on a vLLM engine, max_model_len 2048):
   forwarded for counts;
 - the openai SDK's ``user=`` is an end-user tag, not a second identity;
 - ``n=3`` is refused naming ``n``; a model name in another case is that model;
-- a prompt over SmolLM2's context is a 400 without Ray internals in its message.
+- a prompt over SmolLM2's context is a 400 without Ray internals in its message;
+- a streamed SmolLM2 answer arrives token by token: the first text long before the end;
+- ``GET /metrics`` returns exactly the series docs/metrics.md lists.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import re
 import socket
 import time
 
 import httpx
 import pytest
+
+from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm, pytest.mark.slow]
 
@@ -153,3 +159,52 @@ def test_a_prompt_over_the_context_is_a_400_without_internals(base, stream):
 def test_a_prompt_over_the_context_says_context_length_exceeded(base):
     err = over_the_context(base, stream=False).json()["error"]
     assert err["code"] == "context_length_exceeded", err["message"]
+
+
+def test_a_streamed_answer_arrives_as_the_candidate_decodes(base):
+    body = {"model": "smollm2-135m", "max_tokens": 48,
+            "messages": [{"role": "user", "content": "Count from 1 to 100, separated by commas."}]}
+    auth = {"Authorization": f"Bearer {KEY}"}
+    whole = httpx.post(f"{base}/v1/chat/completions", json=body, headers=auth, timeout=600)  # also starts the engine
+    assert whole.status_code == 200, whole.text
+    t0 = time.perf_counter()
+    arrivals: list[tuple[float, str]] = []  # (seconds since the request, content of one event)
+    with httpx.stream("POST", f"{base}/v1/chat/completions", json={**body, "stream": True}, headers=auth,
+                      timeout=600) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                delta = json.loads(line[6:])["choices"][0]["delta"]
+                if delta.get("content"):
+                    arrivals.append((time.perf_counter() - t0, delta["content"]))
+    total = time.perf_counter() - t0
+    assert len(arrivals) > 1, arrivals
+    assert "".join(c for _, c in arrivals) == whole.json()["choices"][0]["message"]["content"]
+    assert arrivals[0][0] < 0.5 * total, (arrivals[0][0], total)  # 48 tokens: the first is far from the end
+
+
+def documented_metrics(section: str = "## Serve app: `GET /metrics`") -> set[str]:
+    """The first column of the table in ``section`` of docs/metrics.md."""
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    body = re.split(r"\n#{2,3} ", text.split(section, 1)[1], maxsplit=1)[0]
+    return set(re.findall(r"^\| `([a-z_]+)` \|", body, flags=re.M))
+
+
+def test_metrics_returns_what_docs_metrics_md_lists(base):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    auth = {"Authorization": f"Bearer {KEY}"}
+    d = httpx.post(f"{base}/route", json={"query": UNLOGGED}, headers=auth, timeout=60)  # a decision ...
+    assert d.status_code == 200, d.text
+    f = httpx.post(f"{base}/feedback", json={"request_id": d.json()["request_id"], "outcome": "win"}, headers=auth,
+                   timeout=60)  # ... and feedback on it
+    assert f.status_code == 200, f.text
+    r = httpx.get(f"{base}/metrics", timeout=30)  # no key, as /health
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain"), r.text
+    samples = [s for fam in text_string_to_metric_families(r.text) for s in fam.samples]
+    scraped = {s.name for s in samples if s.name.startswith("rlrouter_") and not s.name.endswith("_created")}
+    documented = documented_metrics()
+    assert len(documented) >= 7, documented
+    assert scraped == documented, (sorted(scraped - documented), sorted(documented - scraped))
+    routes = {s.labels["route"] for s in samples if s.name == "rlrouter_http_requests_total"}
+    assert {"/route", "/feedback"} <= routes, routes

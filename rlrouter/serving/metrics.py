@@ -1,0 +1,90 @@
+"""The app's own Prometheus metrics, served as text by ``GET /metrics`` (docs/metrics.md, "Serve app").
+
+Ray exports metrics on a node's metrics port, which ``serve run`` picks at random; this endpoint sits on
+the app's own address. One registry per process: a replica answers for the requests and decisions it
+saw, and counts from zero when it starts. Routes are labelled by their path template (``/v1/models``),
+and any path the API does not have by ``unmatched``, so a scan of random paths cannot grow the label set.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# up to 120 s: the proxy's deadline on one chat completion (ServingConfig.proxy_timeout_s)
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+DECISION_METHODS = ("select", "select_top_k", "select_all", "register")
+
+
+class ServingMetrics:
+    """Request counters, a latency histogram and the selector's decision / feedback counters."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("rlrouter_http_requests", "HTTP requests answered, by route template, method "
+                                "and status", ("route", "method", "status"), registry=r)
+        self.latency = Histogram("rlrouter_http_request_duration_seconds", "seconds from the request to the "
+                                 "last byte of the answer (a stream: to its end)", ("route",),
+                                 buckets=LATENCY_BUCKETS_S, registry=r)
+        self.in_flight = Gauge("rlrouter_http_requests_in_flight", "HTTP requests being answered now", registry=r)
+        self.decisions = Counter("rlrouter_selector_decisions", "selector decisions, by chosen candidate and mode",
+                                 ("model", "mode"), registry=r)
+        self.feedback = Counter("rlrouter_selector_feedback", "acknowledged feedback updates, one per candidate "
+                                "an update touched", ("model", "kind"), registry=r)
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def observe_selector(self, method: str, result: tuple) -> None:
+        """A :class:`~rlrouter.serving.selector_host.SelectorHost` result: ``("ok", payload)`` or an error."""
+        if result[0] != "ok":
+            return
+        if method in DECISION_METHODS:
+            self.decisions.labels(str(result[1]["model"]), str(result[1]["mode"])).inc()
+        elif method == "feedback":
+            for d in result[1]["deltas"]:
+                self.feedback.labels(str(d["model"]), str(result[1]["kind"])).inc()
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric above."""
+        return generate_latest(self.registry)
+
+
+METRICS = ServingMetrics()
+"""This process's metrics: what ``GET /metrics`` of the app it serves returns."""
+
+
+class RequestMetrics:
+    """Pure ASGI middleware: counts every HTTP request by route template and status, and times it to the
+    end of its answer (a streamed answer included)."""
+
+    def __init__(self, app: Any, metrics: ServingMetrics = METRICS):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status = 500  # what the client gets if the app fails before it starts an answer
+
+        async def counting_send(msg: dict) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+            await send(msg)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            self.metrics.in_flight.dec()
+            # the router put the matched route into this same scope
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.observe_request(route, scope["method"], status, time.perf_counter() - t0)

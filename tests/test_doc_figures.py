@@ -1,0 +1,154 @@
+"""The figures the docs quote are the committed results' figures (``benchmarks/results/*.json``).
+
+Each :class:`Figure` names a doc, a results file, a path into it and a formatter that turns the value
+found there into the text the doc must contain. The doc is compared with bold markers removed and
+whitespace collapsed, so a re-wrapped paragraph still matches. To pin another figure, add an entry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.helpers import ROOT
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@dataclass(frozen=True)
+class Figure:
+    doc: str
+    """The doc, relative to the project root."""
+    results: str
+    """A file under benchmarks/results/."""
+    path: str
+    """Dotted keys into that JSON (a number indexes a list); "" is the whole file."""
+    fmt: Callable[[Any], str]
+    """The value -> the text the doc must contain."""
+    what: str
+    """A short name for the test id."""
+
+
+def lookup(data: Any, path: str) -> Any:
+    for key in filter(None, path.split(".")):
+        data = data[int(key)] if isinstance(data, list) else data[key]
+    return data
+
+
+def normalised(text: str) -> str:
+    return " ".join(text.replace("**", "").split())
+
+
+# -- docs/operations.md: benchmarks/results/{fuzz,durability,faults}.json --------------------------------
+
+def _statuses(attacks: list[dict[str, Any]]) -> str:
+    return " / ".join(str(a["status"]) for a in attacks)
+
+
+def _ray_counter(endpoint: dict[str, Any], name: str) -> int:
+    [value] = endpoint["counters"][name].values()
+    return int(value)
+
+
+OPERATIONS = "docs/operations.md"
+OPERATIONS_FIGURES = [
+    Figure(OPERATIONS, "fuzz.json", "", lambda d: f"{d['cases'] - len(d['attacks']):,} schemathesis cases",
+           "fuzz schemathesis cases (cases minus attacks)"),
+    Figure(OPERATIONS, "fuzz.json", "", lambda d: f"{len(d['attacks'])} hand-made attacks below makes "
+                                                  f"{d['cases']:,} requests (`cases`; {d['fuzz_s']:.0f} s",
+           "fuzz requests and seconds"),
+    Figure(OPERATIONS, "fuzz.json", "", lambda d: f"Statuses of those {d['cases']:,}: "
+                                                  + ", ".join(f"{n}×{code}" for code, n in d["by_status"].items()),
+           "fuzz statuses"),
+    Figure(OPERATIONS, "fuzz.json", "",
+           lambda d: f"{d['server_errors']} 5xx; {d['bad_4xx']} 4xx without the error shape", "fuzz verdict"),
+    Figure(OPERATIONS, "fuzz.json", "attacks", lambda a: "hand-made attacks: " + ", ".join(x["attack"] for x in a),
+           "attack names"),
+    Figure(OPERATIONS, "fuzz.json", "attacks", lambda a: f"| {len(a)} hand-made attacks | {_statuses(a)} |",
+           "attack count and statuses"),
+    Figure(OPERATIONS, "fuzz.json", "slow_client",
+           lambda v: "`slow_client` is `null`" if v is None else f"`slow_client`: {json.dumps(v)}", "slow client"),
+    Figure(OPERATIONS, "durability.json", "",
+           lambda d: f"{d['cycles']} cycles: {d['acknowledged']:,} acked, {d['unanswered']} unanswered "
+                     f"({d['wall_s']:.0f} s)", "durability counts"),
+    Figure(OPERATIONS, "durability.json", "",
+           lambda d: f"{d['lost']} acknowledged feedback lost, {d['over_counted']} double-counted (recovery "
+                     f"{min(c['restart_s'] for c in d['per_cycle'])}-{max(c['restart_s'] for c in d['per_cycle'])} s)",
+           "durability verdict and recovery"),
+    Figure(OPERATIONS, "durability.json", "metrics_endpoint",
+           lambda m: f"= acked ({_ray_counter(m, 'ray_rlrouter_selector_feedback_total')}/{m['acked']})",
+           "durability feedback counter"),
+    Figure(OPERATIONS, "faults.json", "runs",
+           lambda runs: "completed (clean {:.0f} s, faulted {:.0f} s)".format(*(r["wall_s"] for r in runs)),
+           "faults wall times"),
+    Figure(OPERATIONS, "faults.json", "final_metrics_vs_clean",
+           lambda c: f"({c['keys_compared']} keys, max abs diff {c['max_abs_diff']})", "faults final metrics"),
+]
+
+# -- docs/gmtrouter.md: benchmarks/results/gmtrouter.json ------------------------------------------------
+
+GMT = "docs/gmtrouter.md"
+SHORT_NAMES = {"mistralai/Mixtral-8x7B-Instruct-v0.1": "Mixtral-8x7B", "gpt-4-1106-preview": "GPT-4"}
+
+
+def _gmt_row(label: str, method: str, std: bool) -> Callable[[dict[str, Any]], str]:
+    def fmt(d: dict[str, Any]) -> str:
+        seeds = " | ".join(f"{r['methods'][method]['auc']:.3f}" for r in d["runs"])
+        s = d["summary"][method]
+        mean = f"{s['auc']['mean']:.3f}" + (f" +- {s['auc']['std']:.3f}" if std else "")
+        return f"| {label} | {seeds} | {mean} | {s['accuracy']['mean']:.3f} |"
+    return fmt
+
+
+def _best_single(d: dict[str, Any]) -> str:
+    models = [SHORT_NAMES[r["methods"]["best_single"]["model"]] for r in d["runs"]]
+    which = f"{models[0]} on both seeds" if len(set(models)) == 1 else " / ".join(models)
+    return _gmt_row(f"best single model ({which})", "best_single", std=False)(d)
+
+
+def _few_shot_row(label: str, method: str, seed: int) -> Callable[[dict[str, Any]], str]:
+    def fmt(d: dict[str, Any]) -> str:
+        curve = d["runs"][seed]["few_shot"]["curve"]
+        return f"| {label}, seed {seed} | " + " | ".join(f"{p[method]['accuracy']:.3f}" for p in curve) + " |"
+    return fmt
+
+
+GMT_FIGURES = [
+    Figure(GMT, "gmtrouter.json", "", _gmt_row("GMTRouter (HGT, 3 layers)", "gmtrouter", std=True), "row gmtrouter"),
+    Figure(GMT, "gmtrouter.json", "", _gmt_row("per-user Beta posterior", "per_user_beta", std=True), "row per-user"),
+    Figure(GMT, "gmtrouter.json", "", _gmt_row("MLP on query embeddings", "query_mlp", std=False), "row query MLP"),
+    Figure(GMT, "gmtrouter.json", "", _gmt_row("global Thompson sampling (posterior mean)", "global_thompson",
+                                               std=False), "row global TS"),
+    Figure(GMT, "gmtrouter.json", "", _best_single, "row best single model"),
+    Figure(GMT, "gmtrouter.json", "",
+           lambda d: " / ".join(str(r["test_pairs"]) for r in d["runs"]) + " held-out test pairs", "test pairs"),
+    Figure(GMT, "gmtrouter.json", "seconds", lambda v: f"{v:.0f} s for both seeds", "seconds"),
+    *[Figure(GMT, "gmtrouter.json", "", _few_shot_row(label, method, seed), f"few-shot {method} seed {seed}")
+      for seed in (0, 1) for label, method in (("GMTRouter", "gmtrouter"), ("per-user Beta", "per_user_beta"))],
+]
+
+FIGURES = OPERATIONS_FIGURES + GMT_FIGURES
+
+
+@pytest.mark.parametrize("fig", FIGURES, ids=[f"{f.doc.split('/')[-1]}: {f.what}" for f in FIGURES])
+def test_the_doc_quotes_the_committed_result(fig: Figure) -> None:
+    value = lookup(json.loads((RESULTS / fig.results).read_text()), fig.path)
+    expected = normalised(fig.fmt(value))
+    doc = normalised((ROOT / fig.doc).read_text())
+    assert expected in doc, (f"{fig.doc} should say {expected!r}: {fig.results} {fig.path or '(whole file)'}; "
+                             f"closest line: {_closest(doc, expected)!r}")
+
+
+def _closest(doc: str, expected: str) -> str:
+    """The doc's stretch that shares the longest prefix with ``expected`` (for the failure message)."""
+    words = expected.split()
+    for n in range(len(words), 0, -1):
+        m = re.search(re.escape(" ".join(words[:n])), doc)
+        if m:
+            return doc[m.start(): m.start() + len(expected) + 20]
+    return ""
