@@ -238,7 +238,8 @@ def main() -> None:
     items = logged_items(excluded_prompts(exclude))
     table = route_table(pool, items)
     sweeps = {"logs as they are": alpha_sweep(table, ALPHAS), "job mix (tasks equal)": alpha_sweep(balanced(table), ALPHAS)}
-    result = {"alphas": ALPHAS, "excluded": exclude, "questions": len(items), "sweeps": sweeps,
+    shown = [str(Path(e).resolve().relative_to(ROOT)) if Path(e).resolve().is_relative_to(ROOT) else e for e in exclude]
+    result = {"alphas": ALPHAS, "excluded": shown, "questions": len(items), "sweeps": sweeps,
               "runs": [run_entry(r) for r in runs]}
     for mix, sweep in sweeps.items():
         best = max(sweep["rows"], key=lambda r: r["per_task_rule_reward"] - r["best_fixed_reward"])
