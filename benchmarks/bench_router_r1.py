@@ -558,7 +558,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return report
 
 
+LEARNING_SEE = ("learning.arms.<arm>.cold_start / .final / .held_out_curve: held-out figures per arm, "
+                "written by benchmarks/bench_learning.py")
+
+
 def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """The headline figures of the rollout and step parts, from their sections of ``report``."""
     h: dict[str, Any] = {}
     if "rollout" in report:
         r = report["rollout"]
@@ -572,6 +577,9 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
                      **{f"ratio_{t}": s[f"ratio_{t}"] for t in ts},
                      **{f"sync_share_{t}": s.get(f"sync_share_{t}") for t in ("tensors", "lora")},
                      "phases_tensors": s.get("ours_tensors", {}).get("phases_median"), "note": s.get("note")}
+    # the learning figures have one copy, the "learning" section that bench_learning.py rewrites; a copy
+    # here went stale whenever that section was rerun without this script
+    h["learning_see"] = LEARNING_SEE
     return h
 
 

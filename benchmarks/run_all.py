@@ -10,8 +10,9 @@ the next; its stdout and stderr go to ``outputs/bench_logs/<name>.log``.
 
 ``--quick`` is passed through to scripts that accept it (their source mentions ``--quick``); a script
 without a quick mode is skipped in a quick run rather than run at full size, and the summary says so.
-Exit codes, durations and those decisions go to ``benchmarks/results/summary.json``. The runner exits
-non-zero when any script failed.
+Exit codes, durations and those decisions go to ``benchmarks/results/summary.json``, or
+``summary_quick.json`` for ``--quick``: a quick run, which skips every script without a quick mode, never
+replaces a full run's summary. The runner exits non-zero when any script failed.
 """
 
 from __future__ import annotations
@@ -111,14 +112,22 @@ def run_script(path: Path, quick: bool, timeout: float, python: str = sys.execut
     return res
 
 
+def summary_path(quick: bool) -> Path:
+    """Where the summary goes by default: a quick run has its own file."""
+    return RESULTS / ("summary_quick.json" if quick else "summary.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes: passed to every script that has it")
     ap.add_argument("--only", default="", help="comma-separated names (router_r1, selector, pool_bench, ...)")
     ap.add_argument("--skip", default="", help="comma-separated names to leave out")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per script before it is killed")
-    ap.add_argument("--out", type=Path, default=RESULTS / "summary.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default benchmarks/results/summary.json (--quick: summary_quick.json)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = summary_path(args.quick)
     only = {s for s in args.only.split(",") if s}
     skip = {s for s in args.skip.split(",") if s}
     scripts = [p for p in discover() if (not only or short_name(p) in only) and short_name(p) not in skip]

@@ -3,6 +3,8 @@
 import hydra
 from omegaconf import DictConfig
 
+from rlrouter.paths import export_root
+
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate_router")
 def main(cfg: DictConfig) -> None:
@@ -12,4 +14,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    export_root()  # a submitted job runs in its package folder: paths resolve against the project instead
     main()

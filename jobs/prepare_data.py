@@ -4,6 +4,7 @@ import hydra
 from omegaconf import DictConfig
 
 from rlrouter.data.job import prepare
+from rlrouter.paths import export_root
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="prepare_data")
@@ -12,4 +13,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    export_root()  # a submitted job runs in its package folder: paths resolve against the project instead
     main()

@@ -8,6 +8,8 @@ import os
 import hydra
 from omegaconf import DictConfig
 
+from rlrouter.paths import export_root
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -20,4 +22,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    export_root()  # a submitted job runs in its package folder: paths resolve against the project instead
     main()

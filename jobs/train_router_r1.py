@@ -1,14 +1,22 @@
 """Train a Router-R1 policy on Ray. `make run`, or: python jobs/train_router_r1.py experiment=router_r1_ppo
 
-Embedded (no RAY_ADDRESS): starts a local Ray cluster. Submitted:
+Embedded (no RAY_ADDRESS): starts a local Ray cluster. Submitted, to a head started from the project's
+activated .venv (docs/operations.md):
     ray job submit --working-dir . -- python jobs/train_router_r1.py debug=cpu
 """
 
-import hydra
+import sys
+
+try:
+    import hydra
+except ModuleNotFoundError as e:  # a submitted job's `python` is the one on the head's PATH
+    sys.exit(f"{e} in {sys.executable}: this Python lacks the project's packages. Start the Ray head from the "
+             f"project's activated .venv (docs/operations.md), so that a job's `python` is the venv's.")
 from omegaconf import DictConfig
 
 from rlrouter.data.job import apply_epochs
 from rlrouter.learner.job import run
+from rlrouter.paths import export_root
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_router_r1")
@@ -17,4 +25,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":  # vLLM spawns processes: the entry point needs the guard
+    export_root()  # a submitted job runs in its package folder: paths resolve against the project instead
     main()

@@ -8,6 +8,7 @@ whitespace collapsed, so a re-wrapped paragraph still matches. To pin another fi
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,7 +133,30 @@ GMT_FIGURES = [
       for seed in (0, 1) for label, method in (("GMTRouter", "gmtrouter"), ("per-user Beta", "per_user_beta"))],
 ]
 
-FIGURES = OPERATIONS_FIGURES + GMT_FIGURES
+# -- README.md: benchmarks/results/unseen_{variants,subjects}.json ----------------------------------------
+
+README = "README.md"
+MF_VARIANTS = ["MF (the baseline: torch seed 0, 30 epochs, ties 0.5)", "MF, torch seed 1", "MF, 5 epochs",
+               "MF, ties dropped"]
+
+
+def _mf_variants_seed0(variants: dict[str, Any]) -> str:
+    apgr = [variants[v]["0"]["apgr"] for v in MF_VARIANTS]
+    return f"lands at {min(apgr):.2f}–{max(apgr):.2f} there"
+
+
+README_FIGURES = [
+    Figure(README, "unseen_variants.json", "variants", _mf_variants_seed0, "MF variants on seed 0"),
+    Figure(README, "unseen_variants.json", "variants",
+           lambda v: f"a plain logistic regression on the same embeddings at "
+                     f"{v['logistic P(strong wins) on embeddings, l2 1']['0']['apgr']:.3f} with l2 1; only with "
+                     f"l2 100 does it reach {v['logistic P(strong wins) on embeddings, l2 100']['0']['apgr']:.3f}",
+           "logistic regression on seed 0"),
+    Figure(README, "unseen_subjects.json", "routers.random.per_seed.0.apgr", lambda v: f"above random's {v:.3f}",
+           "random on seed 0"),
+]
+
+FIGURES = OPERATIONS_FIGURES + GMT_FIGURES + README_FIGURES
 
 
 @pytest.mark.parametrize("fig", FIGURES, ids=[f"{f.doc.split('/')[-1]}: {f.what}" for f in FIGURES])
@@ -152,3 +176,29 @@ def _closest(doc: str, expected: str) -> str:
         if m:
             return doc[m.start(): m.start() + len(expected) + 20]
     return ""
+
+
+def test_router_r1_headline_is_rebuilt_from_its_sections() -> None:
+    """router_r1.json's headline is what ``bench_router_r1.headline`` makes of the file's own sections: no
+    block left over from an older version of the script. The learning figures live only in the
+    "learning" section, which bench_learning.py rewrites without touching the headline."""
+    saved = dict(os.environ)
+    try:  # the script sets its own environment defaults on import; the test session keeps its own
+        from benchmarks.bench_router_r1 import headline
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    report = json.loads((RESULTS / "router_r1.json").read_text())
+    assert report["headline"] == headline(report)
+
+
+def test_a_quick_bench_run_keeps_the_full_summary(tmp_path, monkeypatch) -> None:
+    """``run_all --quick`` skips every script without a quick mode: its summary goes to its own file."""
+    from benchmarks import run_all
+
+    monkeypatch.setattr(run_all, "RESULTS", tmp_path)
+    full = tmp_path / "summary.json"
+    full.write_text('{"quick": false}')
+    assert run_all.main(["--quick", "--only", "no_such_benchmark"]) == 0
+    assert full.read_text() == '{"quick": false}'
+    assert json.loads((tmp_path / "summary_quick.json").read_text())["quick"] is True

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from rlrouter.data.io import DataFileError
+from rlrouter.paths import project_root
 
 PROMPT_COLUMN = "prompt"
 RESPONSE_SUFFIX = "_response"
@@ -355,11 +356,14 @@ def load_routellm(src: str | Path | Iterable[str | Path] | None = None, *,
 
 
 def default_routellm_source() -> str | tuple[str, ...]:
-    """``../shared/data/routellm`` beside the project when present, else RouteLLM's public URLs."""
+    """``RLROUTER_ROUTELLM``, else ``../shared/data/routellm`` beside the project when present (the project
+    of :func:`rlrouter.paths.project_root`, not a submitted job's package folder), else RouteLLM's public
+    URLs."""
     env = os.environ.get("RLROUTER_ROUTELLM")
     if env:
         return env
-    shared = Path(__file__).resolve().parents[3] / "shared" / "data" / "routellm"
+    root = project_root() or Path(__file__).resolve().parents[2]
+    shared = root.parent / "shared" / "data" / "routellm"
     return str(shared) if shared.is_dir() else ROUTELLM_URLS
 
 

@@ -53,6 +53,13 @@ def ensure_data(cfg: DictConfig) -> tuple[Path, Path]:
     return d / "train.parquet", d / "test.parquet"
 
 
+def logged_source(cfg: DictConfig) -> Any:
+    """The logged outcomes the data and the replay candidates without a ``source`` read."""
+    from rlrouter.data.logged import default_routellm_source
+
+    return cfg.data.get("logged_source") or default_routellm_source()
+
+
 def train_config(cfg: DictConfig, out_dir: str | Path | None = None, train_path: str | Path = "") -> TrainConfig:
     """The run's ``TrainConfig``: ``train``, the ``reward`` group and the ``learner`` (with the policy)."""
     train = {k: v for k, v in _container(cfg.train).items() if k not in JOB_ONLY_TRAIN_FIELDS}
@@ -137,7 +144,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out = store.prepare(resume=cfg.resume)
     check_fresh(out, cfg.resume, cfg.run_name)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    print(f"paths: project {cfg.paths.root_dir} (shared data {cfg.paths.shared_data})")
     train_path, test_path = ensure_data(cfg)
+    print(f"data: {train_path}, {test_path.name}; logged outcomes {logged_source(cfg)}")
     train_items, test_items = load_split(train_path), load_split(test_path)[: cfg.eval.num_questions]
     pool_cfg = _container(cfg.pool)
     pool = CandidatePool.from_config(pool_cfg)

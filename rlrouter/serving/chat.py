@@ -4,10 +4,11 @@
 the pool, streaming or not; ``enable_multi_round_aggregation`` or ``model: "arena"`` call several
 candidates in parallel and aggregate their answers; a candidate's name proxies to it directly.
 
-A replay candidate knows only logged prompts (issue 16: any other prompt got a 200 whose content was
+A replay candidate knows only logged prompts (any other prompt used to get a 200 whose content was
 "[replay] no logged answer"). With ``serving.replay_miss: fallthrough`` the decision for ``auto`` and
 ``arena`` is made among the candidates that can answer the prompt (live ones, and replays that logged
-it); a replay named directly, or chosen under ``replay_miss: error``, is a 404 that says so.
+it: ``ServiceContext.answerable``, which ``/route`` uses too); a replay named directly, or chosen under
+``replay_miss: error``, is a 404 that says so.
 """
 
 from __future__ import annotations
@@ -47,16 +48,6 @@ class ChatProxy:
             d = desc.get(m, {})
             cards.append(ModelCard(id=m, price_in=d.get("price_in"), price_out=d.get("price_out")))
         return ModelList(data=cards)
-
-    async def _misses(self, query: str, models: list[str]) -> set[str]:
-        """The replay candidates among ``models`` with no logged answer for ``query``."""
-        pool = self.ctx.pool
-        replays = [m for m in models if hasattr(pool.backend(m), "lookup")]
-        if not replays:
-            return set()
-        # the first fuzzy lookup builds an index (about 1.5 s on RouteLLM's table): not on the event loop
-        rows = await asyncio.to_thread(lambda: [pool.backend(m).lookup(query) for m in replays])
-        return {m for m, row in zip(replays, rows) if row is None}
 
     def _miss_error(self, missed: list[str]) -> ApiError:
         live = [m for m in self.ctx.candidates if not hasattr(self.ctx.pool.backend(m), "lookup")]
@@ -102,23 +93,23 @@ class ChatProxy:
             raise ApiError(404, f"field 'model': unknown model '{body.model}'; "
                                 f"use 'auto', 'arena' or one of {ctx.candidates}", "model")
         if name not in SPECIAL_MODELS:
-            if await self._misses(query, [name]):
+            if not (await ctx.answerable(query, [name]))[0]:
                 raise self._miss_error([name])
             dec = None
             models = [name]
         else:
             how = "all" if name == "arena" else self.routing.how()
+            can, missed = await ctx.answerable(query, ctx.candidates)
             cands = None
             if ctx.serving.replay_miss == "fallthrough":
-                missed = await self._misses(query, ctx.candidates)
-                cands = [c for c in ctx.candidates if c not in missed]
-                if not cands:
-                    raise self._miss_error(sorted(missed))
+                if not can:
+                    raise self._miss_error(missed)
+                cands = can
             dec = await self.routing.decide(query, user, session, body.category, cands, how)
             models = dec.get("models") or [dec["model"]]
-            missed = await self._misses(query, models)
-            if missed:  # replay_miss: error
-                raise self._miss_error(sorted(missed))
+            chosen_missed = [m for m in models if m in missed]
+            if chosen_missed:  # replay_miss: error
+                raise self._miss_error(chosen_missed)
         headers = {}
         meta: dict[str, Any] = {}
         if dec is not None:

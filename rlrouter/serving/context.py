@@ -2,8 +2,8 @@
 
 Each role (``routing``, ``gmt``, ``intent``, ``router_r1``, ``feedback``, ``chat``) holds one
 :class:`ServiceContext`; the helpers here are the checks and lazily loaded models that more than one
-role needs (the query-length cap, the candidate restriction, the MiniLM encoder of the contextual
-selector and of the implicit-feedback classifier).
+role needs (the query-length cap, the candidate restriction, which candidates can answer a query, the
+MiniLM encoder of the contextual selector and of the implicit-feedback classifier).
 """
 
 from __future__ import annotations
@@ -67,3 +67,17 @@ class ServiceContext:
             raise ApiError(422, f"field 'candidates': unknown candidate(s) {unknown}; known: {self.candidates}",
                            "candidates")
         return [m for m in matched if m is not None]
+
+    async def answerable(self, query: str, models: list[str]) -> tuple[list[str], list[str]]:
+        """``(can, missed)``: the ``models`` that can answer ``query`` and the replay candidates among them
+        with no logged answer for it (a replay knows only its logged prompts; a live candidate answers
+        anything). ``/route`` and the chat proxy's ``auto``/``arena`` both decide among ``can``."""
+        if self.pool is None:
+            return list(models), []
+        replays = [m for m in models if hasattr(self.pool.backend(m), "lookup")]
+        if not replays:
+            return list(models), []
+        # the first fuzzy lookup builds an index (about 1.5 s on RouteLLM's table): not on the event loop
+        rows = await asyncio.to_thread(lambda: [self.pool.backend(m).lookup(query) for m in replays])
+        missed = {m for m, row in zip(replays, rows) if row is None}
+        return [m for m in models if m not in missed], sorted(missed)

@@ -4,6 +4,11 @@ A decision goes, in order: GMTRouter for a user it knows (when configured), LLM 
 Router-R1 server (when enabled, with its fallback), else the bandit (contextual mode embeds the query
 with MiniLM first). ``how="top_k"`` (multi-round aggregation) and ``how="all"`` (arena) ask the
 selector for several candidates at once.
+
+``/route`` decides among the candidates that can answer the query, as the chat proxy's ``auto`` does
+(``ServiceContext.answerable``: a replay candidate knows only its logged prompts), so calling the
+chosen model works. When none can (or under ``serving.replay_miss: error``) it still decides, among
+all, and says in ``replay_miss`` why the chosen one cannot answer.
 """
 
 from __future__ import annotations
@@ -64,10 +69,22 @@ class Routing:
         category = body.category
         if category is None:
             category = await self.intent.category(body.query)
-        dec = await self.decide(body.query, user, body.session_id, category, body.candidates, self.how())
+        cands = self.ctx.candidates_for(body.candidates)
+        can, missed = await self.ctx.answerable(body.query, cands)
+        if can and self.ctx.serving.replay_miss == "fallthrough":
+            cands = can
+        dec = await self.decide(body.query, user, body.session_id, category, cands, self.how())
+        models = dec.get("models") or [dec["model"]]
+        chosen_missed = [m for m in models if m in missed]
+        why = None
+        if chosen_missed:
+            among = ("none of the candidates can answer it" if not can
+                     else "serving.replay_miss is 'error', so it was not left out")
+            why = (f"{chosen_missed} replay logged answers and have none for this query ({among}); calling "
+                   f"it gets a 404 of type replay_miss")
         return RouteResponse(model=dec["model"], request_id=dec["request_id"], mode=dec["mode"],
-                             scores=dec["scores"], models=dec.get("models") or [dec["model"]],
-                             fallback_reason=dec.get("fallback_reason"))
+                             scores=dec["scores"], models=models, fallback_reason=dec.get("fallback_reason"),
+                             replay_miss=why)
 
     async def stats(self, principal: Principal) -> dict[str, Any]:
         """``GET /stats``: the caller's posteriors (admins: every user's)."""

@@ -65,6 +65,9 @@ class RouteResponse(BaseModel):
     scores: dict[str, float] = Field(description="Per-candidate score that decided (a posterior draw or mean)")
     models: list[str] = Field(default_factory=list, description="Every model to call (multi-round)")
     fallback_reason: str | None = Field(default=None, description="Why LLM routing fell back, if it did")
+    replay_miss: str | None = Field(default=None, description=(
+        "Why a chosen candidate cannot answer this query (a replay with no logged answer for it), if one "
+        "cannot: only when no candidate can, or under serving.replay_miss: error"))
 
 
 class RouterR1Feedback(BaseModel):

@@ -1,6 +1,7 @@
-"""`ray job submit --working-dir .` of the Router-R1 job against a local head with token auth on, and
-the trainer's metrics on the head's Prometheus endpoint (issue 8, "Cluster and jobs"); the token stays
-out of the job's package and the outputs land in the storage location (issue 16).
+"""The README's `ray job submit --working-dir .` line of the Router-R1 job, as printed, against a local
+head with token auth on, and the trainer's metrics on the head's Prometheus endpoint; the token stays
+out of the job's package, the job reads the logged outcomes beside the project and writes nothing into
+its package.
 
 One head, one job: the job is the slow part (a vLLM engine, data preparation, two GRPO steps), so the
 metrics endpoint is scraped while it runs instead of in a second job.
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.ops.headnode import ROOT, LocalHead, parse_job_id, runtime_env
+from tests.ops.headnode import ROOT, LocalHead, parse_job_id
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.vllm]
 
@@ -52,25 +54,42 @@ def _token_leaks(pkg: Path, token: str) -> list[str]:
     return bad
 
 
+def readme_job_line() -> str:
+    """The README's ``ray job submit`` line, as printed."""
+    [line] = re.findall(r"`(ray job submit [^`]*)`", (ROOT / "README.md").read_text())
+    return line
+
+
+def _written(pkg: Path, uploaded: set[Path]) -> list[str]:
+    """Files a job wrote into its package folder (anything but bytecode not uploaded with it)."""
+    return sorted(str(f.relative_to(pkg)) for f in pkg.rglob("*")
+                  if f.is_file() and f not in uploaded and "__pycache__" not in f.parts)
+
+
 @pytest.mark.timeout(1500)
-def test_submitted_router_r1_job_trains_and_exports_metrics(tmp_path, shared_data):
-    storage = tmp_path / "shared"  # a shared path every node reaches (docs/operations.md "Where a job writes")
-    out = storage / "submitted"  # <storage>/<run_name>; the gauges are tagged run=<its name>
+def test_readme_job_line_trains_and_exports_metrics(shared_data, monkeypatch, request):
+    """The README's line, as printed, on a head started as docs/operations.md says (from the project's
+    activated .venv: ``LocalHead`` puts the venv first on PATH). Nothing names the data: the job finds
+    the project the head's Python installed rlrouter from, reads ../shared/data/routellm beside it (no
+    download) and writes nothing into its package folder."""
+    for k in ("RLROUTER_ROOT", "RLROUTER_ROUTELLM", "RLROUTER_STORAGE"):
+        monkeypatch.delenv(k, raising=False)  # the head inherits the test's environment
+    line = readme_job_line()
+    assert line == "ray job submit --working-dir . -- python jobs/train_router_r1.py debug=cpu", line
+    submit_args = shlex.split(line)[3:]
     t0 = time.perf_counter()
     head = LocalHead(num_cpus=6)
     scraped: dict[str, list[tuple[str, float]]] = {}
-    packages: dict[Path, list[str]] = {}
+    uploaded: dict[Path, set[Path]] = {}
+    leaks: dict[Path, list[str]] = {}
+    written: dict[Path, list[str]] = {}
     decoy = ROOT / ".ray_token"  # where the old docs put the token: it must not travel with the job
     assert not decoy.exists(), f"{decoy} exists: this test would remove it"
+    out = None
     try:
         head.start()
         decoy.write_text(head.token)
-        submit = head.job(
-            "submit", "--no-wait", "--working-dir", ".", "--runtime-env-json",
-            # the working-dir copy does not sit beside ../shared: name the logged outcomes explicitly
-            runtime_env({"RLROUTER_ROUTELLM": str(shared_data / "routellm")}), "--",
-            "python", "jobs/train_router_r1.py", "debug=cpu", "run_name=submitted", f"storage={storage}",
-            f"paths.shared_data={shared_data}", "eval.num_questions=2", "train.progress=true")
+        submit = head.job("submit", "--no-wait", *submit_args)
         job_id = parse_job_id(submit.stdout + submit.stderr)
         status, deadline = "PENDING", time.monotonic() + 1200
         while time.monotonic() < deadline:
@@ -81,12 +100,21 @@ def test_submitted_router_r1_job_trains_and_exports_metrics(tmp_path, shared_dat
             for m in SHARE.finditer(text):
                 scraped.setdefault(m.group(1), []).append(("", float(m.group(2))))
             for pkg in head.packages():  # checked while the job runs: Ray may delete a finished job's package
-                if pkg not in packages and (pkg / "jobs" / "train_router_r1.py").exists():
-                    packages[pkg] = _token_leaks(pkg, head.token)
+                if not (pkg / "jobs" / "train_router_r1.py").exists():
+                    continue
+                if pkg not in uploaded:
+                    uploaded[pkg] = {f for f in pkg.rglob("*") if f.is_file()}
+                    leaks[pkg] = _token_leaks(pkg, head.token)
+                written[pkg] = _written(pkg, uploaded[pkg])
             if status in ("SUCCEEDED", "FAILED", "STOPPED"):
                 break
             time.sleep(3)
         logs = head.job_logs(job_id)
+        m = re.search(r"storage: reports, checkpoints and plots go to (\S+) \(submitted job", logs)
+        out = Path(m.group(1)) if m else None
+        if out is not None:  # the run's folders outside the package: ~/rlrouter_results/<run>, Hydra's
+            request.addfinalizer(lambda: [shutil.rmtree(p, ignore_errors=True)
+                                          for p in (out, ROOT / "outputs" / out.name)])
         wall = time.perf_counter() - t0
         print(f"head start {head.start_s:.1f}s, submit-to-finish + scrape {wall:.1f}s")
         assert status == "SUCCEEDED", f"job {job_id} ended {status}:\n{logs[-6000:]}"
@@ -96,11 +124,17 @@ def test_submitted_router_r1_job_trains_and_exports_metrics(tmp_path, shared_dat
         shutil.rmtree(head.dir, ignore_errors=True)
 
     # the token file beside the code did not travel with the job
-    assert packages and all(not leaks for leaks in packages.values()), packages
-    # the job said where it writes, and wrote there (not in its package folder)
-    assert f"storage: reports, checkpoints and plots go to {out} (storage)" in logs, logs[:3000]
+    assert uploaded and all(not x for x in leaks.values()), leaks
+    # the job read the logged outcomes beside the project, with no download, and resolved its paths there
+    assert f"paths: project {ROOT} (" in logs, logs[:3000]
+    assert f"logged outcomes {shared_data / 'routellm'}" in logs, logs[:3000]
+    assert "download failed" not in logs and "githubusercontent" not in logs, logs[:3000]  # RouteLLM's URLs
+    # it wrote nothing into its package folder; the run went to ~/rlrouter_results/<run_name>
+    assert all(not w for w in written.values()), written
+    assert out is not None and out.parent == Path("~/rlrouter_results").expanduser(), logs[:3000]
     assert f"report: {out / 'report.json'}" in logs and (out / "report.json").exists()
     assert list(out.glob("*.png"))
+    assert re.search(rf"data: {re.escape(str(ROOT / 'outputs' / 'data'))}/\S+/train.parquet", logs), logs[:3000]
 
     # the logs show the run start to finish, with training progress
     assert "ray: submitted cluster" in logs  # the job joined the head it was submitted to
@@ -115,7 +149,7 @@ def test_submitted_router_r1_job_trains_and_exports_metrics(tmp_path, shared_dat
     for name in TRAINER_METRICS:
         seen = scraped.get(name, [])
         assert seen, f"{name} never appeared on {head.metrics_url}"
-        assert any('run="submitted"' in labels for labels, _ in seen), seen[:3]
+        assert any(f'run="{out.name}"' in labels for labels, _ in seen), seen[:3]
         key = {"rlrouter_reward_total": "reward/total", "rlrouter_learner_kl": "learner/kl",
                "rlrouter_rollout_tokens_per_s": "rollout/tokens_per_s", "rlrouter_learner_loss": "learner/loss",
                "rlrouter_rollout_format_valid": "rollout/format_valid"}[name]

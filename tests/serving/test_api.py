@@ -362,6 +362,45 @@ def test_replay_miss_is_never_a_200(tmp_path, pool, gsm8k_prompt):
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == gsm8k_prompt[1]
 
 
+def live_pool():
+    """RouteLLM's two replays plus a live candidate (an endpoint that is down: a call to it is a 502)."""
+    cfg = yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text())
+    cfg["candidates"].append({"name": "live", "price_in": 0.1, "price_out": 0.1, "backend": "openai",
+                              "options": {"base_url": "http://127.0.0.1:9/v1", "max_retries": 0}})
+    return CandidatePool.from_config(cfg)
+
+
+def test_route_picks_a_candidate_that_can_answer(tmp_path, pool, gsm8k_prompt):
+    """/route used to pick a replay for a prompt nobody logged; calling that model was then a 404."""
+    client, _, _ = make_client(tmp_path, live_pool())
+    for i in range(12):
+        r = client.post("/route", headers=ALICE, json={"query": UNLOGGED, "session_id": f"s{i}"})
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "live" and r.json()["replay_miss"] is None, r.json()
+    chosen = r.json()["model"]
+    r = client.post("/v1/chat/completions", headers=ALICE,
+                    json={"model": chosen, "messages": [{"role": "user", "content": UNLOGGED}]})
+    assert r.status_code == 502 and "candidate 'live' failed" in err(r)["message"]  # called, not a replay_miss
+    r = client.post("/route", headers=ALICE, json={"query": gsm8k_prompt[0]})  # logged: every candidate can
+    assert r.status_code == 200 and r.json()["replay_miss"] is None
+    # only replays, none logged it: still a decision, and the response says why its model cannot answer
+    client, _, _ = make_client(tmp_path / "replays", pool)
+    r = client.post("/route", headers=ALICE, json={"query": UNLOGGED})
+    assert r.status_code == 200, r.text
+    why = r.json()["replay_miss"]
+    assert r.json()["model"] in why and "none of the candidates can answer" in why and "404" in why
+    # replay_miss: error leaves the misses in the choice, and says so when one is chosen
+    client, _, _ = make_client(tmp_path / "error", live_pool(), serving_kw={"replay_miss": "error"})
+    seen = set()
+    for i in range(20):
+        body = client.post("/route", headers=ALICE, json={"query": UNLOGGED, "session_id": f"e{i}"}).json()
+        seen.add(body["model"])
+        assert (body["replay_miss"] is None) == (body["model"] == "live"), body
+        if body["replay_miss"]:
+            assert "serving.replay_miss is 'error'" in body["replay_miss"]
+    assert seen - {"live"}, seen
+
+
 def behind_uvicorn_proxy_headers(app):
     """The app as Ray Serve's HTTP servers run it: uvicorn's ProxyHeadersMiddleware with its defaults
     (forwarded_allow_ips 127.0.0.1 and ::1), which replaces a loopback peer by its X-Forwarded-For."""
