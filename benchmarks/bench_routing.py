@@ -167,8 +167,11 @@ def run_entry(run_dir: str) -> dict:
     if "routing" not in report:
         raise SystemExit(f"{run_dir}/report.json has no 'routing' block: run it with the current job")
     routing = report["routing"]
-    return {"run": str(run_dir), "alpha": routing["alpha"], "routing": routing,
-            "held_out_curve": report.get("held_out_curve", []), "wall_s": report.get("wall_s")}
+    run = Path(run_dir).resolve()
+    return {"run": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run), "alpha": routing["alpha"],
+            "routing": routing, "results": report.get("results", {}),
+            "held_out_curve": report.get("held_out_curve", []), "wall_s": report.get("wall_s"),
+            "train_s": report.get("train_s")}
 
 
 def evaluate_run(run_dir: str, questions: int) -> str:

@@ -156,7 +156,36 @@ README_FIGURES = [
            "random on seed 0"),
 ]
 
-FIGURES = OPERATIONS_FIGURES + GMT_FIGURES + README_FIGURES
+
+# -- README.md's make run table and docs/benchmarks.md's routing tables: benchmarks/results/routing.json ---
+
+
+def _table_row(k: int) -> Callable[[dict[str, Any]], str]:
+    """Row ``k`` of a run's held-out table (report.md), rebuilt from the run's entry in routing.json."""
+    def fmt(entry: dict[str, Any]) -> str:
+        from rlrouter.eval.router_r1 import results_table
+
+        return results_table(entry).splitlines()[k]
+    return fmt
+
+
+def _sweep_table(sweep: dict[str, Any]) -> str:
+    from benchmarks.bench_routing import sweep_table
+
+    return sweep_table(sweep)
+
+
+MAKE_RUN = "runs.0"  # bench_routing.py --runs <the make run run> first
+ROUTING_FIGURES = [
+    *[Figure(README, "routing.json", MAKE_RUN, _table_row(k), f"make run table line {k}") for k in range(10)],
+    Figure(README, "routing.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
+           lambda d: f"policy minus best fixed route {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]",
+           "make run: policy minus best fixed"),
+    Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
+    Figure("docs/benchmarks.md", "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
+]
+
+FIGURES = OPERATIONS_FIGURES + GMT_FIGURES + README_FIGURES + ROUTING_FIGURES
 
 
 @pytest.mark.parametrize("fig", FIGURES, ids=[f"{f.doc.split('/')[-1]}: {f.what}" for f in FIGURES])
