@@ -63,6 +63,10 @@ def logged_source(cfg: DictConfig) -> Any:
 def train_config(cfg: DictConfig, out_dir: str | Path | None = None, train_path: str | Path = "") -> TrainConfig:
     """The run's ``TrainConfig``: ``train``, the ``reward`` group and the ``learner`` (with the policy)."""
     train = {k: v for k, v in _container(cfg.train).items() if k not in JOB_ONLY_TRAIN_FIELDS}
+    if train.get("init_from") and not Path(train["init_from"]).is_absolute():
+        # the learner ranks run in Ray's own working directories, where a path relative to the project
+        # is not found: resolve it against the project
+        train["init_from"] = str(Path(cfg.paths.root_dir) / train["init_from"])
     return TrainConfig(**{**train, "out_dir": str(out_dir or cfg.out_dir), "train_path": str(train_path),
                           "reward": _container(cfg.reward),
                           "learner": {**_container(cfg.learner), "model": cfg.model}})

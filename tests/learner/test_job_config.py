@@ -112,3 +112,11 @@ def test_cpu_engines_prefill_unchunked_unless_told_otherwise():
     assert "enable_chunked_prefill" not in EngineConfig(device="cuda").llm_kwargs("m")
     on = EngineConfig(engine_kwargs={"enable_chunked_prefill": True})
     assert on.llm_kwargs("m")["enable_chunked_prefill"] is True
+
+
+def test_a_relative_init_from_is_resolved_against_the_project():
+    """The learner ranks run in Ray's working directories: `train.init_from=outputs/C/...` (as the README
+    writes it) must reach them as the project's path."""
+    train = train_config(_compose("train.init_from=outputs/C/checkpoints/step_000000"))
+    assert train.init_from == "/tmp/outputs/C/checkpoints/step_000000"  # paths.root_dir=/tmp in _compose
+    assert train_config(_compose("train.init_from=/abs/ck")).init_from == "/abs/ck"
