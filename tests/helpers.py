@@ -15,3 +15,44 @@ def hash_embed(texts: list[str]) -> np.ndarray:
         seed = int.from_bytes(t.encode()[:8].ljust(8, b"\0"), "little") ^ len(t)
         out.append(np.random.default_rng(seed).normal(size=8))
     return np.asarray(out, dtype=np.float32)
+
+
+def serve_app(name: str, key: str, user: str, serving: dict, state_dir: Path):
+    """Deploy the Serve app (``serve.app.build_app``: the default config and pool) as ``name`` on the
+    session's Ray cluster, with ``key`` for ``user`` in ``RLROUTER_API_KEYS`` (what docs/serve.md has a user
+    export) and ``serving`` overrides; yields its base URL once ``/health`` says the selector is up, and
+    deletes the app after."""
+    import importlib
+    import socket
+    import time
+
+    import httpx
+    import pytest
+    from ray import serve
+    from ray.serve.context import _get_global_client
+
+    app_mod = importlib.import_module("serve.app")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    serve.start(http_options={"host": "127.0.0.1", "port": free})
+    port = _get_global_client().http_config.port
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RLROUTER_API_KEYS", f"{key}={user}")
+    try:
+        app = app_mod.build_app({"selector": {"storage_path": str(state_dir / "state.json"), "seed": 0},
+                                 "serving": serving})
+    finally:
+        mp.undo()
+    serve.run(app, name=name, route_prefix="/", blocking=False)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=5).json().get("selector") == "ok":
+                break
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.5)
+    yield url
+    serve.delete(name)

@@ -10,12 +10,12 @@
 
 from __future__ import annotations
 
-import importlib
-import socket
 import time
 
 import httpx
 import pytest
+
+from tests.helpers import serve_app
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm, pytest.mark.slow]
 
@@ -27,42 +27,12 @@ PROMPT = "Name one colour of a ripe banana, in one word, for a purple giraffe ca
 VSR_BYTES = b'{"query":"Task: math_decision\\nAvailable models: qwen3-8b, llama-3.1-70b"}'
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def base(ray_cluster, tmp_path_factory):
-    from ray import serve
-
-    app_mod = importlib.import_module("serve.app")
-    serve.start(http_options={"host": "127.0.0.1", "port": _free_port()})
-    from ray.serve.context import _get_global_client
-
-    port = _get_global_client().http_config.port
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RLROUTER_API_KEYS", f"{KEY}=newcomer")  # what docs/serve.md tells a user to export
-    try:
-        app = app_mod.build_app({  # the default config and pool; only where state goes and VSR's access differ
-            "selector": {"storage_path": str(tmp_path_factory.mktemp("sel") / "state.json"), "seed": 0},
-            "serving": {"router_r1_keyless_networks": ["127.0.0.0/8"],
-                        "model_map": {"qwen3-8b": "smollm2-135m", "llama-3.1-70b": "mixtral-8x7b-instruct"}}})
-    finally:
-        mp.undo()
-    serve.run(app, name=APP, route_prefix="/", blocking=False)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).json().get("selector") == "ok":
-                break
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.5)
-    yield url
-    serve.delete(APP)
+    # the default config and pool; only where state goes and VSR's access differ
+    serving = {"router_r1_keyless_networks": ["127.0.0.0/8"],
+               "model_map": {"qwen3-8b": "smollm2-135m", "llama-3.1-70b": "mixtral-8x7b-instruct"}}
+    yield from serve_app(APP, KEY, "newcomer", serving, tmp_path_factory.mktemp("sel"))
 
 
 def test_openai_sdk_gets_a_real_answer_to_an_unlogged_prompt(base):

@@ -13,16 +13,14 @@ default pool (two replays and SmolLM2 on a vLLM engine, max_model_len 2048):
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
-import socket
 import time
 
 import httpx
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, serve_app
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm, pytest.mark.slow]
 
@@ -34,44 +32,13 @@ PROXY = "127.0.0.2"
 VSR_BYTES = b'{"query":"Task: math_decision\\nAvailable models: qwen3-8b, llama-3.1-70b"}'
 VSR_HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1"}
 UNLOGGED = "Name one colour of a ripe banana, in one word."
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+SERVING = {"router_r1_keyless_networks": ["10.0.0.0/8"], "trusted_proxies": [f"{PROXY}/32"],
+           "model_map": {"qwen3-8b": "smollm2-135m", "llama-3.1-70b": "mixtral-8x7b-instruct"}}
 
 
 @pytest.fixture(scope="module")
 def base(ray_cluster, tmp_path_factory):
-    from ray import serve
-
-    app_mod = importlib.import_module("serve.app")
-    serve.start(http_options={"host": "127.0.0.1", "port": _free_port()})
-    from ray.serve.context import _get_global_client
-
-    port = _get_global_client().http_config.port
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RLROUTER_API_KEYS", f"{KEY}=second-day")
-    try:
-        app = app_mod.build_app({
-            "selector": {"storage_path": str(tmp_path_factory.mktemp("sel") / "state.json"), "seed": 0},
-            "serving": {"router_r1_keyless_networks": ["10.0.0.0/8"], "trusted_proxies": [f"{PROXY}/32"],
-                        "model_map": {"qwen3-8b": "smollm2-135m", "llama-3.1-70b": "mixtral-8x7b-instruct"}}})
-    finally:
-        mp.undo()
-    serve.run(app, name=APP, route_prefix="/", blocking=False)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).json().get("selector") == "ok":
-                break
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.5)
-    yield url
-    serve.delete(APP)
+    yield from serve_app(APP, KEY, "second-day", SERVING, tmp_path_factory.mktemp("sel"))
 
 
 @pytest.fixture(scope="module")
