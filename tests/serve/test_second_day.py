@@ -79,6 +79,18 @@ def test_a_trusted_proxy_forwards_the_client_address(base):
         assert r.status_code == 401 and f"{PROXY} is not in serving.router_r1_keyless_networks" in r.text
 
 
+def test_route_picks_a_model_that_answers_an_unlogged_prompt(base):
+    """/route used to pick a replay for a prompt nobody logged, and calling it was a 404 replay_miss."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    for i in range(6):
+        d = httpx.post(f"{base}/route", json={"query": UNLOGGED, "session_id": f"unlogged-{i}"}, headers=auth,
+                       timeout=60).json()
+        assert d["model"] == "smollm2-135m" and d["replay_miss"] is None, d  # the only one that can answer
+    r = httpx.post(f"{base}/v1/chat/completions", headers=auth, timeout=600,
+                   json={"model": d["model"], "messages": [{"role": "user", "content": UNLOGGED}], "max_tokens": 8})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
+
+
 def test_openai_user_is_an_end_user_tag(sdk, logged_prompt):
     r = sdk.chat.completions.create(model="auto", user="customer-42", max_tokens=8,
                                     messages=[{"role": "user", "content": logged_prompt[0]}])
