@@ -162,6 +162,35 @@ def runs_table(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot_curves(runs: list[dict], path: Path) -> None:
+    """Each run's held-out curve side by side: format validity, mean reward (with the run's best fixed route
+    as a dotted line) and the strong-call share per task, against the RL step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 3, figsize=(16, 4.2))
+    for k, run in enumerate(runs):
+        rows = run["held_out_curve"]
+        steps = [m["step"] for m in rows]
+        label = f"{Path(run['run']).name} (alpha {run['alpha']:g})"
+        ax[0].plot(steps, [m["eval/format_valid"] for m in rows], marker="o", color=f"C{k}", label=label)
+        ax[1].plot(steps, [m["eval/mean_reward"] for m in rows], marker="o", color=f"C{k}", label=label)
+        best = run["routing"]["routes"][run["routing"]["best_fixed"]]["mean_reward"]
+        ax[1].axhline(best, ls=":", color=f"C{k}", lw=1)
+        for task, mk in zip(sorted({t for m in rows for t in m if t.startswith("eval/strong_share/")}), "os^v"):
+            ax[2].plot(steps, [m.get(task, float("nan")) for m in rows], marker=mk, color=f"C{k}",
+                       label=f"{label}: {task.rsplit('/', 1)[1]}")
+    for a, title in zip(ax, ("held-out format validity", "held-out mean reward (dotted: best fixed route)",
+                             "strong-call share per task")):
+        a.set_title(title, fontsize=9), a.set_xlabel("RL step (0 = after the cold start)"), a.grid(alpha=0.3)
+        a.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def run_entry(run_dir: str) -> dict:
     report = json.loads((Path(run_dir) / "report.json").read_text())
     if "routing" not in report:
@@ -261,6 +290,8 @@ def main() -> None:
     (out / f"{args.name}.md").write_text(md)
     print(md)
     plot(result, out / f"{args.name}.png")
+    if result["runs"]:
+        plot_curves(result["runs"], out / f"{args.name}_curves.png")
     print(f"wrote {out / (args.name + '.json')} and .png ({result['seconds']:.1f} s)")
 
 
