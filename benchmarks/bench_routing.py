@@ -112,7 +112,8 @@ def plot(result: dict, path: Path) -> None:
         for k, run in enumerate(runs):
             p = run["routing"]["routes"]["policy"]
             a.scatter(p["cost_per_query"], p["accuracy"], s=80, color=f"C{k}", marker="o")
-            a.annotate(f"policy alpha={run['alpha']:g}\nstrong {p['strong_share']:.0%}", (p["cost_per_query"], p["accuracy"]),
+            a.annotate(f"{Path(run['run']).name}: alpha {run['alpha']:g}\nstrong {p['strong_share']:.0%}",
+                       (p["cost_per_query"], p["accuracy"]),
                        fontsize=7, xytext=(4, -12), textcoords="offset points", color=f"C{k}")
         a.set_xlabel("mean cost per query (USD)"), a.set_ylabel("held-out accuracy")
         a.set_title("the cost knob: trained policies against the routes", fontsize=9)
