@@ -191,6 +191,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     board = scoreboard(test_table, reference_table or test_table, held_out_reward(train)["alpha"],
                        trajs=trained, seed=eval_seed, metric=metric)
     board["reference"] = "training questions" if reference_table is not None else "held-out questions (live pool)"
+    if reference_table is None:  # the policy's row on the board's scale too, not on its own window's
+        report["results"]["policy_trained"].update(
+            {k: board["routes"]["policy"][k] for k in ("mean_reward", "strong_share", "strong_share_by_task",
+                                                       "mean_reward_by_task")})
     report["routing"] = board
     report["results"].update({k: v for k, v in board["routes"].items() if k != "policy"})
     print("routing:", json.dumps({k: board[k] for k in ("best_fixed", "per_task", "policy_minus_best_fixed")}))
