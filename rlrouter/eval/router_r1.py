@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rlrouter.rewards.router_r1 import RouterR1FormatReward, exact_match
+from rlrouter.eval.route_scores import policy_rows, summarize, task_of
+from rlrouter.rewards.router_r1 import RouterR1FormatReward, RouterR1Reward, exact_match, score_trajectories
 
 
 def policy_summary(trajs: Sequence[Any], candidates: Sequence[str]) -> dict[str, Any]:
@@ -35,9 +36,6 @@ def held_out_summary(trajs: Sequence[Any], candidates: Sequence[str], alpha: flo
     ``rlrouter.eval.route_scores``) costs are scaled on the reference window, the scale every route is
     scored on, and the strong-call share is given per task; without it, a fresh cost window over these
     trajectories (every evaluation of a run scales costs the same way)."""
-    from rlrouter.eval.route_scores import policy_rows, summarize, task_of
-    from rlrouter.rewards.router_r1 import RouterR1Reward, score_trajectories
-
     reward = RouterR1Reward(alpha, candidates=list(candidates), cost_window=cost_window, metric=metric)
     scores = score_trajectories(reward, trajs)
     failures = Counter(s.failure for s in scores if s.failure)
