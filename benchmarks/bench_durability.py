@@ -1,6 +1,5 @@
 """Selector durability: kill -9 of the Serve process that holds the selector's state during concurrent
-/feedback traffic, then a restart, N times; every feedback that got a 200 must be in the posteriors
-(issue 8).
+/feedback traffic, then a restart, N times; every feedback that got a 200 must be in the posteriors.
 
 Each cycle: clients route and give explicit feedback from several threads; after a random moment the
 server side gets SIGKILL, mid-traffic; it comes back on the same state file; then the posteriors are

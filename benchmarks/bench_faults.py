@@ -1,6 +1,6 @@
-"""Fault tolerance of the Router-R1 trainer on a real local Ray cluster (issue 8, "Fault tolerance").
+"""Fault tolerance of the Router-R1 trainer on a real local Ray cluster.
 
-Two runs of the real job (``rlrouter.learner.job.run``: vLLM rollout actor, Ray Train learner, replay
+Two runs of the real job (``rlrouter.trainer.job.run``: vLLM rollout actor, Ray Train learner, replay
 pool) with the same seed:
 
 * ``clean``: uninterrupted;
@@ -36,6 +36,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from rlrouter.data.io import read_jsonl  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 # wall-clock and throughput figures differ between any two runs; everything else must match
 NONDETERMINISTIC = re.compile(r"^(time/|rollout/tokens_per_s|sync/share_of_step)")
@@ -61,7 +63,7 @@ def my_ray_processes(pattern: str) -> list[Any]:
 def logged_steps(path: Path) -> list[int]:
     if not path.exists():
         return []
-    return [json.loads(x)["step"] for x in path.read_text().splitlines() if x.strip()]
+    return [row["step"] for _, row in read_jsonl(path)]
 
 
 class Injector(threading.Thread):
@@ -116,7 +118,7 @@ def compose(name: str, steps: int, out: Path, shared: Path) -> Any:
 def run_once(name: str, steps: int, shared: Path, rollout_after: int | None, learner_after: int | None) -> dict:
     import shutil
 
-    from rlrouter.learner.job import run
+    from rlrouter.trainer.job import run
 
     out = ROOT / "outputs" / "bench_faults" / name
     shutil.rmtree(out, ignore_errors=True)
@@ -127,7 +129,7 @@ def run_once(name: str, steps: int, shared: Path, rollout_after: int | None, lea
     report = run(cfg)
     wall = time.perf_counter() - t0
     inj.stop.set()
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    lines = [row for _, row in read_jsonl(out / "metrics.jsonl")]
     return {"name": name, "wall_s": round(wall, 1), "train_s": round(report["train_s"], 1),
             "faults": inj.events, "logged_steps": [x["step"] for x in lines], "lines": lines,
             "per_step": [{k: x[k] for k in ("step", *PLOT_KEYS) if k in x} for x in lines],

@@ -1,4 +1,4 @@
-"""Hostile input against the Serve API (issue 8, "Hostile input"): schemathesis fuzzing from the app's own
+"""Hostile input against the Serve API: schemathesis fuzzing from the app's own
 OpenAPI schema, plus hand-made attacks the schema cannot describe (oversized and endless bodies, broken
 JSON, slow clients, keys of other users).
 

@@ -1,4 +1,4 @@
-"""GMTRouter vs baselines on held-out interactions of the personalization set (issue 6, "Measure").
+"""GMTRouter vs baselines on held-out interactions of the personalization set.
 
 For each seed: simulate the personalization set over RouteLLM's logged outcomes, build the graph,
 hold out 25% of users entirely (few-shot) and, for the rest, the latest 25% of conversations (test)
@@ -39,10 +39,10 @@ import torch  # noqa: E402
 
 from rlrouter.gmt.baselines import BestSingle, GlobalThompson, PerUserBeta, QueryMLP  # noqa: E402
 from rlrouter.distributed.resources import ResourceSpec  # noqa: E402
-from rlrouter.gmt.job import DataConfig, GMTJobConfig, prepare  # noqa: E402
+from rlrouter.gmt.job import GMTDataConfig, GMTJobConfig, prepare  # noqa: E402
 from rlrouter.gmt.model import GMTModelConfig  # noqa: E402
 from rlrouter.gmt.simulate import SimConfig  # noqa: E402
-from rlrouter.gmt.train import (GroupBatch, TrainConfig, evaluate, first_k_interactions, fit,  # noqa: E402
+from rlrouter.gmt.train import (GroupBatch, GMTTrainConfig, evaluate, first_k_interactions, fit,  # noqa: E402
                                 pairwise_metrics, temporal_split, to_jsonable)
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -55,9 +55,9 @@ def metrics_of(scores: torch.Tensor, batch: GroupBatch) -> dict[str, float]:
 
 def run_seed(seed: int, args) -> dict:
     t0 = time.perf_counter()
-    job = GMTJobConfig(seed=seed, data=DataConfig(sim=SimConfig(seed=seed), few_shot_ks=args.ks),
+    job = GMTJobConfig(seed=seed, data=GMTDataConfig(sim=SimConfig(seed=seed), few_shot_ks=args.ks),
                        model=GMTModelConfig(),
-                       train=TrainConfig(epochs=args.epochs, seed=seed, eval_every=2, patience=40,
+                       train=GMTTrainConfig(epochs=args.epochs, seed=seed, eval_every=2, patience=40,
                                          threads=args.threads),
                        resources=ResourceSpec(ray_train=False))
     with tempfile.TemporaryDirectory() as tmp:

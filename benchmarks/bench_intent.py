@@ -1,4 +1,4 @@
-"""Intent classifier: supervised vs PPO fine-tuning on a held-out MMLU split (issue 7).
+"""Intent classifier: supervised vs PPO fine-tuning on a held-out MMLU split.
 
     python benchmarks/bench_intent.py               # the main run: supervised_then_rl, Ray Train, 2 workers
     python benchmarks/bench_intent.py --variants    # + PPO variants (rl_only from the same supervised adapter)
@@ -85,12 +85,13 @@ def plot(result: dict, variants: dict, path: Path) -> None:
 
 def reevaluate(run_dir: Path) -> dict:
     """The main run's result with its table measured again (same adapters, same held-out split)."""
+    from rlrouter.config import typed_config
     from rlrouter.intent.job import IntentJobConfig, build_splits, evaluate_adapters, format_table
 
     result = json.loads((run_dir / "metrics.json").read_text())
     from rlrouter.intent.job import EvalConfig
 
-    job = IntentJobConfig.from_dict(result["config"])
+    job = typed_config(IntentJobConfig, result["config"])
     job.eval = EvalConfig()  # this version's timing protocol (round-robin, median)
     splits = build_splits(job.data, job.seed)
     adapters = run_dir / "adapters"
@@ -105,11 +106,12 @@ def retime() -> None:
     """Measure every adapter of intent.json again in one round-robin pass (the machine is shared: rows
     timed in separate runs saw different loads), then rewrite the table. Quality metrics are recomputed
     too; they must not change."""
+    from rlrouter.config import typed_config
     from rlrouter.intent.job import EvalConfig, IntentJobConfig, build_splits, evaluate_adapters, format_table
 
     out = RESULTS / "intent.json"
     doc = json.loads(out.read_text())
-    job = IntentJobConfig.from_dict(doc["main"]["config"])
+    job = typed_config(IntentJobConfig, doc["main"]["config"])
     job.eval = EvalConfig()
     splits = build_splits(job.data, job.seed)
     dirs = {"supervised": RUN_DIR / "main" / "adapters" / "supervised", "rl": RUN_DIR / "main" / "adapters" / "rl"}

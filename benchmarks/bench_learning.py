@@ -1,10 +1,10 @@
-"""Does RL improve the Router-R1 policy? Held-out learning curves of the main job, arm by arm (issue 13).
+"""Does RL improve the Router-R1 policy? Held-out learning curves of the main job, arm by arm.
 
     .venv/bin/python benchmarks/bench_learning.py [--arms grpo,ppo] [--steps 16] [--eval-every 2]
                                                   [--set train.prompts_per_step=8 ...] [--quick]
     .venv/bin/python benchmarks/bench_learning.py --arms '' --from-report sanity=outputs/<run>/report.json --keep-arms
 
-Every arm is the main job itself (``rlrouter.learner.job.run``, the config ``make run`` composes, plus the
+Every arm is the main job itself (``rlrouter.trainer.job.run``, the config ``make run`` composes, plus the
 arm's overrides): the untrained policy is evaluated, a supervised cold start teaches the format, the
 held-out questions are evaluated greedily right after it (step 0: the cold-start level) and every
 ``--eval-every`` RL steps, then the final policy and the baselines. Arms run one after another in one
@@ -40,7 +40,7 @@ ARMS: dict[str, list[str]] = {
     "grpo": [],
     "ppo": ["algo=ppo"],
     "trl": [],
-    # RL with no cold start on the graded format reward alone (issue 13's sanity run): the untrained policy
+    # the sanity run: RL with no cold start on the graded format reward alone: the untrained policy
     # writes no valid trajectory, so 8 samples a prompt at T 0.7 give GRPO's groups some spread, and the
     # turn opens with "<think>" as the prompt's example does (not "<think>\n"), which the policy then continues
     # by copying the example's closed thought (docs/benchmarks.md)
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     shared = [f"train.total_steps={args.steps}", f"train.eval_every={args.eval_every}", *args.set]
     if args.quick:
         shared = ["debug=cpu", "eval.num_questions=2", *shared]
-    from rlrouter.learner.job import run
+    from rlrouter.trainer.job import run
 
     t_all = time.perf_counter()
     results: dict[str, Any] = {}

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_learning_trl.py SPEC.json OUT.json
 
-Time to quality against TRL (issue 13): the same model and start (the shared cold-start checkpoint's LoRA
+Time to quality against TRL: the same model and start (the shared cold-start checkpoint's LoRA
 adapter, trained further, as our GRPO arm does), the same data (the job's train split; the same 32
 held-out questions), the same reward (the run's ``conf/reward`` group, scored by the loop's own
 ``score_trajectories``) and the same batch (``prompts_per_step`` x ``n_samples`` trajectories per
@@ -48,10 +48,12 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from benchmarks.bench_learning import compose
-    from rlrouter.data.build import load_split
-    from rlrouter.eval.router_r1 import held_out_summary
-    from rlrouter.learner.job import _container, ensure_data, env_config, set_reference, train_config
-    from rlrouter.learner.loop import build_reward, held_out_reward
+    from rlrouter.data.build import load_router_r1_split
+    from rlrouter.trainer.report import held_out_summary
+    from rlrouter.config import to_plain
+    from rlrouter.data.job import ensure_data
+    from rlrouter.trainer.job import env_config, set_reference, train_config
+    from rlrouter.trainer.router_r1 import build_train_reward, held_out_reward
     from rlrouter.rewards.router_r1 import score_trajectories
     from rlrouter.models import load_causal_lm, load_tokenizer
     from rlrouter.pool.pool import CandidatePool
@@ -63,12 +65,12 @@ def main() -> None:
     lcfg = train.learner_cfg
     torch.manual_seed(train.seed)
     train_path, test_path = ensure_data(cfg)
-    items = load_split(train_path)
-    eval_items = load_split(test_path)[: cfg.eval.num_questions]
-    pool = CandidatePool.from_config(_container(cfg.pool))
+    items = load_router_r1_split(train_path)
+    eval_items = load_router_r1_split(test_path)[: cfg.eval.num_questions]
+    pool = CandidatePool.from_config(to_plain(cfg.pool))
     candidates = pool.names
     set_reference(train, pool, items)  # the job's reference cost scale, from the same training questions
-    reward = build_reward(train, candidates)
+    reward = build_train_reward(train, candidates)
     tok = load_tokenizer(cfg.model)
     base = load_causal_lm(cfg.model, dtype="float32")
     model = PeftModel.from_pretrained(base, str(Path(spec["init_from"]) / "adapter"), is_trainable=True)

@@ -1,4 +1,4 @@
-"""How much a small local LLM's confidence features say about who wins, on RouteLLM's MMLU logs (issue 17).
+"""How much a small local LLM's confidence features say about who wins, on RouteLLM's MMLU logs.
 
 Reads ``../shared/data/routellm/mmlu/*.csv`` and each prompt's ``LM_FEATURES`` (``rlrouter.eval.confidence``,
 from the disk cache after the first pass: 46.5 min for 13,074 prompts on 2 cores), and writes the

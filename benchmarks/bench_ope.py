@@ -32,11 +32,12 @@ def routers_on_test(max_prompts: int, seed: int):
     from hydra import compose, initialize_config_dir
 
     from rlrouter.eval.baselines import oracle_decisions
-    from rlrouter.eval.job import _embedder, _plain, load_eval_set, split_by_question, subsample
+    from rlrouter.config import to_plain_dict
+    from rlrouter.eval.job import _embedder, load_eval_set, split_by_question, subsample
     from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = _plain(compose(config_name="evaluate_router", overrides=["output_dir=/tmp/unused"]))
+        cfg = to_plain_dict(compose(config_name="evaluate_router", overrides=["output_dir=/tmp/unused"]))
     ev = cfg["eval"]
     full = subsample(load_eval_set(ev), max_prompts, seed)
     tr, te = split_by_question(full, ev["split"]["test_fraction"], ev["split"]["seed"])

@@ -1,4 +1,5 @@
-"""Router-R1 trainer benchmarks (issue 3, "Measure"). Writes benchmarks/results/router_r1.json + .png.
+"""Router-R1 trainer benchmarks: rollout throughput, step time against TRL, weight-sync share.
+Writes benchmarks/results/router_r1.json + .png.
 
     .venv/bin/python benchmarks/bench_router_r1.py [--quick] [--parts rollout,step] [--steps 4]
 
@@ -116,16 +117,16 @@ class Context:
     """What every part shares: the job's config, data, pool, tokenizer."""
 
     def __init__(self, overrides: list[str]):
-        from rlrouter.data.build import load_split
-        from rlrouter.learner.job import ensure_data
+        from rlrouter.data.build import load_router_r1_split
+        from rlrouter.data.job import ensure_data
         from rlrouter.models import load_tokenizer, resolve_model
         from rlrouter.pool.pool import CandidatePool
 
         self.cfg = compose(overrides)
         train_path, test_path = ensure_data(self.cfg)
         self.train_path = train_path
-        self.train_items = load_split(train_path)
-        self.test_items = load_split(test_path)
+        self.train_items = load_router_r1_split(train_path)
+        self.test_items = load_router_r1_split(test_path)
         self.pool_cfg = container(self.cfg.pool)
         self.pool = CandidatePool.from_config(self.pool_cfg)
         self.candidates = self.pool.names
@@ -141,27 +142,27 @@ class Context:
         return render_chat(self.tokenizer, build_prompt(question, self.cand_objs, max_turns)) + prefill
 
     def train(self):
-        from rlrouter.learner.job import set_reference, train_config
+        from rlrouter.trainer.job import set_reference, train_config
 
         train = train_config(self.cfg, train_path=self.train_path)
         set_reference(train, self.pool, self.train_items)  # the job's reference cost scale
         return train
 
     def resources(self):
-        from rlrouter.learner.job import resource_spec
+        from rlrouter.trainer.job import resource_spec
 
         return resource_spec(self.cfg)
 
     def engine(self, enable_lora: bool) -> dict[str, Any]:
         # the job's own builder: LoRA in the engine only for the lora transport
-        from rlrouter.learner.job import engine_config
+        from rlrouter.trainer.job import engine_config
 
         train = self.train()
         train.sync = "lora" if enable_lora else "tensors"
         return engine_config(self.cfg, train)
 
     def env(self, **changes: Any) -> dict[str, Any]:
-        from rlrouter.learner.job import env_config
+        from rlrouter.trainer.job import env_config
 
         return env_config(self.cfg, self.train(), **changes)
 
@@ -307,9 +308,10 @@ def _train_config(ctx: Context, sizes: Sizes, out_dir: Path, transport: str, ste
 
 def run_ours(ctx: Context, sizes: Sizes, transport: str, out_dir: Path) -> dict[str, Any]:
     """Our trainer exactly as the job runs it (RolloutGroup + LearnerGroup on Ray Train), single turn."""
+    from rlrouter.data.io import read_jsonl
     from rlrouter.learner.group import LearnerGroup
-    from rlrouter.metrics import read_jsonl
     from rlrouter.rollout.group import RolloutGroup
+    from rlrouter.trainer.router_r1 import RouterR1Trainer
 
     train = _train_config(ctx, sizes, out_dir, transport, sizes.steps)
     # beta 0 as in the TRL run: no KL term, so no reference forward pass on either side
@@ -324,14 +326,15 @@ def run_ours(ctx: Context, sizes: Sizes, transport: str, out_dir: Path) -> dict[
         # env max_turns=0: the prompt states no call limit, the same text as the TRL arm's
         threads = actor_threads(group)
         t0 = time.perf_counter()
-        result = LearnerGroup(train, ctx.resources(), max_failures=0, run_name=f"bench_{transport}").fit(
-            group, ctx.candidates, ctx.train_items, [])
+        with LearnerGroup(train, ctx.resources(), max_failures=0, run_name=f"bench_{transport}") as learners:
+            RouterR1Trainer(train, group, learners, ctx.candidates, ctx.train_items, []).fit()
+        result = learners.result
         fit_s = time.perf_counter() - t0
         if getattr(result, "error", None):
             raise RuntimeError(f"ours ({transport}): training failed: {result.error}")
     finally:
         group.shutdown()
-    rows = read_jsonl(out_dir / "metrics.jsonl")
+    rows = [row for _, row in read_jsonl(out_dir / "metrics.jsonl")]
     timed = rows[1:] if len(rows) > 1 else rows
     phases = {p: median([r[f"time/{p}"] for r in timed]) for p in PHASES}
     step_s = median([r["time/step_s"] for r in timed])

@@ -55,12 +55,12 @@ def logged_items(exclude: set[str]) -> list[dict]:
 
 
 def excluded_prompts(paths: list[str]) -> set[str]:
-    from rlrouter.data.build import load_split
+    from rlrouter.data.build import load_router_r1_split
     from rlrouter.data.logged import normalize_prompt
 
     out: set[str] = set()
     for p in paths:
-        out |= {normalize_prompt(it["query"]) for it in load_split(p)}
+        out |= {normalize_prompt(it["query"]) for it in load_router_r1_split(p)}
     return out
 
 
@@ -212,7 +212,7 @@ def evaluate_run(run_dir: str, questions: int) -> str:
     import yaml
     from datasets import Dataset
 
-    from rlrouter.data.build import load_split
+    from rlrouter.data.build import load_router_r1_split
     from rlrouter.data.logged import normalize_prompt
 
     run = Path(run_dir).resolve()
@@ -221,21 +221,21 @@ def evaluate_run(run_dir: str, questions: int) -> str:
     if not ckpts:
         raise SystemExit(f"{run}: no checkpoints")
     train_path = Path(cfg["data"]["out_dir"]) / "train.parquet"
-    seen = {normalize_prompt(it["query"]) for it in load_split(train_path)}
+    seen = {normalize_prompt(it["query"]) for it in load_router_r1_split(train_path)}
     data = ROOT / "outputs" / "data" / f"heldout_{run.name}_{questions}"
     if not (data / "test.parquet").exists():
         per_task = questions // 2
         # seed 0's shuffle puts the run's own test questions first; the run's training questions are removed
         subprocess.run([sys.executable, str(ROOT / "jobs" / "prepare_data.py"), "data.train_size=2",
                         f"data.test_size={2 * (per_task + 300)}", f"data.out_dir={data}"], check=True, cwd=ROOT)
-        rows = [r for r in load_split(data / "test.parquet") if normalize_prompt(r["query"]) not in seen]
+        rows = [r for r in load_router_r1_split(data / "test.parquet") if normalize_prompt(r["query"]) not in seen]
         by_task: dict[str, list] = {}
         for r in rows:
             by_task.setdefault(r["source"], []).append(r)
         held = [r for t in sorted(by_task) for r in by_task[t][:per_task]]
         Dataset.from_list(held).to_parquet(str(data / "test.parquet"))
-        Dataset.from_list(load_split(train_path)).to_parquet(str(data / "train.parquet"))
-    n = len(load_split(data / "test.parquet"))
+        Dataset.from_list(load_router_r1_split(train_path)).to_parquet(str(data / "train.parquet"))
+    n = len(load_router_r1_split(data / "test.parquet"))
     out_name = f"{run.name}_heldout{n}"
     alpha = cfg["reward"].get("alpha", cfg["reward"].get("params", {}).get("alpha"))
     cmd = [sys.executable, str(ROOT / "jobs" / "train_router_r1.py"), f"run_name={out_name}", f"data.out_dir={data}",

@@ -1,4 +1,4 @@
-"""Benchmarks of the online selector (issue 4). Writes JSON + PNG to benchmarks/results/.
+"""Benchmarks of the online selector. Writes JSON + PNG to benchmarks/results/.
 
 Parts (``--parts regret,decisions,latency``, all by default):
 
@@ -7,7 +7,7 @@ Parts (``--parts regret,decisions,latency``, all by default):
   (MiniLM query embeddings), plus the oracle (0 by definition), the best fixed candidate in hindsight
   and random, averaged over ``--seeds`` shuffles. Regret is against the per-query oracle; the reward is
   Router-R1's with a correct format, R = (1 - alpha) correct + alpha (1 - normalised cost), reported for
-  each ``--alphas`` (0 = plain correctness; 0.3 = the issue's default cost_reward_alpha). The bandits run
+  each ``--alphas`` (0 = plain correctness; 0.3 = the default cost_reward_alpha). The bandits run
   with cost_awareness off, since the reward already prices cost. The contextual policy sees the MiniLM
   embedding of each query's first 48 tokens (the CPU budget of a 2-core machine: 13k full prompts take
   ~25 CPU-minutes); embeddings are cached under outputs/cache/.

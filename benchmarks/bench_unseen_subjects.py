@@ -1,4 +1,4 @@
-"""Routers on MMLU subjects they never saw: leave-subjects-out evaluation over several seeds (issue 17).
+"""Routers on MMLU subjects they never saw: leave-subjects-out evaluation over several seeds.
 
 For each seed the evaluate_router job holds out ``--holdout`` MMLU subjects of ``../shared/data`` (drawn
 with that seed; GSM8K and the other subjects train), trains every router on the rest and replays all of

@@ -1,4 +1,4 @@
-"""GMTRouter's user with no history on MMLU subjects it never saw (issue 17, item 4).
+"""GMTRouter's user with no history on MMLU subjects it never saw.
 
 Per seed of the leave-subjects-out protocol (``bench_unseen_subjects.py``):
 
@@ -57,13 +57,14 @@ def eval_cfg(seed: int, holdout: int) -> dict:
 def gmt_job(seed: int, logged: Path, out: Path, cold_frac: float, epochs: int, threads: int, patience: int = 40):
     """The GMTRouter job's default config, simulated users over ``logged``, one rank in this process."""
     from rlrouter.distributed.resources import ResourceSpec, RoleSpec
-    from rlrouter.gmt.job import DataConfig, GMTJobConfig
+    from rlrouter.gmt.job import GMTDataConfig, GMTJobConfig
     from rlrouter.gmt.simulate import SimConfig
-    from rlrouter.gmt.train import TrainConfig
+    from rlrouter.gmt.train import GMTTrainConfig
 
-    return GMTJobConfig(seed=seed, output_dir=str(out), data=DataConfig(logged=str(logged), sim=SimConfig(seed=seed)),
-                        train=TrainConfig(seed=seed, epochs=epochs, cold_frac=cold_frac, threads=threads,
-                                          patience=patience),
+    data = GMTDataConfig(logged=str(logged), sim=SimConfig(seed=seed))
+    return GMTJobConfig(seed=seed, output_dir=str(out), data=data,
+                        train=GMTTrainConfig(seed=seed, epochs=epochs, cold_frac=cold_frac, threads=threads,
+                                             patience=patience),
                         resources=ResourceSpec(learner=RoleSpec(num_workers=1, num_cpus=1, num_gpus=0), ray_train=False))
 
 

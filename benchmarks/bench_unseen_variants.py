@@ -1,4 +1,4 @@
-"""Router variants tried for issue 17 on the unseen-subjects split, and the MF diagnosis, in one script.
+"""Router variants tried and not kept on the unseen-subjects split, and the MF diagnosis, in one script.
 
 ``bench_unseen_subjects.py`` holds the routers kept; this script measures the ideas that were tried
 around them, on the same leave-subjects-out splits (the evaluate_router job's ``load_split``, seeds 0-2,

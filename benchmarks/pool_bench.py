@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -32,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
+from rlrouter.data.io import read_jsonl  # noqa: E402
 from rlrouter.data.logged import load_routellm  # noqa: E402
 from rlrouter.pool import Candidate, CandidatePool  # noqa: E402
 from rlrouter.pool.options import estimate_tokens  # noqa: E402
@@ -72,7 +74,7 @@ def bench_replay(src: str) -> dict:
     for thr in (0.3, 0.4, 0.5, 0.6, 0.7):
         out[f"fuzzy_stem_recall@{thr}"] = float(np.mean(
             [row == i and sim >= thr for (row, sim), i in zip(found, sample, strict=True)]))
-    train = [json.loads(x)["question"] for x in (Path(src) / "gsm8k" / "train.jsonl").read_text().splitlines()[:500]]
+    train = [row["question"] for _, row in itertools.islice(read_jsonl(Path(src) / "gsm8k" / "train.jsonl"), 500)]
     sims = [fz.best(q)[1] for q in train]
     for thr in (0.3, 0.4, 0.5, 0.6, 0.7):
         out[f"fuzzy_false_match_rate@{thr}"] = float(np.mean([s >= thr for s in sims]))

@@ -1,4 +1,4 @@
-"""Train GMTRouter (issue 6): ``python jobs/train_gmtrouter.py [overrides]``.
+"""Train GMTRouter: ``python jobs/train_gmtrouter.py [overrides]``.
 
 Thin Hydra wrapper; the job is ``rlrouter.gmt.job.run`` (conf/train_gmtrouter.yaml).
 """

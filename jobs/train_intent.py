@@ -1,4 +1,4 @@
-"""Train the intent classifier (issue 7): ``python jobs/train_intent.py [overrides]``.
+"""Train the intent classifier: ``python jobs/train_intent.py [overrides]``.
 
 Thin Hydra wrapper; the job is ``rlrouter.intent.job.run`` (conf/train_intent.yaml).
 """

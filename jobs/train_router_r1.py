@@ -15,7 +15,7 @@ except ModuleNotFoundError as e:  # a submitted job's `python` is the one on the
 from omegaconf import DictConfig
 
 from rlrouter.data.job import apply_epochs
-from rlrouter.learner.job import run
+from rlrouter.trainer.job import run
 from rlrouter.paths import export_root
 
 

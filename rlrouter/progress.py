@@ -1,4 +1,4 @@
-"""Long work shows itself (issue 16): a tqdm bar on a terminal, one plain line per step otherwise
+"""Long work shows itself: a tqdm bar on a terminal, one plain line per step otherwise
 (a log file, ``ray job logs``, CI), where a bar's carriage returns would make one unreadable line."""
 
 from __future__ import annotations

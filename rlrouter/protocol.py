@@ -8,7 +8,7 @@ Router-R1 (arXiv 2506.09033, Sec. 3) has the policy write::
     <think> ... </think>
     <answer> final answer </answer>
 
-One rule for candidate names holds everywhere (issue 15): a name matches ignoring case, the longest
+One rule for candidate names holds everywhere: a name matches ignoring case, the longest
 name that fits wins (names may hold ':' such as ``llama3:8b``), and the route carries the pool's
 spelling. So what the environment routes is exactly what the reward accepts.
 
@@ -258,12 +258,12 @@ def parse_blocks(text: str) -> list[Block]:
 def check_format(text: str, candidates: Iterable[str] | None) -> None:
     """Raise :class:`FormatError` naming the first rule the trajectory breaks.
 
-    Rules (issue 2, after Router-R1's prompt and released reward): starts with ``<think>`` and ends
+    Rules (after Router-R1's prompt and released reward): starts with ``<think>`` and ends
     with ``</answer>`` (surrounding whitespace ignored); tags balanced and not nested; no ``<think>``
     that is empty or only ``...``; exactly one ``<answer>``, not empty; every ``<search>`` is followed
     by exactly one ``<information>`` and every ``<information>`` answers a ``<search>``; every route
     reads ``model: query`` with a known candidate (:func:`match_name`) and a query that is not a
-    placeholder. Text between blocks is not judged: the issue's rules do not forbid it.
+    placeholder. Text between blocks is not judged: Router-R1's rules do not forbid it.
     """
     s = text.strip()
     if not s:
@@ -323,7 +323,7 @@ def format_progress(text: str, candidates: Iterable[str] | None) -> float:
         balanced = False
     answers = _ANSWER_RE.findall(s)
     # not vacuous: text with no action at all (a ramble the env cut off) must score below a well-formed
-    # route call, or an untrained policy's groups have no spread to learn from (issue 13)
+    # route call, or an untrained policy's groups have no spread to learn from
     routes_ok = bool(answers) or _SEARCH_RE.search(s) is not None
     for m in _SEARCH_RE.finditer(s):
         try:
@@ -333,7 +333,7 @@ def format_progress(text: str, candidates: Iterable[str] | None) -> float:
         if not s[m.end():].lstrip().startswith("<information>"):
             routes_ok = False
     # the env writes <information> only after a call (or a failed turn): one the policy wrote itself,
-    # copying the prompt's example instead of calling, must not pass (issue 13's sanity run found that)
+    # copying the prompt's example instead of calling, must not pass (RL with no cold start learned to do that)
     infos_ok = all(s[:m.start()].rstrip().endswith("</search>") for m in _INFO_RE.finditer(s))
     passed = [s.startswith("<think>"),
               any(t.strip() and not _ONLY_DOTS.match(t) for t in _THINK_RE.findall(s)),

@@ -8,7 +8,7 @@ system) or a URI that ``pyarrow.fs`` opens (``s3://``, ``gs://``, ``file://``). 
 Without a storage location: an explicit ``out_dir`` wins; a local run writes to ``outputs/<run_name>``
 in the project; a job submitted with ``ray job submit --working-dir`` writes to ``~/rlrouter_results/<run_name>``
 on the node running the job (the head, as Ray Train's ``~/ray_results``), never into the job's package
-folder, which Ray deletes (issue 16). docs/operations.md "Where a job writes".
+folder, which Ray deletes. docs/operations.md "Where a job writes".
 """
 
 from __future__ import annotations
@@ -94,13 +94,20 @@ class RunStorage:
     def where(self) -> str:
         return self.remote or str(self.local)
 
+    def checkpoints(self) -> str:
+        """Where the learner ranks put checkpoints, from whichever node they run on: ``<run>/checkpoints``
+        at the URI (each rank uploads what it wrote), or in the run's folder (a path every node must see)."""
+        return join(self.remote, "checkpoints") if self.remote else str(self.local / "checkpoints")
+
     def banner(self) -> str:
         return f"storage: reports, checkpoints and plots go to {self.where()} ({self.why})"
 
     def prepare(self, resume: bool = False) -> Path:
         """The local folder to write; on resume from a URI, the stored run is copied into it first."""
         if self.remote is not None and resume:
-            self._copy(self.remote, str(self.local), download=True)
+            # the driver's files (config, metrics); the learner ranks read checkpoints at the URI themselves
+            for name in _entries(self.remote, skip=("checkpoints", "ray_train")):
+                self._copy(join(self.remote, name), str(self.local / name), download=True)
         self.local.mkdir(parents=True, exist_ok=True)
         return self.local
 
@@ -120,12 +127,96 @@ class RunStorage:
             info = remote_fs.get_file_info(path)
             if info.type == fs.FileType.NotFound:
                 return  # nothing stored yet: a fresh start
-            Path(dst).mkdir(parents=True, exist_ok=True)
+            if info.type == fs.FileType.File:
+                Path(dst).parent.mkdir(parents=True, exist_ok=True)
+            else:
+                Path(dst).mkdir(parents=True, exist_ok=True)
             fs.copy_files(path, dst, source_filesystem=remote_fs, destination_filesystem=fs.LocalFileSystem())
         else:
             remote_fs, path = fs.FileSystem.from_uri(dst)
             remote_fs.create_dir(path, recursive=True)
             fs.copy_files(src, path, source_filesystem=fs.LocalFileSystem(), destination_filesystem=remote_fs)
+
+
+# ---- one folder API over a path or a URI (what the learner ranks use for checkpoints) -------------------
+
+def join(location: str, *parts: str) -> str:
+    """``location/part/...`` for a path or a URI (``Path`` would turn ``s3://b`` into ``s3:/b``)."""
+    if is_uri(location):
+        return "/".join([location.rstrip("/"), *[p.strip("/") for p in parts]])
+    return str(Path(location, *parts))
+
+
+def _fs(location: str) -> tuple[Any, str]:
+    from pyarrow import fs
+
+    if is_uri(location):
+        return fs.FileSystem.from_uri(location)
+    return fs.LocalFileSystem(), str(Path(location).expanduser().resolve())
+
+
+def _entries(location: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """Names directly in ``location`` (files and folders), without ``skip``; none if it does not exist."""
+    from pyarrow import fs
+
+    filesystem, path = _fs(location)
+    if filesystem.get_file_info(path).type == fs.FileType.NotFound:
+        return []
+    return sorted(n for n in (Path(i.path).name for i in filesystem.get_file_info(fs.FileSelector(path)))
+                  if n not in skip)
+
+
+def exists(location: str) -> bool:
+    from pyarrow import fs
+
+    filesystem, path = _fs(location)
+    return filesystem.get_file_info(path).type != fs.FileType.NotFound
+
+
+def list_dirs(location: str) -> list[str]:
+    """Names of the folders directly in ``location`` (none if it does not exist), sorted."""
+    from pyarrow import fs
+
+    filesystem, path = _fs(location)
+    if filesystem.get_file_info(path).type == fs.FileType.NotFound:
+        return []
+    infos = filesystem.get_file_info(fs.FileSelector(path, recursive=False))
+    return sorted(Path(i.path).name for i in infos if i.type == fs.FileType.Directory)
+
+
+def upload(local_dir: str | Path, location: str, only: list[str] | None = None) -> None:
+    """Copy the files of ``local_dir`` (or just the names in ``only``) into ``location``; files already
+    there from other writers stay (every FSDP rank adds its own shards to one checkpoint)."""
+    from pyarrow import fs
+
+    filesystem, path = _fs(location)
+    filesystem.create_dir(path, recursive=True)
+    if only is None:
+        fs.copy_files(str(local_dir), path, source_filesystem=fs.LocalFileSystem(), destination_filesystem=filesystem)
+        return
+    for name in only:
+        src = Path(local_dir) / name
+        dst = f"{path.rstrip('/')}/{name}"
+        if src.is_dir():
+            filesystem.create_dir(dst, recursive=True)
+        fs.copy_files(str(src), dst, source_filesystem=fs.LocalFileSystem(), destination_filesystem=filesystem)
+
+
+def download(location: str, local_dir: str | Path) -> Path:
+    from pyarrow import fs
+
+    filesystem, path = _fs(location)
+    Path(local_dir).mkdir(parents=True, exist_ok=True)
+    fs.copy_files(path, str(local_dir), source_filesystem=filesystem, destination_filesystem=fs.LocalFileSystem())
+    return Path(local_dir)
+
+
+def remove(location: str) -> None:
+    filesystem, path = _fs(location)
+    try:
+        filesystem.delete_dir(path)
+    except (FileNotFoundError, OSError):
+        pass
 
 
 def clear_local(storage: RunStorage) -> None:

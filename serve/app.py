@@ -9,10 +9,13 @@ API). Import path ``serve.app:app`` (defaults) or ``serve.app:build_app`` with a
   at start (a corrupt or foreign file fails the start with a clear error, after being moved aside),
   saves every ``auto_save_interval`` from a background thread, and saves once more on shutdown.
 - ``serving.selector_in_ingress: true`` (default): that replica is also the HTTP ingress (FastAPI,
-  ``rlrouter.serving.api.create_app``), so ``/route`` costs no actor hop (issue 4 latency). ``false``:
+  ``rlrouter.serving.api.create_app``), so ``/route`` costs no actor hop (latency). ``false``:
   a separate ``Ingress`` deployment calls it through its handle; its replicas may scale out and hold
   no learned state. Either way the ingress proxies chat completions through the candidate pool, and
   the trained routers (below) are their own deployments, reached by handles only when configured.
+- Served routers: optional. ``routers: {name: {path, state}}`` names router folders written by
+  jobs/train_router.py; one ``ServedRoutersDeployment`` holds them all, and a request's ``model:
+  "router-<name>-<threshold>"`` picks one (``rlrouter.serving.router_models``).
 - Router-R1 policy: optional. ``router_r1.import_path`` names a deployment class with an async
   ``route(query) -> {selected_model, thinking, full_response}``; it is bound and passed to the ingress,
   which then answers ``/router_r1/route`` with it. Without one the selector answers, and says so.
@@ -40,7 +43,7 @@ from rlrouter.serving.service import RouterService
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "conf" / "selector" / "rl_driven.yaml"
-# the logged replays plus SmolLM2 on a local vLLM engine: prompts nobody logged get a real answer (issue 16)
+# the logged replays plus SmolLM2 on a local vLLM engine: prompts nobody logged get a real answer
 DEFAULT_POOL = ROOT / "conf" / "pool" / "replay_plus_smollm2.yaml"
 
 
@@ -125,11 +128,14 @@ def _ingress_ports() -> Any:
 
 
 def _install_service(selector: Any, config: dict[str, Any], router_r1: DeploymentHandle | None,
-                     gmt: DeploymentHandle | None, intent: DeploymentHandle | None) -> None:
+                     gmt: DeploymentHandle | None, intent: DeploymentHandle | None,
+                     routers: DeploymentHandle | None = None) -> None:
     """Build this process's RouterService around ``selector`` (a SelectorClient) and serve it over HTTP.
 
     The API keys arrive as ``config["api_key_digests"]``: read once where the app was built."""
-    from serve.routers import HandleGMT, HandleIntent
+    from serve.routers import HandleGMT, HandleIntent, HandleServedRouters
+
+    from rlrouter.serving.served_routers import read_manifests
 
     from rlrouter.pool.pool import CandidatePool
 
@@ -146,7 +152,10 @@ def _install_service(selector: Any, config: dict[str, Any], router_r1: Deploymen
     service = RouterService(selector, selector_cfg, serving, pool.names, pool=pool, router_r1_policy=policy,
                             gmt=HandleGMT(gmt) if gmt is not None else None,
                             intent=HandleIntent(intent) if intent is not None else None, name_map=name_map,
-                            ingress_ports=_ingress_ports())
+                            ingress_ports=_ingress_ports(),
+                            served_routers=HandleServedRouters(routers) if routers is not None else None,
+                            router_manifests=read_manifests(config.get("routers") or {}) if routers is not None
+                            else None)
     install(service, ApiKeyAuth.from_digests(config["api_key_digests"]))
 
 
@@ -156,10 +165,10 @@ class SelectorReplica:
 
     def __init__(self, selector_cfg: dict[str, Any], candidates: list[str], app_config: dict[str, Any] | None = None,
                  router_r1: DeploymentHandle | None = None, gmt: DeploymentHandle | None = None,
-                 intent: DeploymentHandle | None = None):
+                 intent: DeploymentHandle | None = None, routers: DeploymentHandle | None = None):
         self.host = SelectorHost(Selector(SelectorConfig.from_dict(selector_cfg), candidates), on_result=_metrics())
         if app_config is not None:
-            _install_service(self.host, app_config, router_r1, gmt, intent)
+            _install_service(self.host, app_config, router_r1, gmt, intent, routers)
 
     async def call(self, method: str, kwargs: dict[str, Any]) -> tuple:
         return await self.host.run(method, kwargs)
@@ -201,8 +210,8 @@ class Ingress:
 
     def __init__(self, selector: DeploymentHandle, config: dict[str, Any],
                  router_r1: DeploymentHandle | None = None, gmt: DeploymentHandle | None = None,
-                 intent: DeploymentHandle | None = None):
-        _install_service(HandleSelectorClient(selector), config, router_r1, gmt, intent)
+                 intent: DeploymentHandle | None = None, routers: DeploymentHandle | None = None):
+        _install_service(HandleSelectorClient(selector), config, router_r1, gmt, intent, routers)
 
 
 def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -223,6 +232,8 @@ def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
         p = Path(pool_src)
         pool_src = yaml.safe_load((p if p.is_absolute() else ROOT / p).read_text())
     cfg["pool"] = pool_src
+    if "routers" in args:  # {name: folder} or {name: {path, state}}: routers saved by jobs/train_router.py
+        cfg["routers"] = {**(cfg.get("routers") or {}), **(args.pop("routers") or {})}
     for key in ("selector", "serving", "router_r1", "gmtrouter", "intent"):
         if key in args:
             value = args.pop(key) or {}
@@ -237,12 +248,15 @@ def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
         cfg["pool"] = {**cfg["pool"], "candidates": [*cfg["pool"]["candidates"], *extra]}
     if args:
         raise ValueError(f"unknown app args {sorted(args)}; expected config, pool, add_candidates, selector, "
-                         f"serving, router_r1, gmtrouter, intent, dev")
+                         f"serving, router_r1, gmtrouter, intent, routers, dev")
     sel = dict(cfg.get("selector") or {})
     sel.setdefault("costs", _candidate_costs(cfg["pool"]))
     if sel.get("storage_path") and not Path(sel["storage_path"]).is_absolute():
         sel["storage_path"] = str(ROOT / sel["storage_path"])
     cfg["selector"] = sel
+    from rlrouter.serving.served_routers import router_entries
+
+    cfg["routers"] = router_entries(cfg.get("routers"), ROOT)
     return cfg
 
 
@@ -262,7 +276,7 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
     if r1.get("import_path"):
         mod, _, attr = r1["import_path"].partition(":")
         policy = getattr(importlib.import_module(mod), attr).bind(**(r1.get("args") or {}))
-    elif sel_cfg.router_model_path:  # VSR's router_model_path (seed 000): serve that checkpoint as the policy
+    elif sel_cfg.router_model_path:  # VSR's router_model_path: serve that checkpoint as the policy
         from serve.router_r1 import RouterR1Deployment
 
         policy = RouterR1Deployment.bind(**{"pool": cfg["pool"]["candidates"], **(r1.get("args") or {}),
@@ -273,9 +287,20 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
     intent_ck = (cfg.get("intent") or {}).get("checkpoint")
     gmt = GMTRouterDeployment.bind(gmt_ck) if gmt_ck else None
     intent = IntentDeployment.bind(intent_ck) if intent_ck else None
+    routers = None
+    if cfg["routers"]:
+        from serve.routers import ServedRoutersDeployment
+
+        from rlrouter.serving.router_models import candidate_map
+        from rlrouter.serving.served_routers import read_manifests
+
+        # fail here, naming routers.<name>, not inside a replica: folders readable, candidates in the pool
+        pool_names = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in cfg["pool"]["candidates"]}
+        candidate_map(read_manifests(cfg["routers"]), names, pool_names)
+        routers = ServedRoutersDeployment.bind(cfg["routers"])
     if serving.selector_in_ingress:
-        return SelectorIngress.bind(cfg["selector"], names, cfg, policy, gmt, intent)
-    return Ingress.bind(SelectorDeployment.bind(cfg["selector"], names), cfg, policy, gmt, intent)
+        return SelectorIngress.bind(cfg["selector"], names, cfg, policy, gmt, intent, routers)
+    return Ingress.bind(SelectorDeployment.bind(cfg["selector"], names), cfg, policy, gmt, intent, routers)
 
 
 

@@ -1,4 +1,4 @@
-"""Thin Serve deployment around ``rlrouter.serving.router_r1_policy.RouterR1Policy`` (one vLLM engine).
+"""Thin Serve deployment around ``rlrouter.rollout.policy.RouterR1Policy`` (one vLLM engine).
 
 Enable it in the app config:
     router_r1:
@@ -24,7 +24,7 @@ class RouterR1Deployment:
                  pool: str | list[dict[str, Any]] = "conf/pool/routellm_replay.yaml",
                  env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None):
         """``pool``: a pool config file, or its candidate list (``router_model_path`` passes the app's)."""
-        from rlrouter.serving.router_r1_policy import RouterR1Policy
+        from rlrouter.rollout.policy import RouterR1Policy
 
         if isinstance(pool, str):
             p = Path(pool)

@@ -1,8 +1,10 @@
-"""Thin Serve deployments around the trained GMTRouter and intent classifier (logic in rlrouter/).
+"""Thin Serve deployments around the trained GMTRouter, the intent classifier and the routers saved by
+jobs/train_router.py (logic in rlrouter/).
 
 Enabled from the app config (serve/config.yaml):
     gmtrouter: {checkpoint: outputs/gmtrouter/<run>/best}
     intent:    {checkpoint: outputs/intent/<run>/rl}
+    routers:   {mf: {path: outputs/routers/mf}, selector: {path: outputs/routers/selector, state: ...}}
 """
 
 from __future__ import annotations
@@ -64,3 +66,38 @@ class HandleIntent:
 
     async def classify(self, texts: list[str]) -> list[tuple[str, float]]:
         return await self.handle.classify.remote(texts)
+
+
+@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=64)
+class ServedRoutersDeployment:
+    """Every router of ``routers:`` in one process (one MiniLM for all); exactly one replica, so a router
+    that learns online sees every feedback."""
+
+    def __init__(self, entries: dict[str, dict[str, Any]]):
+        from rlrouter.serving.served_routers import ServedRouters
+
+        self.host = ServedRouters(entries)
+
+    def decide(self, name: str, query: str, **kwargs: Any) -> dict[str, Any]:
+        return self.host.decide(name, query, **kwargs)
+
+    def feedback(self, name: str, request_id: str, **kwargs: Any) -> dict[str, Any]:
+        return self.host.feedback(name, request_id, **kwargs)
+
+    def __del__(self) -> None:
+        host = getattr(self, "host", None)
+        if host is not None:
+            host.close()
+
+
+class HandleServedRouters:
+    """The service's served-routers client, through the deployment's handle."""
+
+    def __init__(self, handle: Any):
+        self.handle = handle
+
+    async def decide(self, name: str, query: str, **kwargs: Any) -> dict[str, Any]:
+        return await self.handle.decide.remote(name, query, **kwargs)
+
+    async def feedback(self, name: str, request_id: str, **kwargs: Any) -> dict[str, Any]:
+        return await self.handle.feedback.remote(name, request_id, **kwargs)

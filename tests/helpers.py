@@ -17,11 +17,12 @@ def hash_embed(texts: list[str]) -> np.ndarray:
     return np.asarray(out, dtype=np.float32)
 
 
-def serve_app(name: str, key: str, user: str, serving: dict, state_dir: Path):
+def serve_app(name: str, key: str, user: str, serving: dict, state_dir: Path, args: dict | None = None,
+              timeout_s: float = 180.0):
     """Deploy the Serve app (``serve.app.build_app``: the default config and pool) as ``name`` on the
     session's Ray cluster, with ``key`` for ``user`` in ``RLROUTER_API_KEYS`` (what docs/serve.md has a user
-    export) and ``serving`` overrides; yields its base URL once ``/health`` says the selector is up, and
-    deletes the app after."""
+    export), ``serving`` overrides and more app ``args`` (e.g. ``routers``); yields its base URL once
+    ``/health`` says the selector is up, and deletes the app after."""
     import importlib
     import socket
     import time
@@ -41,12 +42,12 @@ def serve_app(name: str, key: str, user: str, serving: dict, state_dir: Path):
     mp.setenv("RLROUTER_API_KEYS", f"{key}={user}")
     try:
         app = app_mod.build_app({"selector": {"storage_path": str(state_dir / "state.json"), "seed": 0},
-                                 "serving": serving})
+                                 "serving": serving, **(args or {})})
     finally:
         mp.undo()
     serve.run(app, name=name, route_prefix="/", blocking=False)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 180
+    deadline = time.time() + timeout_s
     while time.time() < deadline:
         try:
             if httpx.get(f"{url}/health", timeout=5).json().get("selector") == "ok":

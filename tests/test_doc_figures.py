@@ -133,9 +133,9 @@ GMT_FIGURES = [
       for seed in (0, 1) for label, method in (("GMTRouter", "gmtrouter"), ("per-user Beta", "per_user_beta"))],
 ]
 
-# -- README.md: benchmarks/results/unseen_{variants,subjects}.json ----------------------------------------
+# -- docs/evaluation.md: benchmarks/results/unseen_{variants,subjects}.json --------------------------------
 
-README = "README.md"
+EVALUATION = "docs/evaluation.md"
 MF_VARIANTS = ["MF (the baseline: torch seed 0, 30 epochs, ties 0.5)", "MF, torch seed 1", "MF, 5 epochs",
                "MF, ties dropped"]
 
@@ -145,14 +145,14 @@ def _mf_variants_seed0(variants: dict[str, Any]) -> str:
     return f"lands at {min(apgr):.2f}–{max(apgr):.2f} there"
 
 
-README_FIGURES = [
-    Figure(README, "unseen_variants.json", "variants", _mf_variants_seed0, "MF variants on seed 0"),
-    Figure(README, "unseen_variants.json", "variants",
+EVALUATION_FIGURES = [
+    Figure(EVALUATION, "unseen_variants.json", "variants", _mf_variants_seed0, "MF variants on seed 0"),
+    Figure(EVALUATION, "unseen_variants.json", "variants",
            lambda v: f"a plain logistic regression on the same embeddings at "
                      f"{v['logistic P(strong wins) on embeddings, l2 1']['0']['apgr']:.3f} with l2 1; only with "
                      f"l2 100 does it reach {v['logistic P(strong wins) on embeddings, l2 100']['0']['apgr']:.3f}",
            "logistic regression on seed 0"),
-    Figure(README, "unseen_subjects.json", "routers.random.per_seed.0.apgr", lambda v: f"above random's {v:.3f}",
+    Figure(EVALUATION, "unseen_subjects.json", "routers.random.per_seed.0.apgr", lambda v: f"above random's {v:.3f}",
            "random on seed 0"),
 ]
 
@@ -163,7 +163,7 @@ README_FIGURES = [
 def _table_row(k: int) -> Callable[[dict[str, Any]], str]:
     """Row ``k`` of a run's held-out table (report.md), rebuilt from the run's entry in routing.json."""
     def fmt(entry: dict[str, Any]) -> str:
-        from rlrouter.eval.router_r1 import results_table
+        from rlrouter.trainer.report import results_table
 
         return results_table(entry).splitlines()[k]
     return fmt
@@ -177,15 +177,40 @@ def _sweep_table(sweep: dict[str, Any]) -> str:
 
 MAKE_RUN = "runs.0"  # bench_routing.py --runs <the make run run> first
 ROUTING_FIGURES = [
-    *[Figure(README, "routing.json", MAKE_RUN, _table_row(k), f"make run table line {k}") for k in range(10)],
-    Figure(README, "routing.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
+    *[Figure("README.md", "routing.json", MAKE_RUN, _table_row(k), f"make run table line {k}") for k in range(10)],
+    Figure("README.md", "routing.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
            lambda d: f"policy minus best fixed route {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]",
            "make run: policy minus best fixed"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
 ]
 
-FIGURES = OPERATIONS_FIGURES + GMT_FIGURES + README_FIGURES + ROUTING_FIGURES
+def _lockbox_tables(d: dict[str, Any]) -> str:
+    from benchmarks.bench_lockbox import markdown
+
+    return markdown(d)
+
+
+def _development_table(d: dict[str, Any]) -> str:
+    from benchmarks.bench_lockbox import development_table
+
+    return development_table(d)
+
+
+LOCKBOX_FIGURES = [
+    Figure(EVALUATION, "lockbox.json", "", _lockbox_tables, "lockbox tables"),
+    Figure(EVALUATION, "lockbox_development.json", "", _development_table, "lockbox development table"),
+    Figure(EVALUATION, "lockbox_explain.json", "",
+           lambda d: f"correlate {d['corr_learned_vs_true']:+.2f} with the true ones, less than MF's mean scores do "
+                     f"({d['corr_mf_vs_true']:+.2f})", "lockbox: why the online router fell short"),
+    Figure("README.md", "lockbox.json", "parts.mmlu.routers",
+           lambda r: f"`probe_form_options` APGR {r['probe_form_options']['apgr']:.3f} = MF {r['mf']['apgr']:.3f}, "
+                     f"neither above random ({r['random']['apgr']:.3f})", "README: lockbox headline"),
+    Figure("README.md", "lockbox.json", "parts.mmlu.routers.feedback_window50.apgr",
+           lambda v: f"the online router that learns from feedback {v:.3f}, below MF", "README: online router"),
+]
+
+FIGURES = OPERATIONS_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
 
 
 @pytest.mark.parametrize("fig", FIGURES, ids=[f"{f.doc.split('/')[-1]}: {f.what}" for f in FIGURES])

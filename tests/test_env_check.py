@@ -1,4 +1,4 @@
-"""env_check (issue 14): a gpu extra on a CPU torch build fails the install loudly."""
+"""env_check: a gpu extra on a CPU torch build fails the install loudly."""
 
 from __future__ import annotations
 

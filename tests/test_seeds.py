@@ -1,4 +1,4 @@
-"""The seed documents as a user's input (issue 15): every example record, YAML block and command.
+"""The seed documents (tests/fixtures/seeds, listed in its README) as a user's input: every example record, YAML block and command.
 
 The seeds are copied verbatim under ``tests/fixtures/seeds`` (from ``../shared/seeds``); the blocks
 are cut out of their text here, not retyped, so a seed's example is exactly what the project gets.
@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
+
+from rlrouter.data.io import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "tests" / "fixtures" / "seeds"
@@ -160,7 +162,7 @@ def test_one_model_per_query_logs_need_pointwise_and_train_with_it(tmp_path):
     from rlrouter.data.formats import GMTRecord
     from rlrouter.gmt.graph import build_graph
     from rlrouter.gmt.model import GMTModelConfig
-    from rlrouter.gmt.train import TrainConfig, fit, temporal_split
+    from rlrouter.gmt.train import GMTTrainConfig, fit, temporal_split
 
     def embed(texts: list[str]):  # a fixed random code per text: the loss, not MiniLM, is under test
         return np.stack([np.random.default_rng(sum(map(ord, t))).normal(size=16) for t in texts]).astype("float32")
@@ -170,13 +172,13 @@ def test_one_model_per_query_logs_need_pointwise_and_train_with_it(tmp_path):
     split = temporal_split(graph, 0.2, 0.2)
     model_cfg = GMTModelConfig(hidden_dim=16, predictor_hidden=16, embed_dim=16)
     with pytest.raises(ValueError, match="gmt.train.loss=pointwise"):
-        fit(graph, split, model_cfg, TrainConfig(epochs=2))
-    res = fit(graph, split, model_cfg, TrainConfig(epochs=12, eval_every=4, loss="pointwise", lr=1e-2))
+        fit(graph, split, model_cfg, GMTTrainConfig(epochs=2))
+    res = fit(graph, split, model_cfg, GMTTrainConfig(epochs=12, eval_every=4, loss="pointwise", lr=1e-2))
     assert res.best_val["pairs"] > 0 and 0.0 <= res.best_val["auc"] <= 1.0
     first, last = res.history[0]["learner/loss"], res.history[-1]["learner/loss"]
     assert last < first, (first, last)
     with pytest.raises(ValueError, match="loss: expected one of"):
-        TrainConfig(loss="listwise")
+        GMTTrainConfig(loss="listwise")
 
 
 # ---------------------------------------------------------------- data in: Router-R1 records (seed 000)
@@ -200,8 +202,8 @@ def compose_cfg(config: str, tmp_path: Path, overrides: list[str]):
 def test_router_r1_seed_record_trains_through_data_records(tmp_path):
     """The seed's record file, as the user wrote it, becomes the training job's data; its own
     candidates restrict and price the question's routes (renamed to the pool's spelling)."""
-    from rlrouter.data.build import load_split
-    from rlrouter.learner.job import ensure_data
+    from rlrouter.data.build import load_router_r1_split
+    from rlrouter.data.job import ensure_data
 
     rec = seed_json("000", "Router-R1 Format")
     (tmp_path / "train.json").write_text(json.dumps(rec, indent=2))
@@ -210,11 +212,11 @@ def test_router_r1_seed_record_trains_through_data_records(tmp_path):
         "data=records", f"data.train_files={tmp_path / 'train.json'}", f"data.val_files=[{tmp_path / 'val.jsonl'}]",
         SEED_POOL])
     train_path, test_path = ensure_data(cfg)
-    (row,) = load_split(train_path)
+    (row,) = load_router_r1_split(train_path)
     assert row["query"] == "What is the capital of France?" and row["ground_truth"] == ["Paris"]
     assert [(c["name"], c["cost"]) for c in row["candidate_models"]] == [("gpt-4", 30.0), ("Mistral-7B", 0.5)]
     assert row["optimal_model"] == "Mistral-7B"
-    assert [r["query"] for r in load_split(test_path)] == ["Capital of Italy?"]
+    assert [r["query"] for r in load_router_r1_split(test_path)] == ["Capital of Italy?"]
 
 
 def test_records_candidate_outside_the_pool_names_file_record_and_field(tmp_path):
@@ -229,10 +231,10 @@ def test_records_candidate_outside_the_pool_names_file_record_and_field(tmp_path
 
 
 def test_records_without_val_files_hold_questions_out(tmp_path):
-    from rlrouter.data.build import load_split
+    from rlrouter.data.build import load_router_r1_split
     from rlrouter.data.job import prepare
 
-    rows = [json.loads(line) for line in (FIXTURES / "flashrag" / "nq" / "train.jsonl").read_text().splitlines()]
+    rows = [row for _, row in read_jsonl(FIXTURES / "flashrag" / "nq" / "train.jsonl")]
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -241,7 +243,7 @@ def test_records_without_val_files_hold_questions_out(tmp_path):
                                                  "data.test_size=3", SEED_POOL])
     stats = prepare(cfg)
     assert stats["train"]["rows"] == 9 and stats["test"]["rows"] == 3
-    train, test = load_split(stats["train"]["path"]), load_split(stats["test"]["path"])
+    train, test = load_router_r1_split(stats["train"]["path"]), load_router_r1_split(stats["test"]["path"])
     assert not {r["query"] for r in train} & {r["query"] for r in test}
     assert {c["name"] for c in train[0]["candidate_models"]} == {"gpt-4", "Mistral-7B"}  # QA rows: every candidate
 
@@ -252,17 +254,17 @@ def test_epochs_as_a_unit(tmp_path):
     import pyarrow.parquet as pq
 
     from rlrouter.data.job import apply_epochs
-    from rlrouter.learner.loop import TrainConfig
+    from rlrouter.learner.config import RouterR1TrainConfig
 
-    rows = [json.loads(line) for line in (FIXTURES / "flashrag" / "nq" / "train.jsonl").read_text().splitlines()]
+    rows = [row for _, row in read_jsonl(FIXTURES / "flashrag" / "nq" / "train.jsonl")]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
     base = ["data=records", f"data.train_files={tmp_path / 'train.parquet'}", "data.test_size=3", SEED_POOL,
             "train.prompts_per_step=4"]
     cfg = apply_epochs(compose_cfg("train_router_r1", tmp_path, [*base, "+train.total_epochs=2"]))
     assert cfg.train.total_steps == 5 and "total_epochs" not in cfg.train  # ceil(2 * 9 rows / 4)
-    from rlrouter.learner.job import JOB_ONLY_TRAIN_FIELDS
+    from rlrouter.trainer.job import JOB_ONLY_TRAIN_FIELDS
 
-    TrainConfig(**{k: v for k, v in cfg.train.items() if k not in JOB_ONLY_TRAIN_FIELDS})  # the loop's config takes it
+    RouterR1TrainConfig(**{k: v for k, v in cfg.train.items() if k not in JOB_ONLY_TRAIN_FIELDS})  # the run's config takes it
     configured = compose_cfg("train_router_r1", tmp_path, base).train.total_steps
     assert apply_epochs(compose_cfg("train_router_r1", tmp_path, base)).train.total_steps == configured  # unset
     with pytest.raises(ValueError, match="train.total_epochs: must be a number > 0"):
@@ -496,13 +498,12 @@ def test_seed_rl_training_block_loads_and_disabled_rl_falls_back(tmp_path):
         resolve_reward(IntentJobConfig.from_cfg(cfg).rl.reward_metric)
 
 
-# ---------------------------------------------------------------- commands: the README's mapping table
+# ---------------------------------------------------------------- commands: docs/migrating.md's mapping table
 
 
-def readme_table() -> list[tuple[str, str, str]]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Coming from Router-R1"):]
-    section = section[:section.index("\n## ", 5)]
+def mapping_table() -> list[tuple[str, str, str]]:
+    """(seed, their command or flag, ours) for every row of docs/migrating.md's mapping table."""
+    section = (ROOT / "docs" / "migrating.md").read_text()
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
@@ -524,8 +525,8 @@ def seed_flags() -> dict[str, set[str]]:
     return out
 
 
-def test_readme_maps_every_seed_command_and_flag():
-    table = readme_table()
+def test_migrating_doc_maps_every_seed_command_and_flag():
+    table = mapping_table()
     theirs = " ".join(cell for _, cell, _ in table)
     missing = {p: sorted(f for f in flags if f not in theirs and f.split("/")[-1] not in theirs)
                for p, flags in seed_flags().items()}
@@ -534,13 +535,13 @@ def test_readme_maps_every_seed_command_and_flag():
     assert len(table) >= 30
 
 
-def test_readme_commands_compose():
+def test_migrating_doc_commands_compose():
     """Every ``python jobs/X.py ...`` of the table composes with its overrides (typos fail here)."""
     import shlex
 
     from hydra import compose, initialize_config_dir
 
-    commands = [m for _, _, ours in readme_table() for m in re.findall(r"`python (jobs/\w+\.py)([^`]*)`", ours)]
+    commands = [m for _, _, ours in mapping_table() for m in re.findall(r"`python (jobs/\w+\.py)([^`]*)`", ours)]
     assert len(commands) >= 20
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         for script, args in commands:

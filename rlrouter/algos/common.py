@@ -6,7 +6,7 @@ from, its advantage, ...). Position 0 has no prediction and is always 0. The rol
 (1 on policy-generated tokens, 0 on the prompt, the ``<information>`` blocks and padding) uses the
 same alignment, so nothing is shifted twice.
 
-Pure torch, no Ray: the learner wraps these in Ray Train (issue 3, "Learners").
+Pure torch, no Ray: the learner wraps these in Ray Train.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3
 
 @dataclass
 class KLConfig:
-    """How the policy is held near the frozen reference policy (issue 3, "Common to both")."""
+    """How the policy is held near the frozen reference policy (GRPO and PPO alike)."""
 
     coef: float = 0.0
     """beta. 0 turns the KL off, and the learner can skip the reference forward pass."""

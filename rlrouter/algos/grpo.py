@@ -5,8 +5,9 @@ reward measured against the other trajectories of the same prompt, and every pol
 trajectory gets that advantage. The loss is PPO's clipped surrogate plus a KL term to the frozen
 reference (or the KL in the reward) and an entropy bonus.
 
-Reads top to bottom: config -> advantages -> loss. The learner (``rlrouter.learner``) calls
-``compute_grpo_advantages`` once per rollout batch and ``grpo_loss`` once per minibatch.
+Reads top to bottom: config -> advantages -> loss. Registered as ``algo: grpo`` with the advantage
+estimator ``grpo`` and the policy loss ``grpo`` (``rlrouter.algos.registry``); the learner
+(``rlrouter.learner``) calls the estimator once per rollout batch and the loss once per minibatch.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from rlrouter.algos.common import (
     kl_penalized_rewards,
     sparse_rewards,
 )
+from rlrouter.algos.registry import register_adv_est, register_algo, register_policy_loss
 
 
+@register_algo("grpo")
 @dataclass
 class GRPOConfig:
     """GRPO's knobs. Defaults follow the GRPO paper with verl's clip range."""
@@ -46,6 +49,10 @@ class GRPOConfig:
     """Weight of the entropy bonus (subtracted from the loss)."""
     kl: KLConfig = field(default_factory=KLConfig)
     """KL to the frozen reference: as a loss term or in the reward."""
+    adv_estimator: str = "grpo"
+    """The registered advantage estimator (``rlrouter.algos.registry``)."""
+    policy_loss: str = "grpo"
+    """The registered policy loss."""
 
     def __post_init__(self) -> None:
         if isinstance(self.kl, Mapping):  # a Hydra / YAML dict
@@ -96,6 +103,14 @@ def compute_grpo_advantages(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPO
     return advantages.unsqueeze(-1) * mask.to(advantages.dtype)  # (B, T)
 
 
+@register_adv_est("grpo")
+def grpo_adv_estimator(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfig, *,
+                       values: torch.Tensor | None = None, old_logp: torch.Tensor | None = None,
+                       ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+    """``compute_grpo_advantages`` in the registry's form: no critic, so no ``values`` and no returns."""
+    return compute_grpo_advantages(rewards, mask, cfg, old_logp, ref_logp), None
+
+
 # ---------------------------------------------------------------- loss
 
 
@@ -114,3 +129,13 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
 
     return add_kl_and_entropy(loss, pg_loss, metrics, logp, mask, cfg.kl, cfg.entropy_coef, cfg.loss_agg_mode,
                               ref_logp=ref_logp, entropy=entropy)
+
+
+@register_policy_loss("grpo")
+def grpo_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                     cfg: GRPOConfig, *, values: torch.Tensor | None = None,
+                     old_values: torch.Tensor | None = None, returns: torch.Tensor | None = None,
+                     ref_logp: torch.Tensor | None = None,
+                     entropy: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """``grpo_loss`` in the registry's form: the critic's arguments are not used."""
+    return grpo_loss(logp, old_logp, advantages, mask, cfg, ref_logp=ref_logp, entropy=entropy)

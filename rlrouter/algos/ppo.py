@@ -6,7 +6,9 @@ last action token before an ``<information>`` block bootstraps from the value at
 token after it. The outcome reward arrives at the last policy token (optionally with ``-beta * kl`` on
 every policy token).
 
-Reads top to bottom: config -> critic head -> GAE -> advantages -> value loss -> loss.
+Reads top to bottom: config -> critic head -> GAE -> advantages -> value loss -> loss. Registered as
+``algo: ppo`` with the advantage estimator ``gae`` (which needs the critic) and the policy loss ``ppo``
+(``rlrouter.algos.registry``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from rlrouter.algos.common import (
     masked_whiten,
     sparse_rewards,
 )
+from rlrouter.algos.registry import register_adv_est, register_algo, register_policy_loss
 
 
 def _ppo_kl_default() -> KLConfig:
@@ -37,6 +40,7 @@ def _ppo_kl_default() -> KLConfig:
     return KLConfig(coef=0.0, estimator="k1", in_reward=True)
 
 
+@register_algo("ppo")
 @dataclass
 class PPOConfig:
     """PPO's knobs. Defaults are Router-R1's (verl): gamma = lambda = 1, value clip 0.5."""
@@ -61,6 +65,10 @@ class PPOConfig:
     """Weight of the entropy bonus (subtracted from the loss)."""
     kl: KLConfig = field(default_factory=_ppo_kl_default)
     """KL to the frozen reference: in the reward (default for PPO) or as a loss term."""
+    adv_estimator: str = "gae"
+    """The registered advantage estimator (``rlrouter.algos.registry``)."""
+    policy_loss: str = "ppo"
+    """The registered policy loss."""
 
     def __post_init__(self) -> None:
         if isinstance(self.kl, Mapping):  # a Hydra / YAML dict
@@ -157,6 +165,16 @@ def compute_ppo_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: to
     return advantages, returns
 
 
+@register_adv_est("gae", critic=True)
+def gae_adv_estimator(rewards: torch.Tensor, mask: torch.Tensor, cfg: PPOConfig, *,
+                      values: torch.Tensor | None = None, old_logp: torch.Tensor | None = None,
+                      ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``compute_ppo_advantages`` in the registry's form; ``values`` (the critic's, rollout-time) are required."""
+    if values is None:
+        raise ValueError("adv_estimator 'gae': needs the critic's values (the learner builds a value head)")
+    return compute_ppo_advantages(rewards, values, mask, cfg, old_logp, ref_logp)
+
+
 # ---------------------------------------------------------------- losses
 
 
@@ -204,3 +222,16 @@ def ppo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tenso
 
     return add_kl_and_entropy(loss, pg_loss, metrics, logp, mask, cfg.kl, cfg.entropy_coef, cfg.loss_agg_mode,
                               ref_logp=ref_logp, entropy=entropy)
+
+
+@register_policy_loss("ppo")
+def ppo_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                    cfg: PPOConfig, *, values: torch.Tensor | None = None,
+                    old_values: torch.Tensor | None = None, returns: torch.Tensor | None = None,
+                    ref_logp: torch.Tensor | None = None,
+                    entropy: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """``ppo_loss`` in the registry's form; the critic's ``values``, ``old_values`` and ``returns`` are required."""
+    if values is None or old_values is None or returns is None:
+        raise ValueError("policy_loss 'ppo': needs values, old_values and returns (a critic)")
+    return ppo_loss(logp, old_logp, advantages, values, old_values, returns, mask, cfg, ref_logp=ref_logp,
+                    entropy=entropy)

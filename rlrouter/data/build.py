@@ -150,7 +150,7 @@ def build(cfg: BuildConfig, logged: LoggedTable | None = None) -> dict[str, Any]
     return stats
 
 
-def load_split(path: str | Path) -> list[dict[str, Any]]:
+def load_router_r1_split(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a built split (parquet), each validated as a Router-R1 record."""
     from datasets import Dataset
 

@@ -3,6 +3,10 @@
 A bad record is never dropped silently: ``strict=True`` rejects the whole file at the first problem
 (``DataFileError`` names file, line or record index, and field); ``strict=False`` keeps the good
 records and returns every bad one with its position in ``ReadResult.errors``.
+
+``read_jsonl`` is the one JSON-lines reader of the project: every JSONL file (records, question sets,
+metrics logs) is read through it, so a malformed line is always reported the same way, as
+``file:line: invalid JSON: ...``.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Iterator, TypeVar
+from typing import Any, Generic, Iterator, Literal, TypeVar, overload
 
 from rlrouter.data.formats import FORMATS, RecordError
 
@@ -44,6 +48,43 @@ class ReadResult(Generic[T]):
 
 LAYOUTS = ("JSON object", "JSON list", "JSONL", "parquet")
 """How a file holds its records; ``ReadResult.layout`` says which one was seen."""
+
+
+@overload
+def read_jsonl(path: str | Path, *, keep_going: Literal[False] = False) -> Iterator[tuple[int, dict[str, Any]]]: ...
+
+
+@overload
+def read_jsonl(path: str | Path, *,
+               keep_going: Literal[True]) -> Iterator[tuple[int, dict[str, Any] | DataFileError]]: ...
+
+
+def read_jsonl(path: str | Path, *, keep_going: bool = False) -> Iterator[tuple[int, Any]]:
+    """(line number, object) for every non-blank line of a JSON-lines file, numbered from 1 as an editor
+    shows them, read lazily.
+
+    A line that is not JSON, or is JSON but not an object, raises ``DataFileError`` with the file and the
+    line (``train.jsonl:3: invalid JSON: Expecting value``), so the user can open the file at the bad line.
+    With ``keep_going=True`` that line yields ``(line, DataFileError)`` in place of its object and
+    reading goes on: for callers that report every bad line at once (``read_records(strict=False)``).
+    """
+    path = Path(path)
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                err = DataFileError(path, str(lineno), None, f"invalid JSON: {e.msg}")
+            else:
+                if isinstance(row, dict):
+                    yield lineno, row
+                    continue
+                err = DataFileError(path, str(lineno), None, f"expected a JSON object, got a JSON {type(row).__name__}")
+            if not keep_going:
+                raise err
+            yield lineno, err
 
 
 def _json_rows(path: Path, data: Any) -> tuple[str, Iterator[tuple[str, Any]]]:
@@ -83,17 +124,7 @@ def _raw_rows(path: Path) -> tuple[str, Iterator[tuple[str, Any]]]:
                 return _json_rows(path, json.loads(text))
             except json.JSONDecodeError:
                 pass  # neither: report it line by line below
-    return "JSONL", _jsonl_rows(path, text)
-
-
-def _jsonl_rows(path: Path, text: str) -> Iterator[tuple[str, Any]]:
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield f"{lineno}", json.loads(line)
-        except json.JSONDecodeError as e:
-            yield f"{lineno}", DataFileError(path, f"{lineno}", None, f"invalid JSON: {e.msg}")
+    return "JSONL", ((f"{lineno}", row) for lineno, row in read_jsonl(path, keep_going=True))
 
 
 def read_records(path: str | Path, fmt: str, strict: bool = True) -> ReadResult:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from rlrouter.data.build import BuildConfig, CandidateSpec, SourceSpec, build
+from rlrouter.data.logged import default_routellm_source, load_routellm
+from rlrouter.data.records import RecordsConfig, build_records
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +42,11 @@ def build_config(cfg: DictConfig) -> BuildConfig:
 
 
 def load_logged(cfg: DictConfig):
-    from rlrouter.data.logged import default_routellm_source, load_routellm
-
-    src = cfg.data.get("logged_source") or default_routellm_source()
-    return load_routellm(src)
+    return load_routellm(logged_source(cfg))
 
 
 def records_config(cfg: DictConfig):
     """``data=records``: the user's own files (``rlrouter.data.records``)."""
-    from rlrouter.data.records import RecordsConfig
-
     data = OmegaConf.to_container(cfg.data, resolve=True)
     known = {f for f in RecordsConfig.__dataclass_fields__}
     return RecordsConfig(**{k: v for k, v in data.items() if k in known})
@@ -56,8 +54,6 @@ def records_config(cfg: DictConfig):
 
 def prepare(cfg: DictConfig) -> dict[str, Any]:
     if cfg.data.get("train_files") is not None:
-        from rlrouter.data.records import build_records
-
         pool = {c.name: c.price_out for c in candidate_specs(OmegaConf.to_container(cfg.pool, resolve=True))}
         stats = build_records(records_config(cfg), pool)
     else:
@@ -68,6 +64,19 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     print(f"train set: {stats['train']['path']} ({stats['train']['rows']} rows)")
     print(f"test set:  {stats['test']['path']} ({stats['test']['rows']} rows)")
     return stats
+
+
+def ensure_data(cfg: DictConfig) -> tuple[Path, Path]:
+    """The run's train and test parquet, built first (``prepare``) when either is missing."""
+    d = Path(cfg.data.out_dir)
+    if not ((d / "train.parquet").exists() and (d / "test.parquet").exists()):
+        prepare(cfg)
+    return d / "train.parquet", d / "test.parquet"
+
+
+def logged_source(cfg: DictConfig) -> Any:
+    """The logged outcomes the data and the replay candidates without a ``source`` read."""
+    return cfg.data.get("logged_source") or default_routellm_source()
 
 
 def apply_epochs(cfg: DictConfig) -> DictConfig:
@@ -90,8 +99,6 @@ def apply_epochs(cfg: DictConfig) -> DictConfig:
     if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or epochs <= 0:
         raise ValueError(f"train.total_epochs: must be a number > 0 or null, got {epochs!r}")
     from datasets import Dataset
-
-    from rlrouter.learner.job import ensure_data
 
     train_path, _ = ensure_data(cfg)
     rows = Dataset.from_parquet(str(train_path)).num_rows

@@ -1,7 +1,7 @@
 """Logged per-model outcomes: which candidate answered which prompt correctly (RouteLLM's CSVs).
 
-This is the table behind the replay candidates (issue 2, "Candidate pool"), offline router
-evaluation (issue 5) and the bandit regret replays (issue 4). The stable API is:
+This is the table behind the replay candidates, offline router
+evaluation and the bandit regret replays. The stable API is:
 
 - ``load_routellm(src) -> LoggedOutcomes``: ``src`` is a directory (searched recursively for
   ``*.csv``), a single CSV, an ``http(s)://`` URL of a CSV (downloaded once and cached under
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from rlrouter.data.io import DataFileError
+from rlrouter.data.io import DataFileError, read_jsonl
 from rlrouter.paths import project_root
 
 PROMPT_COLUMN = "prompt"
@@ -394,14 +394,10 @@ def mmlu_answer_key(path: str | Path | None = None) -> dict[str, str]:
         if not path.is_file():
             return {}
     key: dict[str, str] = {}
-    with Path(path).open(encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            opts = [r.get(f"answer_{c}") for c in "abcd"]
-            opts = ["nan" if o is None else str(o) for o in opts]
-            letter = str(r.get("correct_answer", "")).strip().upper()
-            if letter in ("A", "B", "C", "D"):
-                key.setdefault(_mmlu_key(str(r["question"]).strip(), opts), letter)
+    for _, r in read_jsonl(path):
+        opts = [r.get(f"answer_{c}") for c in "abcd"]
+        opts = ["nan" if o is None else str(o) for o in opts]
+        letter = str(r.get("correct_answer", "")).strip().upper()
+        if letter in ("A", "B", "C", "D"):
+            key.setdefault(_mmlu_key(str(r["question"]).strip(), opts), letter)
     return key

@@ -1,6 +1,6 @@
 """Router-R1's QA datasets (NQ, HotpotQA and the five other test sets), fetched through ``datasets``.
 
-Router-R1's data scripts (``data_process/qa_train_merge.py`` and friends, seed 003) load FlashRAG's
+Router-R1's data scripts (``data_process/qa_train_merge.py`` and friends) load FlashRAG's
 copies from the HF hub (``RUC-NLPIR/FlashRAG_datasets``): rows ``{id, question, golden_answers}``,
 a ``train`` split for NQ and HotpotQA, ``test`` (or ``dev`` where a set has no test) for evaluation.
 Here a source's ``path`` (a folder holding ``<split>.jsonl``, a file, or a URL) reads the same rows
@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from rlrouter.data.io import DataFileError
+from rlrouter.data.io import DataFileError, _raw_rows
+from rlrouter.data.question import Question, local_path, question_id
 
 HF_REPO = "RUC-NLPIR/FlashRAG_datasets"
 QA_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
@@ -22,10 +23,7 @@ MULTI_HOP = frozenset({"hotpotqa", "2wikimultihopqa", "musique", "bamboogle"})
 
 
 def _local_rows(name: str, path: str | Path, split: str) -> tuple[Path, list[tuple[str, Any]]]:
-    from rlrouter.data.io import _raw_rows
-    from rlrouter.data.sources import fetch
-
-    p = fetch(path)
+    p = local_path(path)
     if p.is_dir():
         options = [p / f"{split}.{ext}" for ext in ("jsonl", "json", "parquet")]
         if split == "test":
@@ -53,15 +51,13 @@ def _hub_rows(name: str, split: str) -> tuple[str, list[tuple[str, Any]]]:
     return f"{HF_REPO}/{name}:{use}", [(f"record {i}", row) for i, row in enumerate(ds)]
 
 
-def load_qa(name: str, path: str | Path | None = None, split: str | None = None) -> list[Any]:
+def load_qa(name: str, path: str | Path | None = None, split: str | None = None) -> list[Question]:
     """Questions of one of ``QA_DATASETS`` (``split`` default: ``train``)."""
-    from rlrouter.data.sources import Question, _qid
-
     if name not in QA_DATASETS:
         raise ValueError(f"data.sources[].name: unknown QA dataset '{name}', expected one of {QA_DATASETS}")
     split = split or "train"
     where, rows = _local_rows(name, path, split) if path else _hub_rows(name, split)
-    return [Question(id=f"{name}-{row['id']}" if row.get("id") is not None else _qid(name, row["question"]),
+    return [Question(id=f"{name}-{row['id']}" if row.get("id") is not None else question_id(name, row["question"]),
                      source=name, query=str(row["question"]).strip(),
                      query_type="multi_hop" if name in MULTI_HOP else "factual",
                      ground_truth=golds) for row, golds in _checked(where, rows)]

@@ -3,7 +3,7 @@
 verl-style ``data.train_files`` / ``data.val_files`` (one path or a list; JSON object or list, JSONL,
 parquet) hold either
 
-* Router-R1 records (seed 000: ``query``, ``query_type``, ``candidate_models``, ``ground_truth``, ...);
+* Router-R1 records (``query``, ``query_type``, ``candidate_models``, ``ground_truth``, ...);
   each record's ``candidate_models`` restricts and prices that question's routes, so every name must
   be one of the pool's candidates (matched as the protocol matches names: ignoring case); or
 * QA rows as Router-R1's data scripts write them (``question``, ``golden_answers``): those may route to
@@ -23,6 +23,7 @@ from typing import Any
 
 from rlrouter.data.formats import CandidateRef, RecordError, RouterR1Record
 from rlrouter.data.io import DataFileError, _raw_rows
+from rlrouter.data.question import question_id
 from rlrouter.protocol import match_name
 
 
@@ -118,8 +119,6 @@ def build_records(cfg: RecordsConfig, pool: dict[str, float]) -> dict[str, Any]:
     """Write ``train.parquet`` and ``test.parquet`` (the layout ``rlrouter.data.build`` writes)."""
     from datasets import Dataset
 
-    from rlrouter.data.sources import _qid
-
     rng = random.Random(cfg.seed)
     train = read_files(cfg.train_files, pool)
     if cfg.val_files:
@@ -140,7 +139,7 @@ def build_records(cfg: RecordsConfig, pool: dict[str, float]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     stats: dict[str, Any] = {"source": "records", "train_files": cfg.train_files, "val_files": cfg.val_files}
     for split, recs in (("train", train), ("test", test)):
-        rows = [{**r.to_dict(), "id": _qid("records", r.query), "source": "records", "sub_questions": "[]"}
+        rows = [{**r.to_dict(), "id": question_id("records", r.query), "source": "records", "sub_questions": "[]"}
                 for r in recs]
         path = out / f"{split}.parquet"
         Dataset.from_list(rows).to_parquet(str(path))

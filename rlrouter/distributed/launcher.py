@@ -1,4 +1,4 @@
-"""One way to train on Ray: every job's learner ranks run under Ray Train through this module (issue 13).
+"""One way to train on Ray: every job's learner ranks run under Ray Train through this module.
 
 - ``RunSpec``: the Ray Train run's knobs besides scaling (failure config, storage, checkpoints kept).
 - ``make_trainer`` turns ``ResourceSpec.learner`` + ``RunSpec`` into a ``TorchTrainer``: gloo on CPU,
@@ -6,7 +6,7 @@
 - ``Session`` / ``RayTrainSession``: what a rank's code reports to (rank, world size, device, resume
   checkpoint, report), the same code path with or without Ray Train.
 - ``select_device`` picks a rank's torch device from the devices Ray Train assigned it (pure, tested).
-- ``all_reduce_*`` / ``shard`` / ``wrap_ddp``: collectives that fall back to one process; tensors live
+- ``all_reduce_*`` / ``rank_shard`` / ``wrap_ddp``: collectives that fall back to one process; tensors live
   on the session's device because NCCL refuses CPU tensors.
 
 Router-R1 drives its ranks from the job's driver (``rlrouter.distributed.commanded``); GMTRouter and
@@ -202,7 +202,7 @@ def all_reduce_mean(values: dict[str, float], device: str | None = None) -> dict
     return {k: v / world for k, v in zip(keys, sums)}
 
 
-def shard(items: Sequence[T], rank: int, world: int) -> list[T]:
+def rank_shard(items: Sequence[T], rank: int, world: int) -> list[T]:
     """Every rank gets the same number of items (the remainder is dropped): DDP needs the same number
     of backward calls on each rank or the all-reduce hangs."""
     n = (len(items) // world) * world

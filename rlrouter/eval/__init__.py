@@ -1,2 +1,2 @@
 """Router evaluation on logged outcomes: reader, metrics (APGR, CPT, AIQ), baselines, adapters,
-off-policy estimators, report, and the evaluate_router job (issue 5). See docs/evaluation.md."""
+off-policy estimators, report, and the evaluate_router job. See docs/evaluation.md."""

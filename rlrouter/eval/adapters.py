@@ -91,7 +91,7 @@ class SelectorRouter(Router):
     def replay(self, test: EvalSet) -> np.ndarray:
         """``online: false``: frozen decisions. ``online: true``: the held-out stream (a seeded shuffle of
         the test split) is served in turn, each decision's logged outcome fed back before the next, so
-        the selector keeps learning on subjects it never saw (issue 17)."""
+        the selector keeps learning on subjects it never saw."""
         if not self.online:
             return self.decide(test.prompts)
         order = np.random.default_rng(self.seed + 1).permutation(len(test))
@@ -136,7 +136,7 @@ class CategoryMapRouter(Router):
 
 
 class CostAwareCategoryRouter(ThresholdRouter):
-    """An intent classifier with a category map learned by a cost-aware rule (issue 17).
+    """An intent classifier with a category map learned by a cost-aware rule.
 
     For each category c, with the training-split quality q and mean cost (USD per 1,000 prompts) of the
     two candidates there, the weak candidate serves c when its quality loss is below ``lam`` times the
@@ -220,7 +220,7 @@ def _build_intent(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     raw_map = cfg.pop("category_map", "auto")
     default = _index(cfg.pop("default", "strong"), ctx, "default")
     if "tolerance" in cfg:
-        raise ValueError("router type 'intent': 'tolerance' was replaced by the cost-aware 'lam' (issue 17): the weak "
+        raise ValueError("router type 'intent': 'tolerance' was replaced by the cost-aware 'lam': the weak "
                          "candidate serves a category when its quality loss there is below lam x the USD saved per 1k prompts")
     router: Router
     if raw_map == "auto":
@@ -331,7 +331,7 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     (its replay candidates' ``options.model`` name their logged column); ``base_model``; ``default``."""
     import yaml
 
-    from rlrouter.serving.router_r1_policy import RouterR1Policy
+    from rlrouter.rollout.policy import RouterR1Policy
 
     if not cfg.get("checkpoint"):
         raise ValueError("router type 'router_r1': checkpoint is required (outputs/<run>/checkpoints/step_N, "

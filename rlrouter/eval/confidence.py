@@ -1,4 +1,4 @@
-"""A small local LLM's confidence on a question, as routing features (issue 17).
+"""A small local LLM's confidence on a question, as routing features for prompts on unseen subjects.
 
 One forward pass of a causal LM (SmolLM2-135M-Instruct by default, bundled) over the prompt as the
 router sees it (RouteLLM's MMLU prompts end in ``Answer:``) gives, per prompt:

@@ -1,6 +1,6 @@
 """RouteLLM's BERT router on rlrouter's intent stack: MiniLM + LoRA classifying a prompt as needing the
 strong candidate or not, trained supervised on logged outcomes, then fine-tuned with PPO on a
-cost-aware reward (issue 17).
+cost-aware reward.
 
 * **Labels** (RouteLLM, Ong et al. 2024, Sec. 4.1.3, binarised): "strong" where the strong candidate
   scored higher than the weak one on the prompt, "weak" otherwise (ties included: the weak candidate
@@ -68,7 +68,7 @@ class EncoderRouterConfig:
     """rlrouter.intent.supervised.SupervisedConfig fields."""
     ppo: dict[str, Any] = field(default_factory=lambda: {"iterations": 8, "batch_size": 64, "minibatch_size": 16,
                                                          "update_epochs": 2, "learning_rate": 1e-5})
-    """rlrouter.intent.ppo.PPOConfig fields (reward_metric is set to the routing reward); iterations 0 skips PPO."""
+    """rlrouter.intent.ppo.IntentPPOConfig fields (reward_metric is set to the routing reward); iterations 0 skips PPO."""
     lam: float = 0.1
     """Quality points one strong call must buy, relative to the strong candidate's mean cost (PPO reward)."""
     val_fraction: float = 0.1
@@ -95,7 +95,7 @@ def train_encoder_router(train: EvalSet, weak: int, strong: int, cfg: EncoderRou
 
     from rlrouter.intent.data import IntentExample
     from rlrouter.intent.model import EncoderConfig, IntentModel
-    from rlrouter.intent.ppo import PPOConfig, train_ppo
+    from rlrouter.intent.ppo import IntentPPOConfig, train_ppo
     from rlrouter.intent.supervised import SupervisedConfig, train_supervised
 
     rng = np.random.default_rng(seed)
@@ -120,7 +120,7 @@ def train_encoder_router(train: EvalSet, weak: int, strong: int, cfg: EncoderRou
                                               "steps": sup.steps}}
     if int(cfg.ppo.get("iterations", 0)) > 0:
         reward = RoutingReward(train, weak, strong, cfg.lam)
-        ppo = train_ppo(model, tr, val, reward, PPOConfig(**{**cfg.ppo, "reward_metric": "routing_reward"}), seed=seed)
+        ppo = train_ppo(model, tr, val, reward, IntentPPOConfig(**{**cfg.ppo, "reward_metric": "routing_reward"}), seed=seed)
         summary["ppo"] = {"val_start": ppo.val_start, "val_end": ppo.val_end, "best_iteration": ppo.best_iteration}
     model.eval()
     if out_dir is not None:

@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rlrouter.eval.job import _normalize, _plain, load_eval_set, subsample
+from rlrouter.config import to_plain_dict
+from rlrouter.eval.job import _normalize, load_eval_set, subsample
 from rlrouter.eval.job import split as split_rows
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -42,7 +43,7 @@ def _csv_files(sources: Sequence[str]) -> list[tuple[Path, Path]]:
 
 def write_train_split(cfg: Mapping[str, Any], out_dir: str | Path) -> dict[str, int]:
     """Write the training-split rows of each source CSV under ``out_dir``; returns rows kept / dropped."""
-    cfg = _plain(cfg)
+    cfg = to_plain_dict(cfg)
     ev = cfg["eval"]
     seed = int(cfg.get("seed", 0))
     full = subsample(load_eval_set(ev), int(ev.get("max_prompts", 0) or 0), seed)

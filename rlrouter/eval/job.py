@@ -16,10 +16,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from rlrouter.config import to_plain_dict
 from rlrouter.eval import baselines as _baselines  # noqa: F401 - registers the baseline router types
 from rlrouter.eval import adapters as _adapters  # noqa: F401 - registers the adapters of trained routers
 from rlrouter.eval import learned as _learned  # noqa: F401 - registers the probe and ensemble routers
 from rlrouter.eval import encoder_router as _encoder_router  # noqa: F401 - registers the encoder router
+from rlrouter.eval import online as _online  # noqa: F401 - registers the router that learns from feedback
 from rlrouter.eval.baselines import oracle_curve, oracle_decisions, subject_gain_scores
 from rlrouter.eval.metrics import RouterMetrics, evaluate_decisions, summarize, threshold_sweep
 from rlrouter.eval.ope import crossfit_reward_model, epsilon_soft, evaluate_all, one_hot, simulate_logging
@@ -29,17 +31,6 @@ from rlrouter.eval.routers import (Router, RouterContext, ThresholdRouter, build
 
 # references that read the test outcomes: never a "best fixed router" of the online regret
 ORACLES = ("oracle", "subject_oracle")
-
-
-def _plain(cfg: Any) -> dict[str, Any]:
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except ImportError:  # pragma: no cover - hydra-core is a dependency
-        pass
-    return dict(cfg)
 
 
 def _normalize(prompt: str) -> str:
@@ -125,7 +116,7 @@ def subsample(es: EvalSet, max_prompts: int, seed: int) -> EvalSet:
 def train_rows_for(train: EvalSet, prefix: str, name: str) -> EvalSet:
     """The training rows whose source starts with ``prefix`` (a router's ``train_prefix``).
 
-    Issue 17: GSM8K in the training split teaches embedding routers that "mathematics" means the strong
+    Why: GSM8K in the training split teaches embedding routers that "mathematics" means the strong
     candidate wins, which the MMLU logs contradict (GPT-4 loses 29 points to Mixtral on MMLU high-school
     mathematics); a router may train on one task's rows to measure that confound.
     """
@@ -150,18 +141,69 @@ def load_eval_set(ev: Mapping[str, Any], key: str = "data") -> EvalSet:
     return EvalSet.concat(parts) if len(parts) > 1 else parts[0]
 
 
+def _resolved(src: Any) -> str:
+    s = str(src)
+    return s if "://" in s else str(Path(s).expanduser().resolve())
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether two sources name the same data: equal, or one a folder holding the other."""
+    if a == b:
+        return True
+    if "://" in a or "://" in b:
+        return False
+    pa, pb = Path(a), Path(b)
+    return pa in pb.parents or pb in pa.parents
+
+
+def lockbox_sources(ev: Mapping[str, Any]) -> list[str]:
+    """``eval.lockbox.data`` as resolved paths (URLs as given)."""
+    data = (ev.get("lockbox") or {}).get("data") or []
+    return [_resolved(s) for s in ([data] if isinstance(data, str) else data)]
+
+
+def check_lockbox(ev: Mapping[str, Any]) -> bool:
+    """Refuse a development run that would read the lockbox; returns whether this run is the reading.
+
+    The lockbox (``eval.lockbox.data``) is set aside before any choice is made: a run with
+    ``eval.lockbox.read: false`` may not list any of it (or a folder holding it) under ``eval.data``,
+    ``eval.train_data`` or ``eval.test_data``. With ``read: true`` the lockbox is the test set and the
+    development data (``eval.train_data``, else all of ``eval.data``) trains."""
+    box = lockbox_sources(ev)
+    reading = bool((ev.get("lockbox") or {}).get("read", False))
+    if reading and not box:
+        raise ValueError("eval.lockbox.read: true, but eval.lockbox.data lists no sources")
+    for key in ("data", "train_data", "test_data"):
+        if reading and key == "test_data":
+            continue
+        srcs = ev.get(key) or []
+        for src in [srcs] if isinstance(srcs, str) else srcs:
+            hit = next((b for b in box if _overlaps(_resolved(src), b)), None)
+            if hit is not None:
+                raise ValueError(f"eval.{key}: '{src}' reads the lockbox ({hit}, eval.lockbox.data); development "
+                                 f"runs may not read it. The one reading sets eval.lockbox.read=true")
+    return reading
+
+
 def load_split(ev: Mapping[str, Any], seed: int) -> tuple[EvalSet, EvalSet, dict[str, Any]]:
     """(train, test, description): ``eval.train_data`` + ``eval.test_data`` when both are set, else
-    ``eval.data`` split by ``eval.split``; then ``eval.test_subset`` (a seeded subset of test)."""
+    ``eval.data`` split by ``eval.split``; then ``eval.test_subset`` (a seeded subset of test). A lockbox
+    reading (``eval.lockbox.read``) trains on the development data and tests on ``eval.lockbox.data``."""
     split_cfg = dict(ev.get("split") or {})
     max_prompts = int(ev.get("max_prompts", 0) or 0)
-    if ev.get("train_data") or ev.get("test_data"):
+    if check_lockbox(ev):
+        train = subsample(load_eval_set(ev, "train_data" if ev.get("train_data") else "data"), max_prompts, seed)
+        test = subsample(load_eval_set({**ev, "lockbox_data": ev["lockbox"]["data"]}, "lockbox_data"),
+                         max_prompts, seed)
+        test = test.aligned(train.names, where="eval.lockbox.data (against the development data)")
+        desc = {"protocol": "lockbox reading", "train_sources": [str(s) for s in ev.get("train_data") or ev.get("data")],
+                "test_sources": [str(s) for s in lockbox_sources(ev)]}
+    elif ev.get("train_data") or ev.get("test_data"):
         if not (ev.get("train_data") and ev.get("test_data")):
             raise ValueError("eval.train_data / eval.test_data: set both, or neither (then eval.data is split)")
         train = subsample(load_eval_set(ev, "train_data"), max_prompts, seed)
         test = subsample(load_eval_set(ev, "test_data"), max_prompts, seed)
-        if train.names != test.names:
-            raise ValueError(f"eval.test_data: candidates {test.names} differ from eval.train_data's {train.names}")
+        test = test.aligned(train.names, where="eval.test_data (against eval.train_data)")
         desc = {"protocol": "separate train_data / test_data",
                 "train_sources": [str(s) for s in ev["train_data"]], "test_sources": [str(s) for s in ev["test_data"]]}
     else:
@@ -255,12 +297,13 @@ def run(cfg: Any) -> dict[str, Any]:
 
     from rlrouter.eval.report import write_report
 
-    cfg = _plain(cfg)
+    cfg = to_plain_dict(cfg)
     ev = cfg["eval"]
     seed = int(cfg.get("seed", 0))
     t0 = time.perf_counter()
     load_plugins(list(ev.get("plugins") or []))
     train, test, split_desc = load_split(ev, seed)
+    lockbox = open_lockbox(cfg) if split_desc["protocol"] == "lockbox reading" else None
     names = train.names
     weak, strong = train.index(ev["weak"]), train.index(ev["strong"])
     ctx = RouterContext(candidates=names, weak=weak, strong=strong, train=train, embed=_embedder(ev), seed=seed,
@@ -295,7 +338,12 @@ def run(cfg: Any) -> dict[str, Any]:
             router: Router = build_router(spec, ctx)
             router.fit(train_rows_for(train, str(prefix), name) if prefix else train)
             ctx.extra.setdefault("fitted", {})[name] = router  # an ensemble later in the run may reuse it (ref)
-            if isinstance(router, ThresholdRouter):
+            if isinstance(router, ThresholdRouter) and getattr(router, "online", False):
+                # learns from each call's outcome on the test stream; its sweep uses the arrival scores
+                decisions[name] = np.asarray(router.replay(test), dtype=np.int64)
+                strong_scores[name] = np.asarray(router.arrival_scores)
+                online[name] = router
+            elif isinstance(router, ThresholdRouter):
                 strong_scores[name] = router.strong_score(test.prompts)
                 if share is not None and spec.get("type") not in ("random",):
                     # label-free: a quantile of the router's scores on the test prompts, as RouteLLM's
@@ -349,6 +397,16 @@ def run(cfg: Any) -> dict[str, Any]:
     boot = None
     if boot_cfg.get("enabled", True):
         boot = _run_bootstrap(boot_cfg, test, decisions, strong_scores, specs, weak, strong, num_thresholds, seed)
+    for name, r in online.items():  # the stream's second half: after the router has learned from the first
+        order = getattr(r, "stream_order", None)
+        late = np.sort(np.asarray(order if order is not None else np.arange(len(test)))[len(test) // 2:])
+        online_report[name]["second_half"] = {
+            "n": int(len(late)),
+            "quality": {k: float(test.scores[late, d[late]].mean()) for k, d in decisions.items()},
+            "bootstrap": _run_bootstrap({**boot_cfg, "baseline_types": ["mf"]} if boot_cfg else {}, test.subset(late),
+                                        {k: d[late] for k, d in decisions.items()},
+                                        {k: sc[late] for k, sc in strong_scores.items()}, specs, weak, strong,
+                                        num_thresholds, seed) if boot is not None else None}
     ope = _run_ope(ev.get("ope") or {}, test, decisions, names, seed) if (ev.get("ope") or {}).get("enabled") else None
 
     report = {
@@ -367,14 +425,76 @@ def run(cfg: Any) -> dict[str, Any]:
         "bootstrap": boot,
         "online": online_report,
         "ope": ope,
+        "lockbox": lockbox,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+    if lockbox is not None:
+        record_lockbox_read(lockbox, report)
     paths = write_report(Path(cfg["output_dir"]), report)
     report["paths"] = {k: str(v) for k, v in paths.items()}
     print(f"evaluate_router: report in {Path(cfg['output_dir']).resolve()}")
     for k, v in paths.items():
         print(f"  {k}: {v}")
     return report
+
+
+def lockbox_fingerprint(cfg: Mapping[str, Any]) -> str:
+    """What makes two readings "the same config": the eval section and the routers, without output paths."""
+    import hashlib
+
+    ev = {k: v for k, v in cfg["eval"].items() if k != "lockbox"}
+    ev["lockbox"] = {k: v for k, v in (cfg["eval"].get("lockbox") or {}).items() if k != "ledger"}
+    key = {"seed": cfg.get("seed", 0), "eval": ev, "router": cfg.get("router"), "routers": cfg.get("routers")}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _ledger(cfg: Mapping[str, Any]) -> Path | None:
+    path = (cfg["eval"].get("lockbox") or {}).get("ledger")
+    return Path(path) if path else None
+
+
+def open_lockbox(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Before a lockbox reading: its fingerprint and every earlier reading in the ledger with the same config
+    (warned about: a second reading of the same config is a second look at the test) or the same router
+    types (listed, so the report says which families were read before)."""
+    import warnings
+
+    fp = lockbox_fingerprint(cfg)
+    types = sorted({str(spec.get("type")) for spec in [*(cfg["eval"].get("baselines") or {}).values(),
+                                                         *((cfg.get("routers") or {}).values()), cfg.get("router")]
+                    if spec})
+    earlier: list[dict[str, Any]] = []
+    ledger = _ledger(cfg)
+    if ledger is not None and ledger.exists():
+        from rlrouter.data.io import read_jsonl
+
+        earlier = [rec for _, rec in read_jsonl(ledger)]
+    same = [r for r in earlier if r.get("fingerprint") == fp]
+    if same:
+        warnings.warn(f"eval.lockbox: this config (fingerprint {fp}) already read the lockbox on "
+                      f"{', '.join(r.get('date', '?') for r in same)} ({ledger}); a second reading is not a "
+                      f"fresh test", stacklevel=2)
+    families = {t: [r.get("date") for r in earlier if t in (r.get("router_types") or [])] for t in types}
+    return {"fingerprint": fp, "ledger": str(ledger) if ledger else None, "router_types": types,
+            "read_before_same_config": [r.get("date") for r in same],
+            "read_before_by_type": {t: d for t, d in families.items() if d}}
+
+
+def record_lockbox_read(lockbox: Mapping[str, Any], report: Mapping[str, Any]) -> None:
+    """Append this reading (date, fingerprint, router types, sources, each router's APGR) to the ledger."""
+    if not lockbox.get("ledger"):
+        return
+    import datetime
+
+    per = report["slices"]["all"]["routers"]
+    rec = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "fingerprint": lockbox["fingerprint"], "router_types": lockbox["router_types"],
+           "test_sources": report["data"]["split"].get("test_sources"), "command": report.get("command"),
+           "apgr": {k: v.get("apgr") for k, v in per.items()}}
+    path = Path(lockbox["ledger"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(rec, sort_keys=True) + "\n")
 
 
 def _command_line() -> str | None:
@@ -389,7 +509,7 @@ def _command_line() -> str | None:
 
 
 def online_regret(router: Any, test: EvalSet, decisions: Mapping[str, np.ndarray], name: str) -> dict[str, Any]:
-    """Regret of an online router over the test stream (issue 17), in its own objective
+    """Regret of an online router over the test stream, in its own objective
     (``router.objective``: the selector's score times its cost bonus) and in plain quality: against
     the best fixed candidate (always the same one) and the best fixed router of this run (every other
     evaluated router, frozen, oracle excluded). Also the cumulative regret at 10%, 20%, ... of the stream."""
@@ -403,6 +523,10 @@ def online_regret(router: Any, test: EvalSet, decisions: Mapping[str, np.ndarray
     best_router = max(fixed, key=lambda k: fixed[k].sum())
     checkpoints = np.linspace(0.1, 1.0, 10)
     cum = {k: np.cumsum(fixed[k][order] - mine[order]) for k in (best_arm, best_router)}
+    if "subject_oracle" in decisions:  # the reference that knows each subject's gain from the test outcomes
+        cum["subject_oracle"] = np.cumsum(obj[rows, decisions["subject_oracle"]][order] - mine[order])
+    n_seen = np.arange(1, len(test) + 1)
+    cum_quality = {k: (np.cumsum(test.scores[rows, d][order]) / n_seen) for k, d in decisions.items() if k != "oracle"}
     q = test.scores[rows, decisions[name]]
     return {"stream": len(test), "objective_mean": float(mine.mean()), "quality": float(q.mean()),
             "best_fixed_candidate": best_arm, "regret_vs_best_candidate": float(cum[best_arm][-1]),
@@ -410,7 +534,11 @@ def online_regret(router: Any, test: EvalSet, decisions: Mapping[str, np.ndarray
             "quality_regret_vs_best_router": float(test.scores[rows, decisions[best_router]].sum() - q.sum())
             if best_router in decisions else None,
             "regret_curve": {"fraction": checkpoints.tolist(),
-                             "vs_best_router": [float(cum[best_router][int(f * len(test)) - 1]) for f in checkpoints]}}
+                             **{f"vs_{k}" if k == "subject_oracle" else "vs_best_router":
+                                [float(cum[k][int(f * len(test)) - 1]) for f in checkpoints]
+                                for k in (best_router, "subject_oracle") if k in cum}},
+            "cumulative_quality": {k: [float(c[int(f * len(test)) - 1]) for f in checkpoints]
+                                   for k, c in cum_quality.items()}}
 
 
 def _run_bootstrap(bc: Mapping[str, Any], test: EvalSet, decisions: Mapping[str, np.ndarray],

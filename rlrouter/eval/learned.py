@@ -1,6 +1,6 @@
 """Routers that learn P(strong wins) from logged outcomes and are meant to transfer to unseen subjects.
 
-Issue 17: on MMLU subjects absent from training, RouteLLM-style MF and kNN recover little more of the
+On MMLU subjects absent from training, RouteLLM-style MF and kNN recover little more of the
 gap than random. What moves across subjects is less *what* a question is about (its embedding, which
 the MF and kNN routers key on) than *how hard* it looks: its form (length, option lengths, digits and
 formula symbols, negations, multi-statement "I and II" items). This module holds:

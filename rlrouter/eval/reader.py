@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rlrouter.data.io import DataFileError
+from rlrouter.data.io import DataFileError, read_jsonl
 from rlrouter.pool.base import Candidate
 
 ROUTERBENCH_RESPONSE = "|model_response"
@@ -128,12 +128,26 @@ class EvalSet:
                        sources=[self.sources[i] for i in rows], prompt_tokens=self.prompt_tokens[rows],
                        completion_tokens=self.completion_tokens[rows])
 
+    def aligned(self, names: Sequence[str], where: str = "eval set") -> "EvalSet":
+        """The same rows with the candidate columns in the order of ``names``. Readers order candidates
+        differently (RouteLLM keeps the CSV's column order, MT-Bench sorts), so two sets of the same
+        candidates are compared as sets and aligned by name; other candidates are an error naming both."""
+        names = list(names)
+        if self.names == names:
+            return self
+        if sorted(self.names) != sorted(names):
+            missing, extra = sorted(set(names) - set(self.names)), sorted(set(self.names) - set(names))
+            raise ValueError(f"{where}: candidates {self.names} differ from {names} "
+                             f"(missing {missing}, not expected {extra})")
+        cols = np.array([self.names.index(n) for n in names])
+        return EvalSet(prompts=list(self.prompts), candidates=[self.candidates[j] for j in cols],
+                       scores=self.scores[:, cols], costs=self.costs[:, cols], sources=list(self.sources),
+                       prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens[:, cols])
+
     @staticmethod
     def concat(parts: Sequence["EvalSet"]) -> "EvalSet":
         first = parts[0]
-        for p in parts[1:]:
-            if p.names != first.names:
-                raise ValueError(f"eval set: candidates differ between parts: {first.names} vs {p.names}")
+        parts = [first, *(p.aligned(first.names, where=f"eval set part {i}") for i, p in enumerate(parts[1:], 1))]
         return EvalSet(prompts=[x for p in parts for x in p.prompts], candidates=list(first.candidates),
                        scores=np.concatenate([p.scores for p in parts]),
                        costs=np.concatenate([p.costs for p in parts]),
@@ -285,21 +299,8 @@ def read_routerbench(path: str | Path, prices: Mapping[str, Mapping[str, float]]
 
 
 def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(1-based line, record) for every non-blank line of a JSON-lines file."""
-    import json
-
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataFileError(path, f"line {n}", None, f"not JSON: {e.msg}") from None
-        if not isinstance(rec, dict):
-            raise DataFileError(path, f"line {n}", None, "expected a JSON object")
-        out.append((n, rec))
-    return out
+    """(1-based line, record) for every non-blank line of a JSON-lines file (the project's one reader)."""
+    return list(read_jsonl(path))
 
 
 def read_mtbench(path: str | Path, prices: Mapping[str, Mapping[str, float]],

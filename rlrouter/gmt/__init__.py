@@ -1,4 +1,4 @@
-"""GMTRouter (issue 6): personalized routing with a heterogeneous graph transformer.
+"""GMTRouter: personalized routing with a heterogeneous graph transformer.
 
 ``graph`` builds the user / session / query / response / llm graph from GMTRouter records,
 ``model`` is the HGT encoder and the cross-attention predictor, ``train`` the loss, metrics, loop

@@ -1,4 +1,4 @@
-"""Baselines GMTRouter is measured against (issue 6, "Measure"), on the same comparison groups.
+"""Baselines GMTRouter is measured against, on the same comparison groups.
 
 - ``GlobalThompson``: one Beta posterior per candidate over all users' feedback (the selector's
   global scope); it ranks by posterior mean, and ``sample`` draws the Thompson decision.

@@ -1,6 +1,6 @@
 """The GMTRouter interaction graph: GMTRecord logs -> a torch-geometric ``HeteroData``.
 
-Nodes (issue 6, "Graph"; GMTRouter paper, Sec. 3):
+Nodes (GMTRouter paper, Sec. 3):
 
 - ``user``: one per user_id; features start at zero, so a user is known only through its sessions
   (that is what lets a new user be added later without retraining).
@@ -35,7 +35,7 @@ from rlrouter.data.formats import FEEDBACK_RANGE, GMTRecord, Interaction, Record
 
 NODE_TYPES = ("user", "session", "query", "response", "llm")
 
-# (src, relation, dst). The first five are the issue's edge list; the rest are their reverses.
+# (src, relation, dst). The first five are GMTRouter's edges (module docstring); the rest are their reverses.
 EDGE_TYPES: tuple[tuple[str, str, str], ...] = (
     ("session", "belongs_to", "user"),
     ("query", "asked_in", "session"),
@@ -169,7 +169,7 @@ class GMTGraph:
 
     # ------------------------------------------------------------------ message-passing graph
     def x_dict(self) -> dict[str, torch.Tensor]:
-        """Initial node features. User and session nodes start at zero (issue 6)."""
+        """Initial node features. User and session nodes start at zero, as in the paper: they are known only through their edges."""
         n = self.num_interactions
         return {
             "user": torch.zeros(len(self.users), 1),

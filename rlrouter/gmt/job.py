@@ -20,22 +20,24 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlrouter.config import to_plain_dict, typed_config
 from rlrouter.distributed.resources import ResourceSpec, RoleSpec
 from rlrouter.gmt.graph import GMTGraph, build_graph
 from rlrouter.gmt.model import GMTModelConfig
 from rlrouter.gmt.simulate import SimConfig
-from rlrouter.gmt.train import (GroupBatch, Split, TrainConfig, build_model, evaluate, few_shot_curve, fit,
+from rlrouter.gmt.train import (GroupBatch, Split, GMTTrainConfig, build_model, evaluate, few_shot_curve, fit,
                                 load_checkpoint, save_checkpoint, temporal_split, to_jsonable, training_groups)
+from rlrouter.jobkit import finish_run, open_run, run_on_ray
 
 
 @dataclass
-class DataConfig:
+class GMTDataConfig:
     """Where the interaction logs come from."""
 
     source: str = "simulated"
@@ -68,9 +70,9 @@ class DataConfig:
 class GMTJobConfig:
     seed: int = 0
     output_dir: str = "outputs/train_gmtrouter"
-    data: DataConfig = field(default_factory=DataConfig)
+    data: GMTDataConfig = field(default_factory=GMTDataConfig)
     model: GMTModelConfig = field(default_factory=GMTModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    train: GMTTrainConfig = field(default_factory=GMTTrainConfig)
     resources: ResourceSpec = field(default_factory=lambda: ResourceSpec(learner=RoleSpec(num_workers=2)))
     """``resources.learner``: the Ray Train ranks (``ray_train: false``: one rank in this process)."""
     learner_failures: int = 0
@@ -81,57 +83,19 @@ class GMTJobConfig:
     @classmethod
     def from_cfg(cls, cfg: Any) -> "GMTJobConfig":
         """From a Hydra config shaped like ``conf/train_gmtrouter.yaml`` (or a plain dict)."""
-        d = _plain(cfg)
-        gmt = d.pop("gmt", {}) or {}
-        known = {"seed", "output_dir", "resources", "learner_failures", "ray", "storage"}
-        extra = sorted(set(d) - known)
-        if extra:
-            raise ValueError(f"{extra[0]}: unknown key in the GMTRouter config (expected {sorted(known | {'gmt'})})")
+        d = to_plain_dict(cfg)
+        d.pop("storage", None)  # the run's storage, read by ``run``
+        gmt = d.pop("gmt", None) or {}
         extra = sorted(set(gmt) - {"data", "model", "train"})
         if extra:
             raise ValueError(f"gmt.{extra[0]}: unknown key (expected data, model, train)")
-        data = dict(gmt.get("data") or {})
-        sim = _build(SimConfig, data.pop("sim", None), "gmt.data.sim")
-        return cls(seed=int(d.get("seed", 0)), output_dir=str(d.get("output_dir", cls.output_dir)),
-                   data=_build(DataConfig, {**data, "sim": sim}, "gmt.data"),
-                   model=_build(GMTModelConfig, gmt.get("model"), "gmt.model"),
-                   train=_build(TrainConfig, gmt.get("train"), "gmt.train"),
-                   resources=_build(ResourceSpec, d.get("resources"), "resources"),
-                   learner_failures=int(d.get("learner_failures", 0)), ray=dict(d.get("ray") or {}))
+        # the GMTRouter sections sit under gmt.*: built with that prefix, so errors name the full key
+        sections = {"data": GMTDataConfig, "model": GMTModelConfig, "train": GMTTrainConfig}
+        built = {k: typed_config(c, gmt.get(k), f"gmt.{k}") for k, c in sections.items()}
+        return typed_config(cls, {**d, **built})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _plain(cfg: Any) -> dict[str, Any]:
-    if cfg is None:
-        return {}
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except ImportError:
-        pass
-    return json.loads(json.dumps(cfg))
-
-
-def _build(cls, d: Any, prefix: str):
-    if d is None:
-        return cls()
-    if isinstance(d, cls):
-        return d
-    names = {f.name for f in fields(cls)}
-    extra = sorted(set(d) - names)
-    if extra:
-        raise ValueError(f"{prefix}.{extra[0]}: unknown key (expected one of {sorted(names)})")
-    try:
-        return cls(**d)
-    except ValueError as e:
-        msg = str(e)
-        raise ValueError(msg if msg.startswith(prefix) else f"{prefix}.{msg}") from None
-    except TypeError as e:
-        raise ValueError(f"{prefix}: {e}") from None
 
 
 # ---------------------------------------------------------------- data
@@ -235,7 +199,7 @@ def _ray_train_loop(config: dict[str, Any]) -> None:
 
     from rlrouter.distributed.launcher import RayTrainSession, setup_worker_threads
 
-    job = _job_from_dict(config["job"])
+    job = typed_config(GMTJobConfig, config["job"])
     setup_worker_threads(job.resources.learner.num_cpus)
     session = RayTrainSession(use_gpu=job.resources.use_gpu)
     tensors, meta, masks = ray.get(config["graph_ref"])
@@ -251,34 +215,16 @@ def _ray_train_loop(config: dict[str, Any]) -> None:
         session.report(metrics, tmp if session.rank == 0 else None)
 
 
-def _job_from_dict(d: dict[str, Any]) -> GMTJobConfig:
-    data = dict(d["data"])
-    data["sim"] = SimConfig(**data["sim"])
-    return GMTJobConfig(seed=d["seed"], output_dir=d["output_dir"], data=DataConfig(**data),
-                        model=GMTModelConfig(**d["model"]), train=TrainConfig(**d["train"]),
-                        resources=ResourceSpec(**d["resources"]), learner_failures=d["learner_failures"],
-                        ray=d["ray"])
-
-
 def _train_on_ray(job: GMTJobConfig, prep: Prepared, dest: Path) -> dict[str, Any]:
     import ray
 
     from rlrouter.distributed.cluster import connect
-    from rlrouter.distributed.launcher import RunSpec, fit
 
-    connect(**job.ray)
+    connect(**job.ray)  # before ray.put; run_on_ray's own connect then finds the cluster up
     tensors, meta = prep.graph.to_tensors()
     masks = {"train": prep.split.train, "val": prep.split.val, "test": prep.split.test}
     graph_ref = ray.put((tensors, meta, masks))
-    result = fit(_ray_train_loop, {"job": job.to_dict(), "graph_ref": graph_ref}, job.resources,
-                 RunSpec(name=f"train_gmtrouter_{int(time.time())}", max_failures=job.learner_failures,
-                         storage_path=str(Path(job.output_dir) / "ray_train")))
-    if result.checkpoint is None:
-        raise RuntimeError("Ray Train returned no checkpoint: rank 0 saved no model")
-    if dest.exists():
-        shutil.rmtree(dest)
-    result.checkpoint.to_directory(str(dest))
-    return dict(result.metrics or {})
+    return run_on_ray(_ray_train_loop, {"job": job.to_dict(), "graph_ref": graph_ref}, job, "train_gmtrouter", dest)
 
 
 # ---------------------------------------------------------------- entry point
@@ -286,16 +232,9 @@ def _train_on_ray(job: GMTJobConfig, prep: Prepared, dest: Path) -> dict[str, An
 
 def run(cfg: Any) -> dict[str, Any]:
     """Train GMTRouter as configured; returns (and writes) the metrics. See the module docstring."""
-    from dataclasses import replace
-
-    from rlrouter.storage import RunStorage
-
     job = cfg if isinstance(cfg, GMTJobConfig) else GMTJobConfig.from_cfg(cfg)
-    store = RunStorage.for_output_dir("train_gmtrouter", job.output_dir,
-                                      None if isinstance(cfg, GMTJobConfig) else cfg.get("storage"))
-    print(store.banner())  # issue 16: a submitted job says where its outputs are
-    out_dir = store.prepare()
-    job = replace(job, output_dir=str(out_dir))
+    job, store = open_run("train_gmtrouter", job, None if isinstance(cfg, GMTJobConfig) else cfg.get("storage"))
+    out_dir = Path(job.output_dir)
     t0 = time.perf_counter()
     prep = prepare(job, out_dir)
     t_prep = time.perf_counter() - t0
@@ -316,7 +255,7 @@ def run(cfg: Any) -> dict[str, Any]:
         "split": {k: int(getattr(sp, k).sum()) for k in ("train", "val", "test")},
         "train": ckpt_cfg.get("train", {}), "ray": ray_metrics if job.resources.ray_train else None,
         "test": evaluate(model, g, sp.train | sp.val, test_batch, loss=job.train.loss),
-        # the same turns for a user with no history on the query as a new node (issue 17)
+        # the same turns for a user with no history on the query as a new node (the path serving takes)
         "test_cold": evaluate(model, g, sp.train | sp.val, test_batch, loss=job.train.loss, cold=True),
         "seconds": {"prepare": t_prep, "train": t_train},
     }
@@ -333,7 +272,5 @@ def run(cfg: Any) -> dict[str, Any]:
     saved["metrics"] = to_jsonable(metrics)
     cfg_path.write_text(json.dumps(saved, indent=1))
     (out_dir / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=1))
-    pushed = store.push()
-    if pushed:
-        print(f"stored: {pushed}")
+    finish_run(store)
     return to_jsonable(metrics)

@@ -210,8 +210,8 @@ def score_cold(model: GMTRouterModel, h: dict[str, torch.Tensor], query_x: torch
 
     ``query_x`` (B, E) are the queries' text features, ``llms`` (B, K) llm node ids (-1 pads, scored
     0) read from ``h``. This is the path an unknown user's request on an unseen query takes at serving
-    time (``GMTRouterScorer.score_batch(user_id=None)``), and the one ``TrainConfig.cold_frac`` trains:
-    without it the predictor never sees these two embeddings in training (issue 17).
+    time (``GMTRouterScorer.score_batch(user_id=None)``), and the one ``GMTTrainConfig.cold_frac`` trains:
+    without it the predictor never sees these two embeddings in training.
     """
     q = isolated_query_embedding(model, query_x)  # (B, H)
     u = cold_user_embedding(model).expand(q.shape[0], -1)  # (B, H), one vector for every cold user

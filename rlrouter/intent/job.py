@@ -1,7 +1,7 @@
 """The intent-classifier training job: ``run(cfg)``, which ``jobs/train_intent.py`` wraps.
 
-Modes (issue 7): ``supervised``, ``rl_only`` (PPO from the supervised adapter in ``init_from``) and
-``supervised_then_rl``. Training runs on Ray Train through the shared launcher
+Modes, as in the intent quick-start: ``supervised``, ``rl_only`` (PPO from the supervised adapter in
+``init_from``) and ``supervised_then_rl``. Training runs on Ray Train through the shared launcher
 (``rlrouter.distributed.launcher``: ``resources.learner`` ranks, gloo on CPU, NCCL on GPU) or in this
 process when ``resources.ray_train`` is false; both call the same :func:`train_worker`.
 The adapters come back as a Ray Train checkpoint and land side by side under
@@ -16,23 +16,25 @@ import shutil
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rlrouter.config import to_plain_dict, typed_config
 from rlrouter.distributed.resources import ResourceSpec, RoleSpec
 from rlrouter.intent.data import IntentExample, Splits, load_labelled_file, load_mmlu, stratified_splits
-from rlrouter.intent.metrics import accuracy, expected_calibration_error, macro_f1
+from rlrouter.rewards.classification_metrics import accuracy, expected_calibration_error, macro_f1
 from rlrouter.intent.model import EncoderConfig
-from rlrouter.intent.ppo import PPOConfig
+from rlrouter.intent.ppo import IntentPPOConfig
 from rlrouter.intent.supervised import SupervisedConfig
+from rlrouter.jobkit import finish_run, open_run, run_on_ray
 
 MODES = ("supervised", "rl_only", "supervised_then_rl")
 PHASES = ("supervised", "rl")
 
 
 @dataclass
-class DataConfig:
+class IntentDataConfig:
     """Where labelled queries come from and how much of them a run uses."""
 
     source: str = "mmlu"
@@ -88,10 +90,10 @@ class IntentJobConfig:
     init_from: str | None = None
     """rl_only: a run folder or a ``supervised`` adapter folder to start PPO from."""
     model: EncoderConfig = field(default_factory=EncoderConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    data: IntentDataConfig = field(default_factory=IntentDataConfig)
     supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
     rl_enabled: bool = True
-    rl: PPOConfig = field(default_factory=PPOConfig)
+    rl: IntentPPOConfig = field(default_factory=IntentPPOConfig)
     resources: ResourceSpec = field(default_factory=lambda: ResourceSpec(learner=RoleSpec(num_workers=2)))
     """``resources.learner``: the Ray Train ranks (``ray_train: false``: one rank in this process)."""
     learner_failures: int = 0
@@ -104,7 +106,7 @@ class IntentJobConfig:
         if self.mode not in MODES:
             raise ValueError(f"mode: expected one of {MODES}, got '{self.mode}'")
         if self.mode != "supervised" and not self.rl_enabled:
-            # the seed's behaviour (004): RL switched off in the config leaves the supervised phase
+            # RL switched off in the config leaves the supervised phase only
             warnings.warn(f"rl_training.enabled is false: mode '{self.mode}' falls back to 'supervised' "
                           f"(set rl_training.enabled=true to run the RL phase)", stacklevel=2)
             self.mode = "supervised"
@@ -120,59 +122,19 @@ class IntentJobConfig:
     @classmethod
     def from_cfg(cls, cfg: Any) -> "IntentJobConfig":
         """From a Hydra config (or a plain dict) shaped like ``conf/train_intent.yaml``."""
-        d = _plain(cfg)
-        known = {"mode", "seed", "output_dir", "init_from", "model", "data", "supervised", "rl_training",
-                 "resources", "learner_failures", "ray", "eval", "storage"}
-        extra = sorted(set(d) - known)
-        if extra:
-            raise ValueError(f"{extra[0]}: unknown key in the intent config (expected {sorted(known)})")
-        rl = dict(d.get("rl_training") or {})
-        enabled = bool(rl.pop("enabled", True))
+        d = to_plain_dict(cfg)
+        d.pop("storage", None)  # the run's storage, read by ``run``
+        # the YAML's rl_training section is the ``rl`` field plus its on/off switch and algorithm name
+        rl = dict(d.pop("rl_training", None) or {})
+        d["rl_enabled"] = bool(rl.pop("enabled", True))
         algorithm = rl.pop("algorithm", "ppo")
         if algorithm != "ppo":
             raise ValueError(f"rl_training.algorithm: only 'ppo' is implemented, got '{algorithm}'")
-        return cls(mode=d.get("mode", "supervised_then_rl"), seed=int(d.get("seed", 0)),
-                   output_dir=str(d.get("output_dir", "outputs/train_intent")), init_from=d.get("init_from"),
-                   model=_build(EncoderConfig, d.get("model"), "model"),
-                   data=_build(DataConfig, d.get("data"), "data"),
-                   supervised=_build(SupervisedConfig, d.get("supervised"), "supervised"),
-                   rl_enabled=enabled, rl=_build(PPOConfig, rl, "rl_training"),
-                   resources=_build(ResourceSpec, d.get("resources"), "resources"),
-                   learner_failures=int(d.get("learner_failures", 0)), ray=dict(d.get("ray") or {}), eval=_build(EvalConfig, d.get("eval"), "eval"))
+        d["rl"] = typed_config(IntentPPOConfig, rl, "rl_training")
+        return typed_config(cls, d)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "IntentJobConfig":
-        d = dict(d)
-        return cls(**{**d, "model": EncoderConfig(**d["model"]), "data": DataConfig(**d["data"]),
-                      "supervised": SupervisedConfig(**d["supervised"]), "rl": PPOConfig(**d["rl"]),
-                      "resources": ResourceSpec(**d["resources"]), "eval": EvalConfig(**d["eval"])})
-
-
-def _plain(cfg: Any) -> dict[str, Any]:
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(cfg):
-            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except ImportError:
-        pass
-    return dict(cfg or {})
-
-
-def _build(cls: type, d: Any, prefix: str) -> Any:
-    d = dict(d or {})
-    names = {f.name for f in fields(cls)}
-    extra = sorted(set(d) - names)
-    if extra:
-        raise ValueError(f"{prefix}.{extra[0]}: unknown key (expected one of {sorted(names)})")
-    try:
-        return cls(**d)
-    except ValueError as e:
-        msg = str(e)
-        raise ValueError(msg if msg.startswith(prefix) else f"{prefix}.{msg}") from None
 
 
 def _supervised_dir(path: Path) -> Path:
@@ -188,7 +150,7 @@ def _supervised_dir(path: Path) -> Path:
 # ---------------------------------------------------------------- data
 
 
-def build_splits(data: DataConfig, seed: int) -> Splits:
+def build_splits(data: IntentDataConfig, seed: int) -> Splits:
     if data.source == "mmlu":
         examples = load_mmlu(include_choices=data.include_choices)
         labels = None
@@ -260,7 +222,7 @@ def _ray_train_loop(config: dict[str, Any]) -> None:
     """``train_loop_per_worker`` of the TorchTrainer: train, then report the adapters as a checkpoint."""
     from rlrouter.distributed.launcher import RayTrainSession, setup_worker_threads
 
-    job = IntentJobConfig.from_dict(config["job"])
+    job = typed_config(IntentJobConfig, config["job"])
     setup_worker_threads(job.resources.learner.num_cpus)
     session = RayTrainSession(use_gpu=job.resources.use_gpu)
     splits = Splits(train=_rows_to_examples(config["train"]), val=_rows_to_examples(config["val"]),
@@ -288,18 +250,9 @@ def _flat_metrics(summary: dict[str, Any]) -> dict[str, float]:
 
 
 def _train_on_ray(job: IntentJobConfig, splits: Splits, dest: Path) -> None:
-    from rlrouter.distributed.cluster import connect
-    from rlrouter.distributed.launcher import RunSpec, fit
-
-    connect(**job.ray)
     config = {"job": job.to_dict(), "labels": list(splits.labels), "train": _examples_to_rows(splits.train),
               "val": _examples_to_rows(splits.val), "test": _examples_to_rows(splits.test)}
-    result = fit(_ray_train_loop, config, job.resources,
-                 RunSpec(name=f"train_intent_{int(time.time())}", max_failures=job.learner_failures,
-                         storage_path=str(Path(job.output_dir) / "ray_train")))
-    if result.checkpoint is None:
-        raise RuntimeError("Ray Train returned no checkpoint: the workers saved no adapters")
-    result.checkpoint.to_directory(str(dest))
+    run_on_ray(_ray_train_loop, config, job, "train_intent", dest)
 
 
 # ---------------------------------------------------------------- evaluation
@@ -363,16 +316,9 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
 
 def run(cfg: Any) -> dict[str, Any]:
     """Train per ``cfg`` (``conf/train_intent.yaml``), save adapters, write and print the comparison."""
-    from dataclasses import replace
-
-    from rlrouter.storage import RunStorage
-
     job = cfg if isinstance(cfg, IntentJobConfig) else IntentJobConfig.from_cfg(cfg)
-    store = RunStorage.for_output_dir("train_intent", job.output_dir,
-                                      None if isinstance(cfg, IntentJobConfig) else cfg.get("storage"))
-    print(store.banner())  # issue 16: a submitted job says where its outputs are
-    out = store.prepare().resolve()
-    job = replace(job, output_dir=str(out))
+    job, store = open_run("train_intent", job, None if isinstance(cfg, IntentJobConfig) else cfg.get("storage"))
+    out = Path(job.output_dir)
     t_start = time.perf_counter()
     splits = build_splits(job.data, job.seed)
     adapters = out / "adapters"
@@ -411,7 +357,5 @@ def run(cfg: Any) -> dict[str, Any]:
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
     (out / "comparison.md").write_text(table + "\n")
     print(table)
-    pushed = store.push()
-    if pushed:
-        print(f"stored: {pushed}")
+    finish_run(store)
     return result

@@ -1,7 +1,7 @@
 """PPO fine-tuning of the intent classifier (Schulman et al., 2017, "Proximal Policy Optimization"),
 written top to bottom in CleanRL's style and names.
 
-The MDP (issue 7): a state is a query, the action is a label sampled from the classifier's softmax
+The MDP: a state is a query, the action is a label sampled from the classifier's softmax
 (the policy), the reward comes from a reward function of the project's contract
 ``fn(prompts, completions, **columns) -> list[float | None]`` with the predicted label as completion and
 the columns ``labels`` (gold) and ``confidences`` (the policy's probability of the chosen label),
@@ -28,18 +28,18 @@ import torch
 from torch.distributions import Categorical
 
 from rlrouter.intent.data import IntentExample
-from rlrouter.distributed.launcher import all_reduce_sum, rank_and_world, shard, unwrap, wrap_ddp
+from rlrouter.distributed.launcher import all_reduce_sum, rank_and_world, rank_shard, unwrap, wrap_ddp
 from rlrouter.intent.model import IntentModel
 
 RewardFn = Callable[..., list[float | None]]
 
 
 @dataclass
-class PPOConfig:
-    """The PPO phase. The first six fields mirror the seed's ``rl_training`` block."""
+class IntentPPOConfig:
+    """The PPO phase. The first six fields mirror the intent quick-start's ``rl_training`` block."""
 
     learning_rate: float = 1e-5
-    """Adam step for the LoRA adapter and the classification head (issue 7 default)."""
+    """Adam step for the LoRA adapter and the classification head (the intent quick-start's default)."""
     gamma: float = 0.99
     """Discount inside an episode of ``episode_length`` queries."""
     batch_size: int = 64
@@ -215,7 +215,7 @@ def _to_rewards(values: Sequence[float | None]) -> tuple[torch.Tensor, int]:
 
 @torch.no_grad()
 def collect_rollout(model: IntentModel, examples: Sequence[IntentExample], reward_fn: RewardFn,
-                    cfg: PPOConfig, generator: torch.Generator) -> tuple[RolloutBuffer, dict[str, float]]:
+                    cfg: IntentPPOConfig, generator: torch.Generator) -> tuple[RolloutBuffer, dict[str, float]]:
     """Sample ``cfg.batch_size`` queries, act with the current policy, score, and run GAE."""
     idx = torch.randint(len(examples), (cfg.batch_size,), generator=generator)
     batch = [examples[i] for i in idx.tolist()]
@@ -284,13 +284,13 @@ class PPOResult:
 
 
 def train_ppo(model: IntentModel, train: Sequence[IntentExample], val: Sequence[IntentExample],
-              reward_fn: RewardFn, cfg: PPOConfig, seed: int = 0,
+              reward_fn: RewardFn, cfg: IntentPPOConfig, seed: int = 0,
               log: Callable[[dict[str, float]], None] | None = None) -> PPOResult:
     """Run ``cfg.iterations`` rollouts of PPO on ``model`` in place. Works on one process or as one rank
     of a torch.distributed group (Ray Train): each rank rolls out on its shard, DDP averages gradients."""
     rank, world = rank_and_world()
-    train_shard = shard(train, rank, world)
-    val_shard = shard(val, rank, world) if len(val) >= world else list(val)
+    train_shard = rank_shard(train, rank, world)
+    val_shard = rank_shard(val, rank, world) if len(val) >= world else list(val)
     model.set_value_head_trainable(True)
     model.eval()  # see the module docstring: no dropout in rollouts or updates
     net = wrap_ddp(model)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from rlrouter.intent.data import IntentExample
-from rlrouter.distributed.launcher import all_reduce_sum, rank_and_world, shard, unwrap, wrap_ddp
+from rlrouter.distributed.launcher import all_reduce_sum, rank_and_world, rank_shard, unwrap, wrap_ddp
 from rlrouter.intent.model import IntentModel
 
 
@@ -97,7 +97,7 @@ def train_supervised(model: IntentModel, train: Sequence[IntentExample], val: Se
                      log: Callable[[dict[str, float]], None] | None = None) -> SupervisedResult:
     """Train ``model`` in place and restore the weights of the best validation loss."""
     rank, world = rank_and_world()
-    val_shard = shard(val, rank, world) if len(val) >= world else list(val)
+    val_shard = rank_shard(val, rank, world) if len(val) >= world else list(val)
     model.set_value_head_trainable(False)
     model.train()
     net = wrap_ddp(model)
@@ -115,7 +115,7 @@ def train_supervised(model: IntentModel, train: Sequence[IntentExample], val: Se
         # the same permutation on every rank (seeded by epoch), then each rank takes its slice
         order = list(train)
         random.Random(seed * 7919 + epoch).shuffle(order)
-        mine = shard(order, rank, world)
+        mine = rank_shard(order, rank, world)
         for b in range(steps_per_epoch):
             batch = mine[b * cfg.batch_size:(b + 1) * cfg.batch_size]
             if not batch:

@@ -8,6 +8,12 @@ optimizer shard (``optimizer.rank<r>.pt``, and its slice of the KL reference); r
 from the gathered full weights. The start-policy KL reference (``learner.kl_reference: start``) is
 saved too: the LoRA adapter copy, or the full fine-tune's reference model (its own parameters).
 ``learner.keep_checkpoints`` bounds how many ``step_*`` checkpoints stay beside the new one.
+
+A checkpoint's location is a path or a URI (``rlrouter.storage``: ``s3://``, ``gs://``, ``file://``), as
+Ray Train's ``storage_path``: each rank writes what it owns into a folder on its own node and uploads
+it, from whichever node it runs on, so the driver (on the head, which has no learner) and a resumed run
+on a new cluster find every file. ``state.json`` goes up last: its presence marks a complete checkpoint.
+A path must be one every learner node sees (a shared file system); ``check_visible`` says so if not.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import socket
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +31,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rlrouter.learner.learner import Learner
+from rlrouter.storage import download, exists, is_uri, join, list_dirs, remove, upload
 
 STATE = "state.json"
 
@@ -36,60 +45,122 @@ def _optimizer_file(learner: Learner) -> str:
     return _rank_file(learner, "optimizer", "pt")
 
 
-def save_checkpoint(path: str | Path, learner: Learner, step: int, extra: dict[str, Any] | None = None) -> Path:
+def parent(location: str) -> str:
+    return location.rstrip("/").rsplit("/", 1)[0] if is_uri(location) else str(Path(location).parent)
+
+
+def save_checkpoint(path: str | Path, learner: Learner, step: int, extra: dict[str, Any] | None = None) -> str:
     """Every rank calls it. Under FSDP each rank writes its shards, then rank 0 the rest; under DDP (every
-    rank holds the same state) only rank 0 writes."""
-    path = Path(path)
+    rank holds the same state) only rank 0 writes. ``path``: a folder or a URI; returns it."""
+    location = str(path)
     if learner.rank != 0 and not learner.fsdp:
-        return path
-    path.mkdir(parents=True, exist_ok=True)
-    torch.save(learner.optimizer_state(), path / _optimizer_file(learner))
+        return location
+    remote = is_uri(location)
+    folder = Path(tempfile.mkdtemp(prefix="rlrouter-ckpt-")) if remote else Path(location)
+    try:
+        _write(folder, location, remote, learner, step, extra)
+    finally:
+        if remote:
+            shutil.rmtree(folder, ignore_errors=True)
+    return location
+
+
+def _write(folder: Path, location: str, remote: bool, learner: Learner, step: int, extra: dict[str, Any] | None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    shards = [_optimizer_file(learner)]
+    torch.save(learner.optimizer_state(), folder / shards[0])
     reference = learner.reference_state()
     if reference is not None:  # the KL reference (kl_reference: start), for an exact resume
-        save_file({k: v.contiguous() for k, v in learner.local_tensors(reference).items()},
-                  str(path / _rank_file(learner, "reference", "safetensors")))
+        shards.append(_rank_file(learner, "reference", "safetensors"))
+        save_file({k: v.contiguous() for k, v in learner.local_tensors(reference).items()}, str(folder / shards[-1]))
+    if remote:
+        upload(folder, location, only=shards)
     if learner.fsdp:
         import torch.distributed as dist
 
-        dist.barrier()  # every rank's shards are on disk before rank 0 marks the checkpoint complete
+        dist.barrier()  # every rank's shards are stored before rank 0 marks the checkpoint complete
     if learner.rank != 0:
-        return path
-    save_file(learner.trainable_state(), str(path / "trainable.safetensors"))
+        return
+    rest = ["trainable.safetensors", "rng.safetensors", "adapter" if learner.cfg.lora else "model"]
+    save_file(learner.trainable_state(), str(folder / "trainable.safetensors"))
     if learner.cfg.lora:
-        learner.save_adapter(str(path / "adapter"))
+        learner.save_adapter(str(folder / "adapter"))
     else:
-        learner.save_model(str(path / "model"))
-    save_file({"torch_cpu": torch.get_rng_state()}, str(path / "rng.safetensors"))
+        learner.save_model(str(folder / "model"))
+    save_file({"torch_cpu": torch.get_rng_state()}, str(folder / "rng.safetensors"))
     py_state = random.getstate()
     np_state = np.random.get_state()
     state = {"step": step, "version": learner.version, "rl_updates": learner.rl_updates, "learner": learner.state_for_checkpoint()["config"],
              "world_size": learner.world_size,
              "python_rng": [py_state[0], list(py_state[1]), py_state[2]],
              "numpy_rng": [np_state[0], np_state[1].tolist(), *np_state[2:]], "extra": extra or {}}
-    (path / STATE).write_text(json.dumps(state))  # written last: its presence marks a complete checkpoint
-    prune_checkpoints(path.parent, learner.cfg.keep_checkpoints, keep=path)
-    return path
+    if remote:
+        upload(folder, location, only=rest)
+    (folder / STATE).write_text(json.dumps(state))  # written last: its presence marks a complete checkpoint
+    if remote:
+        upload(folder, location, only=[STATE])
+    prune_checkpoints(parent(location), learner.cfg.keep_checkpoints, keep=location)
 
 
-def prune_checkpoints(folder: str | Path, keep_last: int, keep: Path | None = None) -> list[Path]:
+def complete_checkpoints(folder: str | Path) -> list[str]:
+    """The complete ``step_*`` checkpoints in ``folder`` (a path or a URI), oldest first."""
+    folder = str(folder)
+    return [join(folder, n) for n in list_dirs(folder) if n.startswith("step_") and exists(join(folder, n, STATE))]
+
+
+def latest_checkpoint(folder: str | Path) -> str | None:
+    """The newest complete checkpoint in ``folder`` (a path or a URI), or None."""
+    done = complete_checkpoints(folder)
+    return done[-1] if done else None
+
+
+def prune_checkpoints(folder: str | Path, keep_last: int, keep: str | Path | None = None) -> list[str]:
     """Delete all but the newest ``keep_last`` complete ``step_*`` checkpoints (0: keep all); returns the deleted.
 
-    Only directories holding ``state.json`` count, so a checkpoint still being written is never the
+    Only folders holding ``state.json`` count, so a checkpoint still being written is never the
     reason an older complete one survives or goes. The cold start (``step_000000``) is never deleted:
     ``train.init_from`` starts later runs from it.
     """
     if keep_last <= 0:
         return []
-    done = sorted(p for p in Path(folder).glob("step_*") if (p / STATE).exists() and p.name != "step_000000")
-    gone = [p for p in done[:-keep_last] if keep is None or p.resolve() != keep.resolve()]
-    for p in gone:
-        shutil.rmtree(p, ignore_errors=True)
+    done = [c for c in complete_checkpoints(folder) if not c.rstrip("/").endswith("step_000000")]
+    keep_name = Path(str(keep)).name if keep is not None else None
+    gone = [c for c in done[:-keep_last] if Path(c).name != keep_name]
+    for c in gone:
+        remove(c)
     return gone
 
 
+def create_folder(folder: str) -> None:
+    """The driver creates the run's checkpoint folder when it is a path (a URI needs none); each rank then
+    checks that its node sees it (``check_visible``)."""
+    if not is_uri(folder):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+
+
+def check_visible(folder: str, rank: int) -> None:
+    """A checkpoint folder that is a path must exist on this learner rank's node: the driver created it
+    on its own. Missing here means this node does not share the driver's file system, and checkpoints
+    written here would never reach the run."""
+    if is_uri(folder) or Path(folder).is_dir():
+        return
+    raise FileNotFoundError(
+        f"storage: the run's checkpoint folder {folder} does not exist on learner rank {rank}'s node "
+        f"({socket.gethostname()}), though the job created it on the driver's: this node does not share "
+        "that file system. On a multi-node cluster give storage= a path every node mounts (EFS, FSx, NFS) "
+        "or a URI (s3://bucket/prefix): docs/operations.md, 'Where a job writes'")
+
+
+def _local(path: str | Path) -> Path:
+    """A checkpoint as a local folder: a URI is downloaded first (into a new temporary folder)."""
+    if is_uri(str(path)):
+        return download(str(path), tempfile.mkdtemp(prefix="rlrouter-resume-"))
+    return Path(path)
+
+
 def load_checkpoint(path: str | Path, learner: Learner) -> dict[str, Any]:
-    """Restore ``learner`` in place; returns the saved state (step, extra)."""
-    path = Path(path)
+    """Restore ``learner`` in place (``path``: a folder or a URI); returns the saved state (step, extra)."""
+    path = _local(path)
     if not (path / STATE).exists():
         raise FileNotFoundError(f"{path}: not an rlrouter checkpoint (no {STATE})")
     try:
@@ -119,7 +190,7 @@ def load_weights(path: str | Path, learner: Learner) -> dict[str, Any]:
     """Start ``learner`` from a checkpoint's policy weights only (``train.init_from``): RL from a saved
     cold start. The optimizer, RNG and step start fresh; a critic absent from the checkpoint (PPO from a
     cold start) keeps its initialisation. Returns the saved state."""
-    path = Path(path)
+    path = _local(path)
     if not (path / STATE).exists():
         raise FileNotFoundError(f"train.init_from: {path} is not an rlrouter checkpoint (no {STATE})")
     sd = load_file(str(path / "trainable.safetensors"))

@@ -36,7 +36,7 @@ def mesh_for(device: torch.device) -> Any:
     return init_device_mesh(device.type, (dist.get_world_size(),))
 
 
-def shard(root: torch.nn.Module, model: torch.nn.Module, mesh: Any, compute_dtype: torch.dtype) -> None:
+def fully_shard_model(root: torch.nn.Module, model: torch.nn.Module, mesh: Any, compute_dtype: torch.dtype) -> None:
     """``fully_shard`` each decoder layer of ``model``, then ``root`` (which holds ``model``).
 
     Parameters move to the mesh's device one unit at a time, so a model that does not fit on one

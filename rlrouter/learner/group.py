@@ -4,7 +4,7 @@ Both answer the same calls, each taking the batch already split into one shard p
 ``start`` (restore, report where the ranks stand), ``sft_step``, ``train_step``, ``sync_payload``
 (from rank 0), ``broadcast_weights`` (rank 0 sends to the engines itself: ``train.sync: nccl``),
 ``save_checkpoint`` and ``close``. A rank (``LearnerRank``) keeps the model, the
-optimizer and the DDP state between calls; the driver (``rlrouter.learner.loop.run_training``) owns
+optimizer and the DDP state between calls; the driver (``rlrouter.trainer.router_r1.RouterR1Trainer``) owns
 the loop, the rollouts and the rewards.
 
 ``LearnerGroup`` runs its ranks under Ray Train (``rlrouter.distributed.launcher``): gloo on CPU,
@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from rlrouter.distributed.commanded import CommandedWorkers, serve_commands
+from rlrouter.distributed.launcher import RayTrainSession, RunSpec, Session, make_trainer, setup_worker_threads
 from rlrouter.distributed.resources import ResourceSpec
+from rlrouter.learner.checkpoint import (check_visible, create_folder, latest_checkpoint, load_checkpoint,
+                                         load_weights, parent, save_checkpoint)
+from rlrouter.learner.config import RouterR1TrainConfig
+from rlrouter.learner.learner import Learner
+from rlrouter.storage import join
+from rlrouter.sync.transports import make_payload
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +57,8 @@ def mean_metrics(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
 class LearnerRank:
     """One learner rank: a ``Learner`` plus the commands the driver sends it."""
 
-    def __init__(self, train: Any, session: Any):
+    def __init__(self, train: RouterR1TrainConfig, session: Any):
         import torch
-
-        from rlrouter.learner.learner import Learner
 
         torch.manual_seed(train.seed)
         self.train, self.session = train, session
@@ -61,14 +66,12 @@ class LearnerRank:
                                device=session.device)
 
     def restore(self) -> RankState:
-        """The run's last Ray Train checkpoint, else ``train.resume_from``, else a fresh start."""
-        from rlrouter.learner.checkpoint import load_checkpoint
-
-        path = self.session.checkpoint_to_resume() or self.train.resume_from
+        """The run's latest complete checkpoint in its checkpoint folder (a group that Ray Train restarted
+        continues from there, on whatever node it now runs), else ``train.resume_from``, else a fresh start."""
+        check_visible(self.train.checkpoints, self.session.rank)
+        path = latest_checkpoint(self.train.checkpoints) or self.train.resume_from
         if not path:
             if self.train.init_from:
-                from rlrouter.learner.checkpoint import load_weights
-
                 load_weights(self.train.init_from, self.learner)
                 log.info("rank %d: policy weights from %s", self.session.rank, self.train.init_from)
             return RankState()
@@ -87,34 +90,43 @@ class LearnerRank:
         self.learner.set_reference_to_current()
 
     def sync_payload(self, kind: str, bucket_mb: float) -> Any:
-        from rlrouter.sync.transports import make_payload
-
         return make_payload(kind, self.learner, self.learner.version, bucket_mb)
 
     def broadcast_weights(self, workers: list[Any], tensor_parallel_size: int, epoch: int,
                           sync_factory: Any = None) -> dict[str, Any]:
         """Rank 0: send the merged weights to the engines of ``workers`` over NCCL (``rlrouter.sync.nccl``).
         The transfer group is built at the first call and again whenever ``epoch`` (the rollout group's
-        count of worker restarts) changes: a restarted engine is no longer in the old group.
+        count of worker restarts) changes: a restarted engine is no longer in the old group. A transfer
+        that fails or times out (``train.sync_timeout_s``) returns ``{"error": ...}`` instead of killing
+        the rank, and the next call builds a new group.
         ``sync_factory`` replaces ``NcclWeightSync`` (tests)."""
+        from rlrouter.sync.nccl import WeightTransferError
+
         if getattr(self, "_transfer", None) is None or self._transfer_epoch != epoch:
             if getattr(self, "_transfer", None) is not None:
                 self._transfer.close()
             if sync_factory is None:
                 from rlrouter.sync.nccl import NcclWeightSync as sync_factory
-            self._transfer = sync_factory(workers, tensor_parallel_size, device=str(self.learner.device))
+            self._transfer = sync_factory(workers, tensor_parallel_size, device=str(self.learner.device),
+                                          timeout_s=self.train.sync_timeout_s)
             self._transfer_epoch = epoch
         version = self.learner.version
-        seconds = self._transfer.sync(self.learner, version)
+        try:
+            seconds = self._transfer.sync(self.learner, version)
+        except WeightTransferError as e:
+            # the group is aborted; the next call builds a new one (a new port). The rank keeps serving:
+            # the driver re-syncs the workers that died and retries (RolloutGroup.sync_direct)
+            self._transfer = None
+            return {"version": version, "error": str(e)}
         return {"version": version, "seconds": seconds, "bytes": float(self._transfer.last_bytes)}
 
     def save_checkpoint(self, path: str, step: int, extra: dict[str, Any], metrics: dict[str, float]) -> None:
-        from rlrouter.learner.checkpoint import save_checkpoint
-
         # every rank: under FSDP each writes its own optimizer shard (checkpoint.py); a rank that skipped
         # it could never resume, and rank 0 waits for all of them before it marks the checkpoint complete
         save_checkpoint(path, self.learner, step, extra=extra)
-        self.session.report({"step": step, **metrics}, path if self.session.rank == 0 else None)
+        # metrics only: the checkpoint is already in the run's storage, where a restarted group finds it
+        # (``restore``); handing Ray Train the folder too would store a second copy
+        self.session.report({"step": step, **metrics})
 
     def fingerprint(self) -> str:
         """A hash of the trainable weights: DDP ranks must agree on it."""
@@ -133,11 +145,10 @@ class LocalLearners:
     world_size = 1
 
     def __init__(self, train: Any, device: str = "cpu"):
-        from rlrouter.distributed.launcher import Session
-
         self.rank = LearnerRank(train, Session(device))
 
     def start(self) -> RankState:
+        create_folder(self.rank.train.checkpoints)
         return self.rank.restore()
 
     def sft_step(self, shards: list[list[Any]], lr: float | None) -> dict[str, float]:
@@ -167,12 +178,8 @@ class LocalLearners:
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Ray Train entry of one learner rank: restore, then serve the driver's commands."""
-    from rlrouter.distributed.commanded import serve_commands
-    from rlrouter.distributed.launcher import RayTrainSession, setup_worker_threads
-    from rlrouter.learner.loop import TrainConfig
-
     setup_worker_threads(config["num_cpus"])
-    train = TrainConfig(**config["train"])
+    train = RouterR1TrainConfig(**config["train"])
     session = RayTrainSession(use_gpu=config["use_gpu"])
     rank = LearnerRank(train, session)
     state = rank.restore()
@@ -194,19 +201,16 @@ class LearnerGroup:
 
     def __init__(self, train: Any, resources: ResourceSpec, max_failures: int = 2,
                  storage_path: str | None = None, run_name: str = "router_r1"):
-        from rlrouter.distributed.launcher import RunSpec
-
         self.train = train
         self.resources = resources
         self.world_size = resources.learner.num_workers
+        # Ray Train's run state beside the checkpoints, in the run's storage: a node-local path on the head
+        # would not be reachable from the learner nodes (Ray Train checks that itself)
         self.run = RunSpec(name=run_name, max_failures=max_failures,
-                           storage_path=str(storage_path or Path(train.out_dir) / "ray_train"))
+                           storage_path=str(storage_path or join(parent(train.checkpoints), "ray_train")))
         self._workers: Any = None
 
     def _start_workers(self) -> Any:
-        from rlrouter.distributed.commanded import CommandedWorkers
-        from rlrouter.distributed.launcher import make_trainer
-
         def trainer(mailbox: Any) -> Any:
             config = {"train": asdict(self.train), "mailbox": mailbox, "use_gpu": self.resources.use_gpu,
                       "num_cpus": self.resources.learner.num_cpus}
@@ -217,6 +221,7 @@ class LearnerGroup:
     def start(self) -> RankState:
         """Start the ranks (first call) or wait for a restarted group; where rank 0 stands."""
         if self._workers is None:
+            create_folder(self.train.checkpoints)
             self._workers = self._start_workers()
         return self._workers.wait_ready()[0]
 
@@ -258,17 +263,16 @@ class LearnerGroup:
         workers, self._workers = self._workers, None
         return workers.stop()
 
-    def fit(self, rollout: Any, candidates: Sequence[str], items: Sequence[dict[str, Any]],
-            demos: Sequence[Any] = (), eval_items: Sequence[dict[str, Any]] = ()) -> Any:
-        """The whole training run driven from here (``run_training``); the Ray Train ``Result``."""
-        from rlrouter.learner.loop import run_training
+    def __enter__(self) -> LearnerGroup:
+        return self
 
-        try:
-            self.last = run_training(self.train, rollout, self, candidates, items, demos, eval_items)
-        except BaseException:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        """Let the ranks finish (``self.result``: the Ray Train ``Result``); after a failure in the driver,
+        close them without letting a failure to close hide the original error."""
+        if exc_type is None:
+            self.result = self.close()
+        else:
             self._abort()
-            raise
-        return self.close()
 
     def _abort(self) -> None:
         try:

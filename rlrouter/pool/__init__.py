@@ -1,4 +1,4 @@
-"""The candidate pool: routable LLMs behind one async interface (issue 2, "Candidate pool").
+"""The candidate pool: routable LLMs behind one async interface.
 
 ``CandidatePool.from_config(cfg.pool)`` builds the pool; ``await pool.route([(model, query), ...])``
 answers route calls concurrently. Backends: ``openai`` (any OpenAI-compatible endpoint), ``vllm``

@@ -2,7 +2,7 @@
 
 Every backend implements ``async generate(prompts) -> list[CandidateResponse]``. A failure of one
 prompt is reported in that prompt's ``CandidateResponse.error`` and never raises, so a rollout batch
-keeps going when one candidate misbehaves (issue 3, "Failures").
+keeps going when one candidate misbehaves: its failure is a result, not an exception.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""OpenAI chat-completion shapes for answers from any backend (the Serve proxy of issue 4).
+"""OpenAI chat-completion shapes for answers from any backend (the Serve app's OpenAI-compatible proxy).
 
 Live OpenAI-compatible candidates pass the endpoint's own JSON through; replay and vLLM candidates
 answer with a ``CandidateResponse``, which these helpers dress as a ``chat.completion`` or as a

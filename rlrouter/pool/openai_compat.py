@@ -15,7 +15,7 @@ Options (``Candidate.options``):
 
 Token counts come from the response's ``usage``; where a server omits it they are estimated
 (ceil(chars / 4)). ``stream(messages)`` yields the server's chat-completion chunks for the Serve
-proxy (issue 4); it retries only before the first chunk, since a resent stream would duplicate text.
+proxy; it retries only before the first chunk, since a resent stream would duplicate text.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from typing import Any
 
 import httpx
 
+from rlrouter.config import to_plain
 from rlrouter.pool.base import Backend, Candidate, CandidateResponse
-from rlrouter.pool.options import OptionError, OptionReader, as_plain, estimate_tokens, non_negative, positive
+from rlrouter.pool.options import OptionError, OptionReader, estimate_tokens, non_negative, positive
 
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
@@ -53,7 +54,7 @@ class OpenAIBackend(Backend):
 
     def __init__(self, candidate: Candidate):
         super().__init__(candidate)
-        o = OptionReader(as_plain(candidate.options))
+        o = OptionReader(to_plain(candidate.options))
         self.base_url = o.get("base_url", str).rstrip("/")
         if not self.base_url.startswith(("http://", "https://")):
             raise OptionError("base_url", f"expected an http(s) URL, got {self.base_url!r}")

@@ -80,15 +80,3 @@ def estimate_tokens(text: str) -> int:
     normalises its scale anyway.
     """
     return int(math.ceil(len(text) / CHARS_PER_TOKEN)) if text else 0
-
-
-def as_plain(obj: Any) -> Any:
-    """OmegaConf containers -> plain dicts/lists (backends store plain data only)."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(obj, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(obj, resolve=True)
-    except ImportError:  # pragma: no cover - hydra-core is a dependency
-        pass
-    return obj

@@ -1,6 +1,6 @@
 """CandidatePool: the routable candidates of a run, each behind its backend, called concurrently.
 
-A rollout batch emits many ``(model, query)`` route calls at once (issue 3, "Rollout"). ``route``
+A rollout batch emits many ``(model, query)`` route calls at once. ``route``
 groups them by candidate, sends them concurrently under one global bound (``max_concurrency``), and
 returns one ``CandidateResponse`` per call in the same order. Nothing raises: an unknown model, a
 malformed call, a backend exception or a timeout each becomes a response with ``error`` set.
@@ -20,9 +20,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from rlrouter.config import to_plain
 from rlrouter.pool.base import BACKENDS, Backend, Candidate, CandidateResponse
 from rlrouter.pool.chat import chunk_dicts, completion_dict, last_user_text
-from rlrouter.pool.options import OptionError, as_plain
+from rlrouter.pool.options import OptionError
 
 # Imported on demand: a replay-only pool must not pay for importing Ray and vLLM.
 BACKEND_CLASSES = {
@@ -125,7 +126,7 @@ class CandidatePool:
         Every mistake raises ``PoolConfigError`` naming the field, e.g. ``pool.candidates[1].price_in``
         or ``pool.candidates[0].options.base_url``.
         """
-        cfg = as_plain(cfg)
+        cfg = to_plain(cfg)
         if not isinstance(cfg, Mapping):
             raise PoolConfigError(where, f"expected a mapping, got {type(cfg).__name__}")
         for k in cfg:
@@ -247,7 +248,7 @@ class CandidatePool:
         """Every prompt to one candidate (same guarantees as ``route``)."""
         return await self.route([(name, p) for p in prompts], **kwargs)
 
-    # -- chat completions for the Serve proxy (issue 4) ----------------------------------------------
+    # -- chat completions for the Serve proxy ----------------------------------------------------
     async def chat(self, name: str, messages: list[dict[str, Any]], **params: Any) -> tuple[CandidateResponse, dict]:
         """One chat completion from ``name``: (response, OpenAI ``chat.completion`` dict naming ``name``).
 

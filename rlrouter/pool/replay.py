@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from rlrouter.config import to_plain
 from rlrouter.data.logged import (LoggedOutcomes, default_routellm_source, load_routellm, mmlu_answer_key,
                                   normalize_prompt)
 from rlrouter.pool.base import Backend, Candidate, CandidateResponse
-from rlrouter.pool.options import OptionError, OptionReader, as_plain, estimate_tokens, non_negative
+from rlrouter.pool.options import OptionError, OptionReader, estimate_tokens, non_negative
 
 _LOCK = threading.Lock()
 _TABLES: dict[str, LoggedOutcomes] = {}
@@ -116,7 +117,7 @@ class ReplayBackend(Backend):
 
     def __init__(self, candidate: Candidate, table: LoggedOutcomes | None = None):
         super().__init__(candidate)
-        o = OptionReader(as_plain(candidate.options))
+        o = OptionReader(to_plain(candidate.options))
         self.source = o.get("source", (str, list), None, expect="a path, URL or list of them")
         self.model = o.get("model", str, candidate.name)
         self.on_missing = o.get("on_missing", str, "error", lambda v: v in ("error", "penalty"),

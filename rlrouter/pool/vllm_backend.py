@@ -11,7 +11,7 @@ Options (``Candidate.options``):
 - ``model``: a name for ``rlrouter.models.resolve_model`` (default ``smollm2-135m-instruct``);
 - ``max_tokens`` (256), ``temperature`` (0.0: a candidate answers deterministically), ``top_p`` (1.0),
   ``seed`` (0), ``system_prompt``;
-- engine: the fields of ``rlrouter.rollout.engine.EngineConfig``, spelled the same as for rollout
+- engine: the fields of ``rlrouter.engine.EngineConfig``, spelled the same as for rollout
   workers: ``device`` (``auto``: CUDA when the actor sees a GPU), ``max_model_len`` (2048), ``dtype``
   (``auto``: float32 on CPU, bfloat16 on CUDA), ``enforce_eager`` (default true on CPU: compiling a
   30-layer model takes minutes on 2 cores), ``tensor_parallel_size`` (1), ``gpu_memory_utilization``,
@@ -37,8 +37,10 @@ from typing import Any
 
 import ray
 
+from rlrouter.config import to_plain
+from rlrouter.engine import EngineConfig, build_engine
 from rlrouter.pool.base import Backend, Candidate, CandidateResponse
-from rlrouter.pool.options import OptionReader, as_plain, non_negative, positive
+from rlrouter.pool.options import OptionReader, non_negative, positive
 
 
 class VLLMCandidateEngine:
@@ -46,9 +48,7 @@ class VLLMCandidateEngine:
 
     def __init__(self, model: str, engine: dict[str, Any], env: dict[str, str] | None = None):
         for k, v in (env or {}).items():
-            os.environ.setdefault(k, v)
-        from rlrouter.rollout.engine import EngineConfig, build_engine
-
+            os.environ.setdefault(k, v)  # before build_engine imports vLLM
         cfg = EngineConfig(**engine)
         t0 = time.perf_counter()
         self.llm, self.model_path = build_engine(model, cfg)
@@ -124,7 +124,7 @@ class VLLMBackend(Backend):
 
     def __init__(self, candidate: Candidate):
         super().__init__(candidate)
-        o = OptionReader(as_plain(candidate.options))
+        o = OptionReader(to_plain(candidate.options))
         self.model = o.get("model", str, "smollm2-135m-instruct")
         self.sampling = {
             "max_tokens": o.get("max_tokens", int, 256, positive, expect="an int > 0"),

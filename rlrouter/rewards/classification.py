@@ -1,4 +1,4 @@
-"""Rewards for the intent classifier's PPO (issue 7): accuracy, macro F1, calibration, custom.
+"""Rewards for the intent classifier's PPO: accuracy, macro F1, calibration, custom.
 
 The policy there is a classifier: for each prompt (a user query) it picks a label and reports a
 confidence. The rewards follow the TRL contract and read their inputs from the batch's columns:
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlrouter.intent.metrics import (
+from rlrouter.rewards.classification_metrics import (
     DEFAULT_ECE_BINS,
     calibration_gaps,
     class_counts,
@@ -63,7 +63,7 @@ def _inputs(kwargs: dict[str, Any], completions: list[Any], owner: str,
 
 
 # ---------------------------------------------------------------- metrics
-# macro-F1 and ECE live once, in rlrouter.intent.metrics; only the leave-one-out form is reward-specific
+# macro-F1 and ECE live once, in rlrouter.rewards.classification_metrics; only the leave-one-out form is reward-specific
 
 
 def leave_one_out_macro_f1(predictions: Sequence[str], labels: Sequence[str]) -> list[float]:

@@ -19,6 +19,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rlrouter.config import to_plain
 from rlrouter.rewards.base import CombinedReward, RewardConfigError
 from rlrouter.rewards.budget import ToolBudgetReward
 from rlrouter.rewards.classification import AccuracyReward, CalibrationReward, CustomReward, MacroF1Reward
@@ -52,7 +53,7 @@ def register_reward(name: str, factory: Callable[..., Callable[..., Any]]) -> No
 def with_params(cfg: Any, name: str, **params: Any) -> Any:
     """``cfg`` with ``params`` set on every function of kind ``name`` that does not set them itself
     (values only the job knows, such as the pool's candidates)."""
-    cfg = _to_plain(cfg)
+    cfg = to_plain(cfg)
     if isinstance(cfg, (list, tuple)):
         return [with_params(c, name, **params) for c in cfg]
     if not isinstance(cfg, Mapping):
@@ -63,27 +64,14 @@ def with_params(cfg: Any, name: str, **params: Any) -> Any:
         for k, v in params.items():
             if k not in out and not (isinstance(nested, Mapping) and k in nested):
                 out[k] = v
-    if out.get("name") == "combined" and isinstance(_to_plain(out.get("functions")), (list, tuple)):
-        out["functions"] = [with_params(f, name, **params) for f in _to_plain(out["functions"])]
+    if out.get("name") == "combined" and isinstance(to_plain(out.get("functions")), (list, tuple)):
+        out["functions"] = [with_params(f, name, **params) for f in to_plain(out["functions"])]
     return out
-
-
-def _to_plain(cfg: Any) -> Any:
-    if isinstance(cfg, (Mapping, list, tuple)) or cfg is None:
-        return cfg
-    try:  # Hydra / OmegaConf containers, imported only when one is passed
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(cfg):
-            return OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:
-        pass
-    return cfg
 
 
 def build_reward(cfg: Any, path: str = "reward") -> Callable[..., Any]:
     """The reward function a config describes (module docstring)."""
-    cfg = _to_plain(cfg)
+    cfg = to_plain(cfg)
     if isinstance(cfg, (list, tuple)):
         return _build_combined({"functions": list(cfg)}, path, functions_path=path)
     if not isinstance(cfg, Mapping):
@@ -114,7 +102,7 @@ def _params(cfg: Mapping[str, Any], path: str) -> tuple[dict[str, Any], dict[str
     where: dict[str, str] = {}
     nested = cfg.get("params")
     if nested is not None:
-        nested = _to_plain(nested)
+        nested = to_plain(nested)
         if not isinstance(nested, Mapping):
             raise RewardConfigError(f"{path}.params", f"expected a mapping, got {type(nested).__name__}")
         for k, v in nested.items():
@@ -148,13 +136,13 @@ def _build_combined(cfg: Mapping[str, Any], path: str, functions_path: str) -> C
     extra = sorted(set(cfg) - {"name", "functions", "weight"})
     if extra:
         raise RewardConfigError(f"{path}.{extra[0]}", "unknown key for 'combined'; expected 'functions'")
-    functions = _to_plain(cfg.get("functions"))
+    functions = to_plain(cfg.get("functions"))
     if not isinstance(functions, (list, tuple)) or not functions:
         raise RewardConfigError(functions_path, "expected a non-empty list of reward configs")
     built, weights = [], []
     for i, sub in enumerate(functions):
         sub_path = f"{functions_path}[{i}]"
-        sub = _to_plain(sub)
+        sub = to_plain(sub)
         weight = sub.get("weight", 1.0) if isinstance(sub, Mapping) else 1.0
         if isinstance(weight, bool) or not isinstance(weight, (int, float)):
             raise RewardConfigError(f"{sub_path}.weight", f"expected a number, got {weight!r}")

@@ -17,12 +17,12 @@ environment inserted after each route::
   scaled between the 5th and 95th percentile of a sliding window of recent costs; reward = 1 - scaled.
   ``cost_bounds`` fixes that scale instead (the training job's ``reference``: every candidate's call on
   the training questions, the scale every evaluation uses, ``rlrouter.eval.route_scores``).
-* combination, two by config (``formula``, issue 15):
+* combination, two by config (``formula``):
 
-  - ``"router_r1"`` (the training default; what Router-R1's released code computes, issue 2): a correct
+  - ``"router_r1"`` (the training default; what Router-R1's released code computes): a correct
     answer scores ``(1 + format)(1 - alpha) + alpha * cost``, a wrong one ``format``: cost is credited
     only to correct answers, so a cheap wrong answer earns nothing;
-  - ``"additive"`` (the formula VSR's rl_driven page and the paper print, seed 001; the selector's
+  - ``"additive"`` (the formula VSR's rl_driven documentation page and the paper print; the selector's
     ``use_router_r1_rewards`` feedback): ``R = format + (1 - alpha) * outcome + alpha * cost``, every term
     always counted.
 

@@ -46,7 +46,7 @@ def fit_search_turn(model: str, sub_query: str, tokenizer: Any, budget: int) -> 
     """``search_turn`` with the sub-query cut, word by word, until the turn is at most ``budget`` tokens.
 
     A demonstration the rollout cannot reproduce teaches a turn that the engine cuts off before
-    ``</search>`` (issue 13): with 24-word sub-queries, 63% of demonstrated first turns were longer than the
+    ``</search>``: with 24-word sub-queries, 63% of demonstrated first turns were longer than the
     64-token turn budget, so the cold-started policy mostly wrote turns that ended without an action."""
     words = sub_query.removesuffix(" ...").split()
     cut = sub_query.endswith(" ...")

@@ -1,4 +1,4 @@
-"""The multi-turn Router-R1 environment: generate, route, append ``<information>``, repeat (issue 3).
+"""The multi-turn Router-R1 environment: generate, route, append ``<information>``, repeat.
 
 Pure logic: it takes a ``generate`` function (token ids in, token ids out; a vLLM engine in a
 ``RolloutWorker``, a fake in unit tests) and a candidate pool, and turns a batch of prompts into
@@ -168,7 +168,7 @@ class RouterEnv:
                           self.cfg, self.system_prompt)
 
     def item_candidates(self, item: dict[str, Any]) -> tuple[list[Candidate], dict[str, float]]:
-        """The candidates a question may be routed to, and a price factor per name (issue 15).
+        """The candidates a question may be routed to, and a price factor per name.
 
         A Router-R1 record's ``candidate_models`` (``[{name, cost, latency}]``), when given, restricts the
         question's routes to those candidates (the prompt lists only them; a route to another is a protocol

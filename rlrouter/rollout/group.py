@@ -2,15 +2,15 @@
 
 ``group.rollout(items, n_samples, seed, step)`` splits the items into contiguous shards (so the
 item-major order GRPO groups rely on is kept), runs every shard concurrently and concatenates the
-trajectories. Only the job's driver calls it (issue 13).
+trajectories. Only the job's driver calls it: the driver owns the training loop.
 
 The policy version lives here: the group keeps the payload of its last ``sync`` and a serial
 number. Every call carries the serial it expects; a worker serving another (one Ray restarted with
 the base weights, for any reason) refuses, is re-synced with the current payload and the call is
 retried. A worker that dies mid-call is restarted by Ray (``max_restarts``), re-synced, and its
-shard retried (issue 8).
+shard retried.
 
-``sync_direct`` is the other way in (issue 14, ``train.sync: nccl``): the weights go GPU to GPU from
+``sync_direct`` is the other way in (``train.sync: nccl``): the weights go GPU to GPU from
 the learner's rank 0 into the engines (``rlrouter.sync.nccl``), not through this process, so the group
 keeps no payload, only a way to get one (``fallback``, the same version through the object store) for
 a worker that restarts. A restart also breaks the NCCL group the engines joined: ``transfer_epoch``
@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from rlrouter.distributed.resources import ResourceSpec
-from rlrouter.rollout.engine import EngineConfig
+from rlrouter.engine import EngineConfig
 from rlrouter.rollout.env import Trajectory
 from rlrouter.rollout.worker import RolloutWorker
 from rlrouter.sync.transports import SyncPayload, apply_payload
@@ -65,7 +65,7 @@ class _Worker(RolloutWorker):
         return getattr(self, method)(*args)
 
 
-def shard(n: int, k: int) -> list[tuple[int, int]]:
+def worker_spans(n: int, k: int) -> list[tuple[int, int]]:
     """Contiguous [start, end) ranges splitting n items over k workers, sizes differing by at most 1."""
     base, extra = divmod(n, k)
     out, start = [], 0
@@ -77,8 +77,14 @@ def shard(n: int, k: int) -> list[tuple[int, int]]:
 
 
 def tensor_parallel_size(engine: dict[str, Any] | EngineConfig) -> int:
-    """The engine's TP size, validated the way the workers will build it (``rollout.engine``)."""
-    return (engine if isinstance(engine, EngineConfig) else EngineConfig(**engine)).tensor_parallel_size
+    """The engine's TP size, validated the way the workers will build it (``rlrouter.engine``)."""
+    cfg = engine if isinstance(engine, EngineConfig) else EngineConfig(**engine)
+    if cfg.tensor_parallel_size > 1 and cfg.resolved_device() == "cpu":
+        # the rollout placement group holds one GPU bundle per TP rank; a CPU engine's TP workers are
+        # processes of its own (rlrouter.engine), which no bundle accounts for
+        raise ValueError("rollout.engine.tensor_parallel_size: a RolloutGroup places tensor-parallel engines "
+                         "on GPU bundles only; on CPU keep it 1")
+    return cfg.tensor_parallel_size
 
 
 def worker_actor_options(resources: ResourceSpec, engine: dict[str, Any] | EngineConfig, pg: Any,
@@ -100,6 +106,7 @@ class RolloutGroup:
         from rlrouter.distributed.resources import rollout_placement_group
 
         self.tensor_parallel_size = tensor_parallel_size(engine)
+        self.autoscale = resources.autoscale
         self.pg = rollout_placement_group(resources, tensor_parallel_size=self.tensor_parallel_size)
         actor = ray.remote(_Worker)
         self.max_retries = max_retries
@@ -179,7 +186,7 @@ class RolloutGroup:
 
     def rollout(self, items: Sequence[dict[str, Any]], n_samples: int, seed: int, step: int,
                 temperature: float | None = None) -> list[Trajectory]:
-        spans = shard(len(items), len(self.workers))
+        spans = worker_spans(len(items), len(self.workers))
         got = self._call_all("rollout", {i: (list(items[a:b]), n_samples, seed, step, a, temperature)
                                          for i, (a, b) in enumerate(spans) if b > a})
         return [t for i in sorted(got) for t in got[i]]
@@ -218,6 +225,17 @@ class RolloutGroup:
         self.serial += 1
         self.last_payload, self._payload_ref, self._fallback = None, None, fallback
         info = dict(send(list(self.workers), self.transfer_epoch))
+        if "error" in info:
+            # a receiver died or hung mid-transfer: the sender aborted the group. Bring back the workers
+            # that are gone (each restart bumps transfer_epoch, so the sender builds a new group) and retry once
+            log.warning("direct weight transfer failed (%s); re-syncing dead workers and retrying", info["error"])
+            self._restart_dead_workers()
+            self.transfer_epoch += 1  # even with every worker alive (a hang): a fresh group
+            info = dict(send(list(self.workers), self.transfer_epoch))
+            if "error" in info:
+                from rlrouter.sync.nccl import WeightTransferError
+
+                raise WeightTransferError(f"train.sync=nccl: the retry failed too: {info['error']}")
         self._direct_version = int(info["version"])
         for i, w in enumerate(self.workers):
             try:
@@ -229,14 +247,26 @@ class RolloutGroup:
         info["seconds"] = time.perf_counter() - t0
         return info
 
+    def _restart_dead_workers(self, timeout_s: float = 30.0) -> None:
+        """Wait for every worker that does not answer a ping (it died; Ray restarts it) to come back, and
+        give it the last version through the object store (``_resync``)."""
+        for i, w in enumerate(self.workers):
+            try:
+                self._ray.get(w.ping.remote(), timeout=timeout_s)
+                continue
+            except Exception:  # noqa: BLE001 - dead, restarting or hung: _resync waits for it
+                pass
+            self.restarts += 1
+            self._resync(i)
+
     def generate_text(self, prompts: list[str], max_tokens: int = 64, temperature: float = 0.0) -> list[dict]:
-        spans = shard(len(prompts), len(self.workers))
+        spans = worker_spans(len(prompts), len(self.workers))
         got = self._call_all("generate_text", {i: (prompts[a:b], max_tokens, temperature)
                                                for i, (a, b) in enumerate(spans) if b > a})
         return [x for i in sorted(got) for x in got[i]]
 
     def generate_ids(self, prompts: list[list[int]], specs: list) -> list[list[int]]:
-        spans = shard(len(prompts), len(self.workers))
+        spans = worker_spans(len(prompts), len(self.workers))
         got = self._call_all("generate_ids", {i: (prompts[a:b], specs[a:b])
                                               for i, (a, b) in enumerate(spans) if b > a})
         return [x for i in sorted(got) for x in got[i]]
@@ -258,6 +288,10 @@ class RolloutGroup:
             except Exception:  # noqa: BLE001
                 pass
         remove_placement_group(self.pg)
+        if self.autoscale:
+            from rlrouter.distributed.resources import release_autoscaler_request
+
+            release_autoscaler_request()
 
 
 class LocalRollout:

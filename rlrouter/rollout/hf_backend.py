@@ -1,4 +1,4 @@
-"""A Hugging Face ``generate`` rollout backend: ToolRL's ``actor_rollout_ref.rollout.name=hf`` (seed 002).
+"""A Hugging Face ``generate`` rollout backend: ToolRL's ``actor_rollout_ref.rollout.name=hf`` (ToolRL's verl command line).
 
 It implements the engine side the environment needs, ``generate_ids(prompts, specs)`` (token ids in,
 generated ids out, stop strings kept in the output), with plain ``transformers`` on any device: no vLLM,

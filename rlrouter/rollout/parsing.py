@@ -4,12 +4,12 @@ Text side (re-exported from :mod:`rlrouter.protocol`, which the reward reads too
 stops generation at ``</search>`` or ``</answer>`` (keep the stop string in the output), so a turn's
 action sits at the end of the generated chunk. ``parse_turn`` finds it, checks ``MODEL: sub-query``
 against the candidate names, and gives the error text that goes back to the policy inside
-``<information>`` when something is wrong (issue 3, "Failures": nothing here raises on bad policy output).
+``<information>`` when something is wrong (nothing here raises on bad policy output: a bad turn is the policy's to learn from).
 
 Token side: ``TrajectoryTokens`` keeps the segments in order (the prompt, each policy chunk with its
 rollout log-probs, each ``<information>`` block) and yields ``input_ids``, ``loss_mask`` and
 ``old_logprobs`` aligned token for token. Only policy tokens are 1 in the mask: the pool's replies
-were not sampled from the policy, so they are neither trained on nor counted in the KL (issue 3, "Masks").
+were not sampled from the policy, so they are neither trained on nor counted in the KL.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-# The text side lives in the one Router-R1 protocol module (issue 15), shared with the reward.
+# The text side lives in the one Router-R1 protocol module, shared with the reward.
 from rlrouter.protocol import (  # noqa: F401  (re-exported: the environment and tests import them here)
     ERROR_PREFIX,
     NO_ACTION_ERROR,

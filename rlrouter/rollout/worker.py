@@ -4,7 +4,7 @@ A plain class: ``rlrouter.rollout.group.RolloutGroup`` turns it into Ray actors.
 candidate pool and a ``RouterEnv``. New policy weights arrive through ``rlrouter.sync`` as a LoRA
 adapter directory (one new directory per version: overwriting a cached adapter corrupts it) or as
 full tensors pushed with the worker's ``reload_weights`` (through ``rlrouter.sync.vllm_ext``, so an
-engine in its own process works too). The engine is built by ``rlrouter.rollout.engine``.
+engine in its own process works too). The engine is built by ``rlrouter.engine``.
 
 On CPU the engine runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): 4-5 s start instead of
 25-28 s (../shared/notes/vllm-cpu.md). Pushed tensors travel as raw bytes either way, so the same push
@@ -20,27 +20,11 @@ import time
 from dataclasses import asdict, replace
 from typing import Any, Sequence
 
-from rlrouter.rollout.engine import EngineConfig, build_engine
+from rlrouter.engine import EngineConfig, build_engine
 from rlrouter.rollout.env import EnvConfig, RouterEnv, SampledTokens, SamplingSpec, Trajectory
 from rlrouter.sync.vllm_ext import pack_named_tensors
 
 __all__ = ["EngineConfig", "RolloutWorker"]
-
-
-# A sync sends only the fused groups LoRA changed (q/k/v of each layer), so every reload is partial by design:
-# vLLM then logs one "<Layer>: Failed to load weights" per untouched layer (it puts that layer's own weights
-# back, model_loader/reload/layerwise.py) and lists the names not sent (inplace.py): ~460 lines per sync,
-# none of them an error (../shared/notes/weight-sync-check.md). What a sync delivers is checked on every
-# step instead, by ``rollout/logprob_gap`` (the learner's log-probs against the engine's).
-PARTIAL_RELOAD_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise",
-                          "vllm.model_executor.model_loader.reload.inplace")
-
-
-def quiet_partial_reload_logs() -> None:
-    import logging
-
-    for name in PARTIAL_RELOAD_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def sampled_tokens(completion: Any) -> SampledTokens:
@@ -146,7 +130,7 @@ class RolloutWorker:
     def update_weights(self, named_tensors: list[tuple[str, Any]], version: int, last: bool = True) -> float:
         """Push full tensors (HF names) into the engine; call once per bucket, ``last`` on the final one."""
         t0 = time.perf_counter()
-        # the worker extension quiets the partial-reload logs where the engine runs (see quiet_partial_reload_logs)
+        # the worker extension quiets the partial-reload logs where the engine runs (sync.vllm_ext)
         # raw bytes, not tensors: vLLM's msgpack does not rebuild tensors in utility arguments (vllm_ext docstring)
         self.llm.collective_rpc("rlrouter_reload_weights", args=(pack_named_tensors(named_tensors),))
         if last:
@@ -156,13 +140,15 @@ class RolloutWorker:
         return time.perf_counter() - t0
 
     def weight_transfer(self, method: str, payload: dict | None = None, version: int | None = None) -> None:
-        """One of vLLM's weight-transfer calls on this engine's workers (``rlrouter.sync.nccl``, GPU only)."""
+        """One of vLLM's weight-transfer calls on this engine's workers (``rlrouter.sync.nccl``: NCCL on CUDA,
+        gloo on CPU)."""
         from rlrouter.sync.nccl import TRANSFER_METHODS
 
         if method not in TRANSFER_METHODS:
             raise ValueError(f"weight_transfer: unknown method {method!r}, expected one of {TRANSFER_METHODS}")
         self.llm.collective_rpc(method, args=() if payload is None else (payload,))
         if method == "finish_weight_update":
+            self.llm.collective_rpc("rlrouter_after_reload")  # a tied lm_head on CPU, as after update_weights
             self.llm.reset_prefix_cache()
             if version is not None:
                 self.weights_version = version

@@ -1,9 +1,9 @@
 """The online selector's configuration: the vLLM Semantic Router ``rl_driven`` fields and defaults.
 
-Every field of VSR's ``RLDrivenConfig`` that issue 4 names exists here with the issue's default
-(``session_context_weight`` is 0.5 as the issue asks; VSR ships 0.3), and VSR's documented block
-(seed 001) loads as printed: :meth:`SelectorConfig.from_vsr` takes ``algorithm: {type: rl_driven,
-rl_driven: {...}}`` or a ``decisions:`` list holding one (seed 000). A few fields go beyond VSR and
+Every field of VSR's ``RLDrivenConfig`` that its rl_driven documentation page lists exists here with that
+page's default (``session_context_weight`` is 0.5 as the page gives it; VSR's code ships 0.3), and the
+page's YAML block loads as printed: :meth:`SelectorConfig.from_vsr` takes ``algorithm: {type: rl_driven,
+rl_driven: {...}}`` or a ``decisions:`` list holding one (VSR's integration YAML). A few fields go beyond VSR and
 say so: the contextual linear Thompson sampler (``use_contextual`` and its priors), the Router-R1
 HTTP timeout, the category blend and the bound on pending decisions. Validation names the field.
 """
@@ -46,7 +46,7 @@ def parse_duration(value: Any, field_path: str) -> float:
 
 @dataclass
 class SelectorConfig:
-    """Knobs of the rl_driven selector. Defaults are issue 4's (= VSR's, except where noted)."""
+    """Knobs of the rl_driven selector. Defaults are VSR's documented ones, except where noted."""
 
     # --- exploration (VSR) ---
     use_thompson_sampling: bool = True
@@ -66,7 +66,7 @@ class SelectorConfig:
     category_blend: float = 0.3
     """Blend weight of the category (query intent) scope, applied after the user blend (VSR uses 0.3)."""
     session_context_weight: float = 0.5
-    """w in score = (1 - w) score + w * session win rate (issue 4: 0.5; VSR ships 0.3)."""
+    """w in score = (1 - w) score + w * session win rate (VSR's documentation: 0.5; its code ships 0.3)."""
 
     # --- feedback (VSR) ---
     implicit_feedback_weight: float = 0.5
@@ -88,14 +88,14 @@ class SelectorConfig:
     # --- Router-R1 rewards (VSR, arXiv:2506.09033) ---
     use_router_r1_rewards: bool = False
     """Feedback may carry a Router-R1 reward (or its inputs); it updates the posterior fractionally.
-    Off by default, as in VSR (seed 001)."""
+    Off by default, as in VSR."""
     cost_reward_alpha: float = 0.3
     """R = R_format + (1 - alpha) R_outcome + alpha R_cost: the seed's additive formula, every term counted
     (``rlrouter.rewards.router_r1.combine(formula="additive")``; training uses Router-R1's code instead)."""
     format_reward_penalty: float = -1.0
     """R_format of a badly formatted trajectory; the other terms are still added."""
     router_model_path: str | None = None
-    """VSR (seed 000): a trained Router-R1 checkpoint (``outputs/<run>/checkpoints/step_N``). The Serve app
+    """VSR's ``router_model_path``: a trained Router-R1 checkpoint (``outputs/<run>/checkpoints/step_N``). The Serve app
     loads it as its ``router_r1`` deployment, and with ``enable_llm_routing`` (and no server URL) it
     decides ``/route`` in-process."""
 
@@ -123,7 +123,7 @@ class SelectorConfig:
     """Linear Thompson sampling on the query's MiniLM embedding, one Bayesian linear model per candidate."""
     contextual_prior: float = 100.0
     """lambda of the ridge prior on the embedding weights (the intercept's is 0.01): strong, so only a
-    topic the data keeps pointing at moves the choice away from the candidate's mean (issue 4 replay)."""
+    topic the data keeps pointing at moves the choice away from the candidate's mean (tuned on the logged-outcome replays)."""
     contextual_noise: float = 0.7
     """v: the draw is x.mu + v sqrt(rbar (1 - rbar)) sqrt(x' A^-1 x) z, i.e. v times the reward's own
     scale (Agrawal & Goyal 2013, scaled down); tuned on replay shuffles 100-102, see docs/serve.md."""
@@ -207,7 +207,7 @@ class SelectorConfig:
 
     @classmethod
     def from_vsr(cls, d: dict[str, Any] | None) -> SelectorConfig:
-        """VSR's YAML as printed (seeds 000 and 001): ``algorithm: {type: rl_driven, rl_driven: {...}}``,
+        """VSR's YAML as its documentation prints it: ``algorithm: {type: rl_driven, rl_driven: {...}}``,
         the ``algorithm`` mapping itself, or ``decisions: [{name, algorithm: ...}]`` with one rl_driven
         (or ``concurrent``) decision. Plain fields pass through. Errors name the dotted path."""
         path, body = _vsr_body(dict(d or {}), "")

@@ -1,6 +1,6 @@
 """Linear Thompson sampling on query embeddings, one Bayesian ridge model per candidate.
 
-Beyond the VSR peer (issue 4, "Contextual"): each candidate keeps ``A = Lambda + sum w x x'`` and
+Beyond what VSR offers: each candidate keeps ``A = Lambda + sum w x x'`` and
 ``b = sum w r x`` over the contexts x (the L2-normalised MiniLM embedding with a constant 1 appended)
 and rewards r in [0, 1] it was given. Its posterior is N(mu = A^-1 b, v^2 A^-1) (Agrawal & Goyal
 2013). The selector only needs the draw of ``x' theta`` for the current x, and that scalar is

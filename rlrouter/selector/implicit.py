@@ -1,5 +1,6 @@
 """Implicit feedback: classify a user's follow-up message into satisfied / need_clarification /
-wrong_answer / want_different (issue 4), with a confidence that scales the posterior update.
+wrong_answer / want_different (VSR's implicit feedback types), with a confidence that scales the
+posterior update.
 
 The classifier is a nearest-prototype model on MiniLM sentence embeddings: each label's prototype is
 the normalised mean embedding of the seed examples below; a follow-up's label is the prototype with

@@ -1,6 +1,6 @@
 """Exact, crash-safe persistence of the selector state: an atomic snapshot plus a write-ahead log.
 
-Issue 4 asks that an update acknowledged by ``/feedback`` survive a ``kill -9``. The selector
+An update acknowledged by ``/feedback`` must survive a ``kill -9`` of any process. The selector
 therefore appends every resolved update to ``<storage_path>.wal`` and fsyncs it *before* applying
 and acknowledging it. Snapshots (``<storage_path>``) are written every ``auto_save_interval`` to a
 temporary file, fsynced, renamed over the old one and the directory fsynced, so a crash leaves
@@ -298,7 +298,7 @@ class WriteAheadLog:
         f = self._file()
         f.write(line.encode("utf-8") + b"\n")
         f.flush()
-        # the acknowledgement waits for this: an acked /feedback must survive kill -9 (issue 4)
+        # the acknowledgement waits for this: an acked /feedback must survive kill -9
         os.fsync(f.fileno())
 
     def read(self) -> list[tuple[int, PosteriorUpdate]]:

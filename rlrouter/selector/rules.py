@@ -1,4 +1,4 @@
-"""The closed-form rules of the rl_driven selector (issue 4), one small function each.
+"""The closed-form rules of the rl_driven selector, one small function each.
 
 They are kept apart from the stateful selector so that every rule can be checked against
 hand-computed numbers, and so that the selector reads as a composition of them:

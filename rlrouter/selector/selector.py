@@ -1,7 +1,7 @@
 """The online bandit selector (vLLM Semantic Router ``rl_driven``), as plain Python without Ray.
 
 One :class:`Selector` holds all the learned state; the Serve app runs exactly one of it inside one
-Ray actor (issue 4), so decisions and updates never race across replicas. The flow reads top to
+Ray actor, so decisions and updates never race across replicas. The flow reads top to
 bottom:
 
 ``select``   - one decision: Thompson draw (or epsilon-greedy) on the blended Beta posterior of each
@@ -220,9 +220,10 @@ class Selector:
 
     def _remember(self, model: str, mode: str, cands: list[str], req: SelectionRequest,
                   scores: dict[str, float], models: list[str], x: np.ndarray | None,
-                  explored: bool = False, detail: dict[str, Any] | None = None) -> Decision:
+                  explored: bool = False, detail: dict[str, Any] | None = None,
+                  request_id: str | None = None) -> Decision:
         # unguessable per-process prefix + counter: unique, and ~10x cheaper than uuid4
-        rid = f"{self._id_prefix}{next(self._ids):x}"
+        rid = request_id or f"{self._id_prefix}{next(self._ids):x}"
         pending = self.state.pending
         pending[rid] = PendingDecision(request_id=rid, model=model, mode=mode, candidates=cands,
                                        user_id=req.user_id, session_id=req.session_id, category=req.category,
@@ -301,15 +302,21 @@ class Selector:
             ranked = sorted(cands, key=scores.__getitem__, reverse=True)
             return self._remember(ranked[0], "arena", cands, req, scores, ranked, x)
 
-    def register(self, req: SelectionRequest, model: str, mode: str, detail: dict[str, Any] | None = None) -> Decision:
-        """Remember a decision made outside the bandit (LLM routing) so its feedback still teaches."""
+    def register(self, req: SelectionRequest, model: str, mode: str, detail: dict[str, Any] | None = None,
+                 request_id: str | None = None) -> Decision:
+        """Remember a decision made outside the bandit (LLM routing, a served router) so its feedback still
+        teaches. ``request_id``: the id the decision already has where it was made (a served router that
+        learns online keeps its own pending decision under it), so one id reaches both; else a new one."""
         with self._lock:
             cands = self._check_request(req)
             if model not in cands:
                 raise SelectorError("model", f"'{model}' is not one of the candidates {cands}")
+            if request_id is not None and request_id in self.state.pending:
+                raise SelectorError("request_id", f"'{request_id}' is already a pending decision")
             x = self._context(req)
             self.state.selections += 1
-            return self._remember(model, mode, cands, req, {model: 1.0}, [model], x, detail=detail)
+            return self._remember(model, mode, cands, req, {model: 1.0}, [model], x, detail=detail,
+                                  request_id=request_id)
 
     def pending(self, request_id: str) -> PendingDecision:
         with self._lock:

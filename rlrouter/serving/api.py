@@ -1,4 +1,4 @@
-"""The FastAPI application of the HTTP API (issue 4), independent of Ray Serve.
+"""The FastAPI application of the HTTP API, independent of Ray Serve.
 
 ``create_app()`` declares every endpoint, its request/response schema (so ``/openapi.json``
 documents the API), auth, the body-size cap and the error shape. Each endpoint delegates to the
@@ -120,7 +120,7 @@ class BodySizeLimit:
     """Pure ASGI middleware: 413 when the body is (or turns out to be) over the cap, before parsing.
 
     A chunked body has no Content-Length: the cap is then found while reading. FastAPI turns any
-    exception raised by ``receive`` into "error parsing the body" (issue 16: a 1.4 MB chunked body was
+    exception raised by ``receive`` into "error parsing the body" (a 1.4 MB chunked body was
     called "not valid JSON"), so the overflow is remembered here and the app's answer replaced by 413.
     """
 
@@ -205,7 +205,7 @@ def create_app() -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
         # FastAPI's own 4xx (a body that is not UTF-8, an unknown path, a wrong method) in our error shape;
-        # only a body can fail to parse, so that one names it (issue 8: every 4xx names the field)
+        # only a body can fail to parse, so that one names it (every 4xx names the field)
         detail = str(e.detail)
         if e.status_code == 400 and "parsing the body" in detail:
             return _error(400, f"body: {_parse_failure(e.__cause__)}", "body")

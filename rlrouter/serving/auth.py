@@ -1,4 +1,4 @@
-"""API-key authentication bound to a user_id (issue 4, "Auth").
+"""API-key authentication bound to a user_id (a key may act only for its own user).
 
 A key is accepted from ``Authorization: Bearer <key>`` (what the ``openai`` client sends) or
 ``X-API-Key``. Keys are compared by SHA-256 digest in constant time. A key is bound to one user:

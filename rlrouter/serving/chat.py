@@ -2,7 +2,9 @@
 
 ``model: "auto"`` routes (``rlrouter.serving.routing``) and proxies to the chosen candidate through
 the pool, streaming or not; ``enable_multi_round_aggregation`` or ``model: "arena"`` call several
-candidates in parallel and aggregate their answers; a candidate's name proxies to it directly.
+candidates in parallel and aggregate their answers; a candidate's name proxies to it directly;
+``model: "router-<name>[-<threshold>|-share<s>]"`` lets a served router pick the candidate
+(``rlrouter.serving.router_models``).
 
 A replay candidate knows only logged prompts (any other prompt used to get a 200 whose content was
 "[replay] no logged answer"). With ``serving.replay_miss: fallthrough`` the decision for ``auto`` and
@@ -40,8 +42,10 @@ class ChatProxy:
         self.routing = routing
 
     def models(self) -> ModelList:
-        """``GET /v1/models``: ``auto``, ``arena`` and the candidates with their prices."""
+        """``GET /v1/models``: ``auto``, ``arena``, ``router-<name>`` per served router and the candidates with
+        their prices."""
         cards = [ModelCard(id=m) for m in SPECIAL_MODELS]
+        cards += [ModelCard(id=f"router-{n}") for n in self.routing.routers.names]
         pool = self.ctx.pool
         desc = {d["name"]: d for d in pool.describe()} if pool is not None else {}
         for m in self.ctx.candidates:
@@ -89,10 +93,16 @@ class ChatProxy:
         session = body.session_id or session_header
         params = self._params(body)
         name = match_name(body.model, [*SPECIAL_MODELS, *ctx.candidates])
-        if name is None:
-            raise ApiError(404, f"field 'model': unknown model '{body.model}'; "
-                                f"use 'auto', 'arena' or one of {ctx.candidates}", "model")
-        if name not in SPECIAL_MODELS:
+        choice = self.routing.routers.parse(body.model) if name is None else None
+        if name is None and choice is None:
+            raise ApiError(404, f"field 'model': unknown model '{body.model}'; use 'auto', 'arena' or one of "
+                                f"{ctx.candidates}{self.routing.routers.unknown_model_hint()}", "model")
+        if choice is not None:  # a served router picks between its candidates, RouteLLM's router-<name>-<threshold>
+            dec = await self.routing.routers.decide(choice, query, user, session, body.category)
+            models = [dec["model"]]
+            if not (await ctx.answerable(query, models))[0]:
+                raise self._miss_error(models)
+        elif name not in SPECIAL_MODELS:
             if not (await ctx.answerable(query, [name]))[0]:
                 raise self._miss_error([name])
             dec = None
@@ -118,6 +128,8 @@ class ChatProxy:
             meta = {"request_id": dec["request_id"], "mode": dec["mode"], "scores": dec["scores"]}
             if dec.get("fallback_reason"):
                 meta["fallback_reason"] = dec["fallback_reason"]
+            if dec.get("router"):
+                meta["router"] = dec["router"]
         if end_user is not None:
             meta["end_user"] = end_user
         if len(models) > 1:

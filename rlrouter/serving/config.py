@@ -5,7 +5,7 @@ field. API keys (docs/serve.md "API keys"): the environment variable named by ``
 (default ``RLROUTER_API_KEYS``) of the Ray cluster the app runs on, formatted ``key=user_id[,key2=user2]``
 (a trailing ``:admin`` marks an admin key, which may act for any user_id), plus ``api_keys`` listed in
 the config (tests). Nothing in serve/config.yaml sets that variable: a ``runtime_env`` value would win
-over the environment without a word (issue 16). :meth:`ServingConfig.startup_keys` refuses to start
+over the environment without a word. :meth:`ServingConfig.startup_keys` refuses to start
 with no key, or with a placeholder key unless ``dev`` is set.
 """
 
@@ -101,7 +101,7 @@ class ServingConfig:
     proxy_timeout_s: float = 120.0
     """Deadline of one proxied chat completion."""
     selector_in_ingress: bool = True
-    """The selector's one replica answers HTTP itself: no actor hop on /route (issue 4 latency). False: a
+    """The selector's one replica answers HTTP itself: no actor hop on /route (latency). False: a
     separate, scalable ingress deployment calls the selector replica through its handle."""
 
     def __post_init__(self) -> None:

@@ -1,7 +1,9 @@
 """``POST /feedback``: explicit outcome, implicit (a classified follow-up), or a Router-R1 reward.
 
 Ownership is checked first; then the follow-up is classified or the Router-R1 reward computed; then
-the selector logs the update (fsync) and applies it, and only then does the reply go out.
+the selector logs the update (fsync) and applies it; a decision a served router made (mode
+``router:<name>``) passes the feedback on to that router (``rlrouter.serving.router_models``), and only
+then does the reply go out.
 """
 
 from __future__ import annotations
@@ -11,16 +13,20 @@ from typing import Any
 
 from rlrouter.serving.auth import Principal
 from rlrouter.serving.context import ServiceContext
-from rlrouter.serving.errors import ApiError
+from rlrouter.serving.errors import ApiError, public_text
+from rlrouter.serving.router_models import RouterModels
 from rlrouter.serving.schemas import FeedbackRequest, FeedbackResponse, PosteriorDelta
 
 
 class FeedbackRole:
-    def __init__(self, ctx: ServiceContext, classifier: Any = None, reward_fn: Any = None):
-        """``classifier``/``reward_fn``: given by tests; None loads them on first use."""
+    def __init__(self, ctx: ServiceContext, classifier: Any = None, reward_fn: Any = None,
+                 routers: RouterModels | None = None):
+        """``classifier``/``reward_fn``: given by tests; None loads them on first use. ``routers``: the served
+        routers, to which the feedback on their decisions goes on."""
         self.ctx = ctx
         self._classifier = classifier
         self._reward_fn = reward_fn
+        self.routers = routers
 
     async def classifier(self) -> Any:
         if self._classifier is None:
@@ -37,7 +43,7 @@ class FeedbackRole:
         if self._reward_fn is None:
             from rlrouter.rewards.router_r1 import RouterR1Reward
 
-            # the formula VSR documents (seed 001), every term counted; training keeps Router-R1's code
+            # the formula VSR documents, every term counted; training keeps Router-R1's code
             self._reward_fn = RouterR1Reward(alpha=self.ctx.cfg.cost_reward_alpha, candidates=self.ctx.candidates,
                                              formula="additive", format_penalty=self.ctx.cfg.format_reward_penalty)
         return self._reward_fn
@@ -69,9 +75,16 @@ class FeedbackRole:
             reward = body.reward if body.reward is not None else self._router_r1_reward(body)
             kwargs["reward"] = reward
         res = await ctx.selector.call("feedback", **kwargs)
+        router = None
+        if self.routers is not None:
+            try:
+                router = await self.routers.feedback(info.get("mode"), body.request_id, kwargs)
+            except Exception as e:  # noqa: BLE001 - the selector's update is durable already: report, not fail
+                router = {"name": str(info.get("mode")), "learned": False,
+                          "note": f"the served router did not get it: {public_text(f'{type(e).__name__}: {e}')}"}
         return FeedbackResponse(request_id=body.request_id, kind=res["kind"], durable=res["durable"],
                                 applied=[PosteriorDelta(**d) for d in res["deltas"]], label=label,
-                                confidence=confidence, reward=reward)
+                                confidence=confidence, reward=reward, router=router)
 
     def _router_r1_reward(self, body: FeedbackRequest) -> float:
         """Router-R1 reward of the trajectory: R = R_format + (1 - alpha) R_outcome + alpha R_cost, R_format the

@@ -1,4 +1,4 @@
-"""The GMTRouter role (issue 6): the trained graph router decides for the users it knows."""
+"""The GMTRouter role: the trained graph router decides for the users it knows."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 - LLM routing (``enable_llm_routing`` + ``router_r1_server_url``): a Router-R1 server picks the
   candidate, with a timeout; a failure falls back to the bandit or is a 503 (``llm_routing_fallback``).
-  Without a server URL, the app's own policy (``router_model_path``, seed 000) picks it in-process.
+  Without a server URL, the app's own policy (VSR's ``router_model_path``) picks it in-process.
 - ``/router_r1/route`` speaks the Router-R1 server protocol of the vLLM Semantic Router, backed by a
   Router-R1 policy deployment when one is configured, else by the selector (and says which).
 
@@ -73,7 +73,7 @@ class RouterR1Role:
         if cfg.enable_llm_routing and cfg.router_r1_server_url:
             self.llm_router = HTTPRouterR1Client(cfg.router_r1_server_url, cfg.llm_routing_timeout_s)
         elif cfg.enable_llm_routing and policy is not None:
-            # router_model_path (seed 000): the app's own policy decides /route in-process
+            # VSR's router_model_path: the app's own policy decides /route in-process
             self.llm_router = InProcessRouterR1(policy)
 
     async def llm_route(self, query: str, cands: list[str], req: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:

@@ -1,7 +1,9 @@
 """The selector role: one routing decision, ``POST /route`` and ``GET /stats``.
 
-A decision goes, in order: GMTRouter for a user it knows (when configured), LLM routing through a
-Router-R1 server (when enabled, with its fallback), else the bandit (contextual mode embeds the query
+A request whose ``model`` names a served router (``router-<name>[-<threshold>|-share<s>]``,
+``rlrouter.serving.router_models``) is decided by that router. Otherwise a decision goes, in order:
+GMTRouter for a user it knows (when configured), LLM routing through a Router-R1 server (when enabled,
+with its fallback), else the bandit (contextual mode embeds the query
 with MiniLM first). ``how="top_k"`` (multi-round aggregation) and ``how="all"`` (arena) ask the
 selector for several candidates at once.
 
@@ -17,19 +19,24 @@ from typing import Any
 
 from rlrouter.serving.auth import Principal
 from rlrouter.serving.context import ServiceContext
+from rlrouter.serving.errors import ApiError
 from rlrouter.serving.gmt import GMTRole
 from rlrouter.serving.intent import IntentRole
+from rlrouter.serving.router_models import RouterModels
 from rlrouter.serving.router_r1 import RouterR1Role
 from rlrouter.serving.schemas import RouteRequest, RouteResponse
 from rlrouter.serving.selector_client import selection_request
+from rlrouter.serving.served_routers import SYNTAX
 
 
 class Routing:
-    def __init__(self, ctx: ServiceContext, router_r1: RouterR1Role, intent: IntentRole, gmt: GMTRole | None = None):
+    def __init__(self, ctx: ServiceContext, router_r1: RouterR1Role, intent: IntentRole, gmt: GMTRole | None = None,
+                 routers: RouterModels | None = None):
         self.ctx = ctx
         self.router_r1 = router_r1
         self.intent = intent
         self.gmt = gmt
+        self.routers = routers or RouterModels(ctx, None, {})
 
     async def decide(self, query: str, user_id: str, session_id: str | None, category: str | None,
                      candidates: list[str] | None, how: str = "single") -> dict[str, Any]:
@@ -66,25 +73,37 @@ class Routing:
         """``POST /route``."""
         self.ctx.check_query(body.query, "query")
         user = principal.user_for(body.user_id)
+        choice = self.routers.parse(body.model)
+        if body.model is not None and choice is None and body.model.lower() != "auto":
+            raise ApiError(400, f"field 'model': /route takes 'auto' or a served router ({self.routers.names}): "
+                                f"{SYNTAX}; got '{body.model}'", "model")
+        if choice is not None and body.candidates is not None:
+            raise ApiError(400, "field 'candidates': a served router chooses among its own candidates; leave "
+                                "candidates out", "candidates")
         category = body.category
         if category is None:
             category = await self.intent.category(body.query)
-        cands = self.ctx.candidates_for(body.candidates)
-        can, missed = await self.ctx.answerable(body.query, cands)
-        if can and self.ctx.serving.replay_miss == "fallthrough":
-            cands = can
-        dec = await self.decide(body.query, user, body.session_id, category, cands, self.how())
+        if choice is not None:
+            dec = await self.routers.decide(choice, body.query, user, body.session_id, category)
+            can, missed = await self.ctx.answerable(body.query, [dec["model"]])
+        else:
+            cands = self.ctx.candidates_for(body.candidates)
+            can, missed = await self.ctx.answerable(body.query, cands)
+            if can and self.ctx.serving.replay_miss == "fallthrough":
+                cands = can
+            dec = await self.decide(body.query, user, body.session_id, category, cands, self.how())
         models = dec.get("models") or [dec["model"]]
         chosen_missed = [m for m in models if m in missed]
         why = None
         if chosen_missed:
-            among = ("none of the candidates can answer it" if not can
+            among = ("the served router chose it" if choice is not None
+                     else "none of the candidates can answer it" if not can
                      else "serving.replay_miss is 'error', so it was not left out")
             why = (f"{chosen_missed} replay logged answers and have none for this query ({among}); calling "
                    f"it gets a 404 of type replay_miss")
         return RouteResponse(model=dec["model"], request_id=dec["request_id"], mode=dec["mode"],
                              scores=dec["scores"], models=models, fallback_reason=dec.get("fallback_reason"),
-                             replay_miss=why)
+                             replay_miss=why, router=dec.get("router"))
 
     async def stats(self, principal: Principal) -> dict[str, Any]:
         """``GET /stats``: the caller's posteriors (admins: every user's)."""

@@ -15,8 +15,8 @@ ID = Field(default=None, min_length=1, max_length=256, description="Opaque ident
 
 
 def _finite(v: Any) -> Any:
-    """NaN and infinity parse as JSON numbers in Python but are no reward, cost or temperature (issue 16:
-    ``reward: NaN`` was refused as "less than or equal to 10")."""
+    """NaN and infinity parse as JSON numbers in Python but are no reward, cost or temperature (without
+    this check ``reward: NaN`` was refused as "less than or equal to 10")."""
     if isinstance(v, float) and not math.isfinite(v):
         raise ValueError(f"{v} is not a number this API accepts: send a finite number")
     return v
@@ -49,6 +49,9 @@ class RouteRequest(BaseModel):
                                          description="Restrict the choice to these candidates")
     category: str | None = Field(default=None, min_length=1, max_length=128,
                                  description="Intent/category of the query, when known (category scope)")
+    model: str | None = Field(default=None, min_length=1, max_length=256, description=(
+        "'auto' (default): the selector's decision chain; or a served router, RouteLLM-style: 'router-<name>', "
+        "'router-<name>-<threshold>' or 'router-<name>-share<0..1>' (docs/serve.md, 'Served routers')"))
 
     @field_validator("query")
     @classmethod
@@ -58,16 +61,38 @@ class RouteRequest(BaseModel):
         return v
 
 
+class ServedRouterDecision(BaseModel):
+    """What a served router (``model: "router-..."``) decided, and why."""
+
+    name: str
+    type: str = Field(description="Its router type: mf, knn, probe, encoder, gmtrouter, router_r1, selector, ...")
+    online: bool = Field(description="True: it learns from this decision's feedback (the bandit selector)")
+    candidate: str = Field(description="Its choice, in the candidate names it was trained on")
+    weak: str | None = Field(default=None, description="The pool candidate serving its weak candidate")
+    strong: str | None = Field(default=None, description="The pool candidate serving its strong candidate")
+    score: float | None = Field(default=None, description="Threshold routers: how much the query needs the strong "
+                                                          "candidate, on the router's own scale")
+    threshold: float | None = Field(default=None, description="Strong when score >= threshold; null for share 0 "
+                                                              "(nothing goes to strong)")
+    strong_share: float | None = Field(default=None, description="The share the request asked for, if it did")
+    training_strong_share: float | None = Field(
+        default=None, description="Share of the router's training prompts at or above this threshold")
+    report: dict[str, Any] | None = Field(default=None, description="Router-R1: where the policy routed")
+    selector_mode: str | None = Field(default=None, description="The served selector's own mode (thompson, ...)")
+
+
 class RouteResponse(BaseModel):
     model: str = Field(description="The chosen candidate")
     request_id: str = Field(description="Give it back to POST /feedback")
-    mode: str = Field(description="thompson | epsilon_greedy | contextual | llm_routing | multi_round | arena")
+    mode: str = Field(description="thompson | epsilon_greedy | contextual | llm_routing | multi_round | arena | "
+                                  "gmtrouter | router:<name> (a served router)")
     scores: dict[str, float] = Field(description="Per-candidate score that decided (a posterior draw or mean)")
     models: list[str] = Field(default_factory=list, description="Every model to call (multi-round)")
     fallback_reason: str | None = Field(default=None, description="Why LLM routing fell back, if it did")
     replay_miss: str | None = Field(default=None, description=(
         "Why a chosen candidate cannot answer this query (a replay with no logged answer for it), if one "
         "cannot: only when no candidate can, or under serving.replay_miss: error"))
+    router: ServedRouterDecision | None = Field(default=None, description="Set when a served router decided")
 
 
 class RouterR1Feedback(BaseModel):
@@ -110,6 +135,26 @@ class PosteriorDelta(BaseModel):
     d_beta: float
 
 
+class OffsetUpdate(BaseModel):
+    """A feedback router's learned logit offset for one candidate and context, after this feedback."""
+
+    model: str = Field(description="weak | strong: the router's candidate that was called")
+    context: str = Field(description="The request's context key (its category, else its user)")
+    offset_mean: float
+    offset_var: float
+    events: int = Field(description="Feedback events this offset has learned from")
+
+
+class RouterFeedback(BaseModel):
+    """What became of the feedback at the served router that made the decision."""
+
+    name: str
+    learned: bool = Field(description="True: the router updated (it learns online); false: it is frozen, or refused")
+    note: str
+    deltas: list[PosteriorDelta] = Field(default_factory=list, description="The router's own posterior updates")
+    offsets: list[OffsetUpdate] = Field(default_factory=list, description="A feedback router's offset updates")
+
+
 class FeedbackResponse(BaseModel):
     request_id: str
     kind: str = Field(description="outcome | implicit | reward")
@@ -118,6 +163,7 @@ class FeedbackResponse(BaseModel):
     label: str | None = Field(default=None, description="Implicit feedback: the classifier's label")
     confidence: float | None = None
     reward: float | None = None
+    router: RouterFeedback | None = Field(default=None, description="Set when a served router made the decision")
 
 
 class ChatMessage(BaseModel):
@@ -132,7 +178,8 @@ class ChatCompletionRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1, description='"auto" routes; "arena" calls every candidate; or a candidate name')
+    model: str = Field(min_length=1, description='"auto" routes; "arena" calls every candidate; a candidate name; or '
+                                                 'a served router, "router-<name>[-<threshold>|-share<s>]"')
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
     user: str | None = Field(default=None, max_length=256,

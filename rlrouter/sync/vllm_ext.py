@@ -1,4 +1,4 @@
-"""Methods added to every vLLM worker (``worker_extension_cls``, set by ``rlrouter.rollout.engine``).
+"""Methods added to every vLLM worker (``worker_extension_cls``, set by ``rlrouter.engine``).
 
 They run inside the worker process. An engine in its own process (always on CUDA; on CPU with
 ``in_process: false``) gets ``collective_rpc`` arguments through vLLM's msgpack encoder, which turns a
@@ -14,10 +14,25 @@ and its weight loaders keep its own slice.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any, Sequence
 
 import torch
+
+# A sync sends only the fused groups LoRA changed (q/k/v of each layer), so every reload is partial by design:
+# vLLM then logs one "<Layer>: Failed to load weights" per untouched layer (it puts that layer's own weights
+# back, model_loader/reload/layerwise.py) and lists the names not sent (inplace.py): ~460 lines per sync,
+# none of them an error (../shared/notes/weight-sync-check.md). What a sync delivers is checked on every
+# step instead, by ``rollout/logprob_gap`` (the learner's log-probs against the engine's).
+PARTIAL_RELOAD_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise",
+                          "vllm.model_executor.model_loader.reload.inplace")
+
+
+def quiet_partial_reload_logs() -> None:
+    for name in PARTIAL_RELOAD_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
 
 PackedTensor = list  # [name: str, dtype: str ("float32"), shape: list[int], data: bytes]
 
@@ -57,8 +72,6 @@ class WeightSyncExtension:
 
     def rlrouter_reload_weights(self, packed: list[PackedTensor]) -> int:
         """Load HF-named full tensors (``pack_named_tensors``) in checkpoint format; returns how many arrived."""
-        from rlrouter.rollout.worker import quiet_partial_reload_logs
-
         quiet_partial_reload_logs()  # in the engine's process, where vLLM logs them
         named = unpack_named_tensors(packed)
         self.reload_weights(weights_iterator=iter(named), is_checkpoint_format=True)

@@ -1,5 +1,5 @@
 """Every ``experiment=*`` preset composes, its typed configs validate, and its data builds at the preset's
-own sizes (issue 14: the paper presets asked for more GSM8K questions than the source could give)."""
+own sizes (the paper presets once asked for more GSM8K questions than the source could give)."""
 
 from __future__ import annotations
 
@@ -27,15 +27,15 @@ def test_every_preset_is_listed():
 def test_experiment_composes_and_prepares_its_data(experiment, tmp_path, shared_data):
     from rlrouter.data.job import prepare
     from rlrouter.distributed.resources import ResourceSpec
-    from rlrouter.learner.loop import TrainConfig
+    from rlrouter.learner.config import RouterR1TrainConfig
     from rlrouter.rollout.env import EnvConfig
     from rlrouter.rollout.worker import EngineConfig
 
     cfg = compose([f"experiment={experiment}", f"paths.root_dir={tmp_path}", f"paths.shared_data={shared_data}"])
     plain = OmegaConf.to_container(cfg, resolve=True)
-    from rlrouter.learner.job import JOB_ONLY_TRAIN_FIELDS
+    from rlrouter.trainer.job import JOB_ONLY_TRAIN_FIELDS
 
-    train = TrainConfig(**{k: v for k, v in plain["train"].items() if k not in JOB_ONLY_TRAIN_FIELDS},
+    train = RouterR1TrainConfig(**{k: v for k, v in plain["train"].items() if k not in JOB_ONLY_TRAIN_FIELDS},
                         learner={**plain["learner"], "model": plain["model"]})
     learner = train.learner_cfg  # validates the learner block (dtype, strategy, checkpoint keeping)
     resources = ResourceSpec(**plain["resources"])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rlrouter.data.build import BuildConfig, CandidateSpec, SourceSpec, build, load_split
+from rlrouter.data.build import BuildConfig, CandidateSpec, SourceSpec, build, load_router_r1_split
 from rlrouter.data.io import DataFileError
 from rlrouter.data.sources import fanoutqa, gsm8k, mmlu
 
@@ -49,7 +49,7 @@ def test_build_mixes_by_weight_and_splits_by_question(tmp_path, shared_data):
         train_size=40, test_size=20, seed=3, out_dir=str(tmp_path))
     stats = build(cfg, logged)
     assert stats["sources"]["gsm8k"]["train"] == 30 and stats["sources"]["mmlu"]["test"] == 5
-    train, test = load_split(tmp_path / "train.parquet"), load_split(tmp_path / "test.parquet")
+    train, test = load_router_r1_split(tmp_path / "train.parquet"), load_router_r1_split(tmp_path / "test.parquet")
     assert len(train) == 40 and len(test) == 20
     assert not {r["id"] for r in train} & {r["id"] for r in test}
     # optimal = the cheapest candidate the logs show correct
@@ -66,7 +66,7 @@ def test_build_mixes_by_weight_and_splits_by_question(tmp_path, shared_data):
             assert r["optimal_model"] is None
     # the same seed gives the same split
     again = build(BuildConfig(**{**cfg.__dict__, "out_dir": str(tmp_path / "again")}), logged)
-    assert load_split(tmp_path / "again" / "train.parquet") == train and again["train"]["rows"] == 40
+    assert load_router_r1_split(tmp_path / "again" / "train.parquet") == train and again["train"]["rows"] == 40
 
 
 def test_build_asks_for_too_many(tmp_path):

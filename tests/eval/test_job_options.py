@@ -137,7 +137,7 @@ def test_train_prefix_fits_a_router_on_one_task_and_tests_it_on_all(tmp_path):
 
 
 def test_router_r1_base_policy_needs_no_checkpoint(monkeypatch):
-    import rlrouter.serving.router_r1_policy as mod
+    import rlrouter.rollout.policy as mod
 
     seen = {}
 

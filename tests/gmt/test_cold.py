@@ -1,4 +1,4 @@
-"""The cold path (issue 17): a user with no history on a query seen as a new node, in training and serving.
+"""The cold path: a user with no history on a query seen as a new node, in training and serving.
 
 A tiny hand-written log and a deterministic stand-in for MiniLM keep this pure logic: the checks are
 that training's cold path is exactly the one the scorer serves, that ``cold_frac`` 0 leaves the paper's
@@ -16,7 +16,7 @@ from rlrouter.data.formats import GMTRecord
 from rlrouter.gmt.graph import build_graph
 from rlrouter.gmt.model import GMTModelConfig, score_cold
 from rlrouter.gmt.scorer import GMTRouterScorer
-from rlrouter.gmt.train import (GroupBatch, Split, TrainConfig, build_model, evaluate, fit, preference_loss,
+from rlrouter.gmt.train import (GroupBatch, Split, GMTTrainConfig, build_model, evaluate, fit, preference_loss,
                                 score_groups, train_step)
 from tests.helpers import hash_embed
 
@@ -105,7 +105,7 @@ def test_fit_with_cold_frac_learns_the_common_preference_and_logs_the_cold_auc(g
     batch = GroupBatch.from_groups(graph, graph.groups())
     cfg = dict(epochs=60, lr=1e-2, eval_every=5, patience=0, seed=0, target_frac=0.5)
     res = fit(graph, split, GMTModelConfig(hidden_dim=16, predictor_hidden=16, dropout=0.0),
-              TrainConfig(**cfg, cold_frac=0.5))
+              GMTTrainConfig(**cfg, cold_frac=0.5))
     cold = evaluate(res.model, graph, everything, batch, cold=True)
     assert cold["auc"] > 0.95, cold
     assert "cold_auc" in res.best_val and any("val/cold_auc" in r for r in res.history)
@@ -113,4 +113,4 @@ def test_fit_with_cold_frac_learns_the_common_preference_and_logs_the_cold_auc(g
 
 def test_cold_frac_outside_zero_one_names_the_field():
     with pytest.raises(ValueError, match="cold_frac: expected in \\[0, 1\\], got 1.5"):
-        TrainConfig(cold_frac=1.5)
+        GMTTrainConfig(cold_frac=1.5)

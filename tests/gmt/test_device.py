@@ -1,4 +1,4 @@
-"""GMTRouter trains on the rank's device from the shared launcher (issue 14), like Router-R1's learner."""
+"""GMTRouter trains on the rank's device from the shared launcher (CUDA when the rank has a GPU), like Router-R1's learner."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 from rlrouter.distributed.launcher import select_device
 from rlrouter.gmt.model import GMTModelConfig
-from rlrouter.gmt.train import TrainConfig, fit, temporal_split
+from rlrouter.gmt.train import GMTTrainConfig, fit, temporal_split
 
 
 def test_the_ray_train_loop_hands_the_launchers_device_to_training(monkeypatch, tmp_path):
@@ -46,7 +46,7 @@ def test_the_ray_train_loop_hands_the_launchers_device_to_training(monkeypatch, 
 
 def _fit(graph, device: str):
     split = temporal_split(graph, 0.2, 0.2)
-    return fit(graph, split, GMTModelConfig(hidden_dim=32), TrainConfig(epochs=4, eval_every=2, seed=0), device=device)
+    return fit(graph, split, GMTModelConfig(hidden_dim=32), GMTTrainConfig(epochs=4, eval_every=2, seed=0), device=device)
 
 
 @pytest.mark.gpu

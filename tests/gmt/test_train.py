@@ -11,7 +11,7 @@ import torch
 from rlrouter.gmt.graph import GraphError
 from rlrouter.gmt.model import GMTModelConfig, _ConcatHeteroLinear, isolated_query_embedding
 from rlrouter.gmt.scorer import GMTRouterScorer, UnknownUserError
-from rlrouter.gmt.train import (GroupBatch, TrainConfig, auc_score, build_model, evaluate, few_shot_curve,
+from rlrouter.gmt.train import (GroupBatch, GMTTrainConfig, auc_score, build_model, evaluate, few_shot_curve,
                                 fit, pairwise_metrics, preference_loss, save_checkpoint, temporal_split,
                                 train_step)
 
@@ -121,7 +121,7 @@ def test_one_real_epoch_lowers_the_loss(small_graph):
 def test_fit_keeps_the_best_validation_auc(small_graph):
     g = small_graph
     split = temporal_split(g, 0.2, 0.2)
-    res = fit(g, split, GMTModelConfig(hidden_dim=32), TrainConfig(epochs=8, eval_every=2, patience=0, seed=1))
+    res = fit(g, split, GMTModelConfig(hidden_dim=32), GMTTrainConfig(epochs=8, eval_every=2, patience=0, seed=1))
     aucs = [r["val/auc"] for r in res.history if "val/auc" in r]
     assert len(aucs) == 4
     assert res.best_val["auc"] == max(aucs)
@@ -138,7 +138,7 @@ def test_fit_keeps_the_best_validation_auc(small_graph):
 def trained(small_graph, tmp_path_factory):
     g = small_graph
     split = temporal_split(g, 0.2, 0.2)
-    res = fit(g, split, GMTModelConfig(hidden_dim=32), TrainConfig(epochs=6, eval_every=2, seed=0))
+    res = fit(g, split, GMTModelConfig(hidden_dim=32), GMTTrainConfig(epochs=6, eval_every=2, seed=0))
     path = save_checkpoint(tmp_path_factory.mktemp("gmt") / "ckpt", res.model, g)
     return res.model, g, path
 
@@ -198,7 +198,7 @@ def test_few_shot_curve_has_a_row_per_k(trained):
 
 
 def test_serve_deployment_routes_a_known_user_with_the_trained_checkpoint(trained, small_sim, tmp_path):
-    """The real checkpoint through serve/routers.py's deployment class and the HTTP API (issue 6)."""
+    """The real checkpoint through serve/routers.py's deployment class and the HTTP API."""
     import yaml
     from fastapi.testclient import TestClient
 

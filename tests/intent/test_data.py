@@ -64,17 +64,17 @@ def test_user_file_errors_name_file_row_and_column(tmp_path):
 
     missing = tmp_path / "missing.jsonl"
     missing.write_text('{"text": "x", "label": "a"}\n{"text": "y"}\n')
-    with pytest.raises(DataFileError, match=r"missing.jsonl:line 2: field 'label'"):
+    with pytest.raises(DataFileError, match=r"missing.jsonl:2: field 'label'"):
         load_labelled_file(missing)
 
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"text": "x", "label": "a"}\n{not json\n')
-    with pytest.raises(DataFileError, match="line 2.*invalid JSON"):
+    with pytest.raises(DataFileError, match="broken.jsonl:2: invalid JSON"):
         load_labelled_file(broken)
 
     closed = tmp_path / "closed.jsonl"
     closed.write_text('{"text": "x", "label": "a"}\n{"text": "y", "label": "zzz"}\n')
-    with pytest.raises(DataFileError, match="line 2: field 'label'.*zzz"):
+    with pytest.raises(DataFileError, match="closed.jsonl:2: field 'label'.*zzz"):
         load_labelled_file(closed, labels=["a", "b"])
 
     with pytest.raises(DataFileError, match="unsupported"):

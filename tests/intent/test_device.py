@@ -1,4 +1,4 @@
-"""The intent job trains on the rank's device from the shared launcher (issue 14), like Router-R1's learner."""
+"""The intent job trains on the rank's device from the shared launcher (CUDA when the rank has a GPU), like Router-R1's learner."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlrouter.intent.ppo import PPOConfig, RolloutBuffer, compute_gae, episode_dones, ppo_losses, score
+from rlrouter.intent.ppo import IntentPPOConfig, RolloutBuffer, compute_gae, episode_dones, ppo_losses, score
 from rlrouter.intent.reward import resolve_reward
 
 
@@ -74,11 +74,11 @@ def test_ppo_losses_by_hand():
 
 def test_config_validation_names_the_field():
     with pytest.raises(ValueError, match="minibatch_size"):
-        PPOConfig(batch_size=10, minibatch_size=4)
+        IntentPPOConfig(batch_size=10, minibatch_size=4)
     with pytest.raises(ValueError, match="gamma"):
-        PPOConfig(gamma=1.5)
+        IntentPPOConfig(gamma=1.5)
     with pytest.raises(ValueError, match="episode_length"):
-        PPOConfig(batch_size=8, minibatch_size=4, episode_length=3)
+        IntentPPOConfig(batch_size=8, minibatch_size=4, episode_length=3)
 
 
 TEXTS = ["what is a group homomorphism", "who wrote the federalist papers"]

@@ -1,11 +1,13 @@
-"""learner.keep_checkpoints (issue 14): only the newest K complete checkpoints stay on disk."""
+"""learner.keep_checkpoints: only the newest K complete checkpoints stay on disk."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from rlrouter.learner.checkpoint import STATE, prune_checkpoints
-from rlrouter.learner.learner import LearnerConfig
+from rlrouter.learner.config import LearnerConfig
 
 
 def _ckpts(root, steps, complete=True):
@@ -21,7 +23,7 @@ def test_keeps_the_newest_k_complete_ones(tmp_path):
     _ckpts(tmp_path, [0, 5, 10, 15, 20])  # step 0: the cold start, which init_from starts from, stays
     _ckpts(tmp_path, [25], complete=False)  # still being written (another rank): neither counted nor deleted
     gone = prune_checkpoints(tmp_path, 2)
-    assert sorted(p.name for p in gone) == ["step_000005", "step_000010"]
+    assert sorted(Path(p).name for p in gone) == ["step_000005", "step_000010"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000000", "step_000015", "step_000020", "step_000025"]
 
 

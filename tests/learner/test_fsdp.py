@@ -1,4 +1,4 @@
-"""FSDP2 and DDP learners on 2 CPU ranks with gloo (the CPU proxy of issue 14's GPU path).
+"""FSDP2 and DDP learners on 2 CPU ranks with gloo (the CPU proxy of the GPU path, docs/gpu.md).
 
 A tiny random Llama (SmolLM2's tokenizer and architecture, 2 layers of width 64) keeps it fast. Both
 ranks train on the same trajectories, so the sharded run must match a single unsharded learner: the
@@ -40,7 +40,7 @@ def _run_case(cfg: LearnerConfig, rank: int, world: int, out: Path | None, devic
     if rank == 0:
         res["init"] = {k: v.clone() for k, v in lr.merged_weights(only_changed=False)}
     trajs = _trajs(lr.tokenizer)
-    lr.sft_step(trajs[:2], lr=1e-3)  # PPO: the value head gets no gradient here (the DDP trap of issue 14)
+    lr.sft_step(trajs[:2], lr=1e-3)  # PPO: the value head gets no gradient here (DDP must be told about unused parameters)
     # kl_reference: start: the adapter copy, or the full fine-tune's reference model (both sharded under FSDP)
     lr.set_reference_to_current()
     m = lr.train_step(trajs, REWARDS)
@@ -101,18 +101,21 @@ def _ranks(rank: int, world: int, port: int, model: str, out: str, backend: str 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
-    """A 2-layer, width-64 Llama with SmolLM2's tokenizer and tied embeddings (random weights, seed 0)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """A 2-layer, width-64 Llama with SmolLM2's tokenizer and tied embeddings (random weights, seed 0).
+    ``RLROUTER_TINY_BASE``: a folder with SmolLM2's config and tokenizer files only, for a machine without
+    the bundled model package (a GPU machine that gets the tests but not the weights)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from rlrouter.models import load_tokenizer, resolve_model
 
     d = tmp_path_factory.mktemp("tiny-llama")
-    cfg = AutoConfig.from_pretrained(resolve_model("smollm2-135m-instruct"))
+    base = os.environ.get("RLROUTER_TINY_BASE")
+    cfg = AutoConfig.from_pretrained(base or resolve_model("smollm2-135m-instruct"))
     cfg.update(dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                     num_key_value_heads=2, head_dim=16, tie_word_embeddings=True))
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
-    load_tokenizer("smollm2-135m-instruct").save_pretrained(d)
+    (AutoTokenizer.from_pretrained(base) if base else load_tokenizer("smollm2-135m-instruct")).save_pretrained(d)
     return str(d)
 
 
@@ -170,7 +173,7 @@ def test_ddp_ppo_survives_the_cold_start(two_rank_results):
 
 
 def test_full_fine_tune_keeps_its_start_reference_across_a_checkpoint(tiny_model, tmp_path):
-    """kl_reference: start with full fine-tuning (issue 14): the reference model is saved and restored,
+    """kl_reference: start with full fine-tuning: the reference model is saved and restored,
     not reloaded from the base model."""
     from rlrouter.learner.checkpoint import load_checkpoint, save_checkpoint
     from tests.learner.test_learner import _trajs

@@ -1,4 +1,4 @@
-"""The learner on CUDA (issue 14). Skipped without a GPU; docs/gpu.md records where these ran.
+"""The learner on CUDA. Skipped without a GPU; docs/gpu.md records where these ran.
 
 - a bf16 step: fp32 master weights and AdamW state on the GPU, bf16 weights handed to the engine;
 - FSDP2 with world size 1 on NCCL: the gathered weights equal an unsharded learner's, before and after
@@ -20,9 +20,9 @@ from tests.learner.test_learner import _trajs
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
-def test_bf16_step_on_cuda_keeps_fp32_masters():
+def test_bf16_step_on_cuda_keeps_fp32_masters(tiny_model):  # noqa: F811 - the fixture
     torch.manual_seed(0)
-    cfg = LearnerConfig(lora=False, algo="grpo", lr=1e-5, micro_batch_size=2, dtype="bfloat16",
+    cfg = LearnerConfig(model=tiny_model, lora=False, algo="grpo", lr=1e-5, micro_batch_size=2, dtype="bfloat16",
                         gradient_checkpointing=True, grpo={"group_size": 2, "kl": {"coef": 0.01}})
     lr = Learner(cfg, device="cuda:0")
     before = lr.policy.model.layers[0].mlp.up_proj.weight.detach().clone()

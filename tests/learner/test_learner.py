@@ -1,4 +1,4 @@
-"""The Learner on the real SmolLM2 (LoRA), without Ray: updates, merged weights, checkpoints, data cursor."""
+"""The Learner on the real SmolLM2 (LoRA), without Ray: updates, merged weights, checkpoints."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from rlrouter.learner.checkpoint import load_checkpoint, save_checkpoint
+from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.learner import Learner, LearnerConfig
-from rlrouter.learner.loop import TrainConfig, batch_indices
 from rlrouter.rollout.parsing import TrajectoryTokens
 
 
@@ -86,19 +86,11 @@ def test_ppo_learner_has_a_critic_and_reports_value_loss():
     assert "learner/value_loss" in m and "value_head.proj.weight" in lr.trainable_state()
 
 
-def test_data_cursor_is_a_pure_function_of_step():
-    a = [batch_indices(10, 4, s, seed=3) for s in range(6)]
-    assert a == [batch_indices(10, 4, s, seed=3) for s in range(6)]
-    flat = [i for b in a for i in b]
-    assert sorted(flat[:10]) == list(range(10))  # epoch 0 is a permutation
-    assert batch_indices(10, 4, 2, seed=3) != batch_indices(10, 4, 2, seed=4)
-
-
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="learner.algo"):
         LearnerConfig(algo="a2c")
     with pytest.raises(ValueError, match="train.sync"):
-        TrainConfig(sync="ipc")
+        RouterR1TrainConfig(sync="ipc")
 
 
 def test_cold_start_sft_lowers_the_nll_of_policy_tokens_only(learner):
@@ -132,7 +124,7 @@ def test_windowed_shared_prefix_forward_equals_the_full_forward(ppo_learner, cas
     """The learner's forward (logits from the first policy token on; the rows' common prefix run once
     through a repeated KV cache) gives a plain full forward's log-probs, values and gradients."""
     from rlrouter.algos.common import token_logprobs
-    from rlrouter.learner.learner import MIN_SHARED_PREFIX, common_prefix_length, first_policy_position
+    from rlrouter.learner.model import MIN_SHARED_PREFIX, common_prefix_length, first_policy_position
     from rlrouter.rollout.parsing import collate
 
     lr = ppo_learner
@@ -207,3 +199,23 @@ def test_lr_warms_up_linearly_over_the_first_rl_updates_and_resumes(tmp_path):
     assert seen == pytest.approx([1e-3, 2e-3, 3e-3, 3e-3])
     with pytest.raises(ValueError, match="lr_warmup_steps"):
         LearnerConfig(lr_warmup_steps=-1)
+
+
+def test_a_checkpoint_at_a_uri_goes_up_from_the_rank_and_comes_back(learner, tmp_path):
+    """storage=s3://... : the rank writes in a folder of its own node and uploads, state.json last; a rank
+    on another node downloads it. ``file://`` stands in for the bucket (the same pyarrow.fs calls)."""
+    from rlrouter.learner.checkpoint import check_visible, latest_checkpoint
+
+    bucket = f"file://{tmp_path}/bucket/run/checkpoints"
+    save_checkpoint(f"{bucket}/step_000003", learner, step=3, extra={"reward": {}})
+    stored = tmp_path / "bucket" / "run" / "checkpoints" / "step_000003"
+    assert {"state.json", "trainable.safetensors", "optimizer.pt", "rng.safetensors", "adapter"} <= {
+        p.name for p in stored.iterdir()}
+    assert latest_checkpoint(bucket) == f"{bucket}/step_000003"
+    fresh = Learner(learner.cfg)
+    assert load_checkpoint(latest_checkpoint(bucket), fresh)["step"] == 3
+    for k, v in learner.trainable_state().items():
+        assert torch.equal(fresh.trainable_state()[k], v)
+    check_visible(bucket, 0)  # a URI is reachable from any node
+    with pytest.raises(FileNotFoundError, match=r"does not exist on learner rank 1's node.*URI \(s3://"):
+        check_visible(str(tmp_path / "not-mounted-here"), 1)

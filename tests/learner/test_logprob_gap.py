@@ -1,4 +1,4 @@
-"""The rollout engine's log-probs against the learner's (issue 13, "Measure the mismatch on every step").
+"""The rollout engine's log-probs against the learner's (the mismatch, measured on every step).
 
 Right after a weight sync, vLLM samples from the learner's policy: the per-token gap between the log-prob
 vLLM reports for each sampled token and the one the learner recomputes must be float noise, for both
@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from rlrouter.learner.learner import _GapMeter, tis_weights
+from rlrouter.learner.update import _GapMeter, tis_weights
 
 
 def test_gap_meter_by_hand():

@@ -1,4 +1,4 @@
-"""The KL reference is the policy RL starts from (issue 13): after a cold start, KL to it starts at 0."""
+"""The KL reference is the policy RL starts from: after a cold start, KL to it starts at 0."""
 
 from __future__ import annotations
 

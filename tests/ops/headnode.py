@@ -1,4 +1,4 @@
-"""A private local Ray head with token auth on, for the operations tests (issue 8).
+"""A private local Ray head with token auth on, for the operations tests.
 
 ``ray start --head --block`` runs in its own session with its own temp dir, token file and free ports,
 so it never meets the test session's ``ray.init`` cluster nor any other cluster on the machine. It is

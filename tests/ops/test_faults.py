@@ -1,6 +1,5 @@
 """A rollout worker killed mid-batch or during the final evaluation: Ray restarts the actor, the group
-re-applies the current weights and retries the shard, and the batch comes out as if nothing happened
-(issues 8, 13).
+re-applies the current weights and retries the shard, and the batch comes out as if nothing happened.
 
 The learner kill (Ray Train FailureConfig) and a full faulted run against a clean one live in
 benchmarks/bench_faults.py: each costs two training runs.
@@ -108,9 +107,9 @@ def test_killed_rollout_worker_is_restarted_and_its_shard_retried(ray_cluster, t
 
 @pytest.mark.timeout(900)
 def test_worker_killed_in_the_final_evaluation_is_evaluated_on_the_current_weights(ray_cluster, trained, pool_cfg):
-    """Issue 13: the job's final greedy evaluation, with the worker killed mid-way, equals the
+    """The job's final greedy evaluation, with the worker killed mid-way, equals the
     uninterrupted one; so does one after a restart while idle (the stale serial is caught)."""
-    from rlrouter.eval.router_r1 import policy_summary
+    from rlrouter.trainer.report import policy_summary
 
     group, base_eval = trained
     names = [c["name"] for c in pool_cfg["candidates"]]
@@ -143,7 +142,7 @@ def test_worker_killed_in_the_final_evaluation_is_evaluated_on_the_current_weigh
 
 @pytest.mark.timeout(900)
 def test_direct_transfer_then_a_killed_worker_gets_the_same_version_through_the_object_store(ray_cluster, trained):
-    """Issue 14 (``train.sync: nccl``): after a direct transfer (``RolloutGroup.sync_direct``; here a CPU
+    """``train.sync: nccl``: after a direct transfer (``RolloutGroup.sync_direct``; here a CPU
     stand-in for rank 0's NCCL broadcast pushes the tensors into each engine itself), the group records
     the version; a worker killed mid-evaluation comes back, gets that version from ``fallback`` (the
     object store), its shard is retried, and the next transfer is told to build a new group."""

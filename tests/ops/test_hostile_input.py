@@ -1,4 +1,4 @@
-"""Hostile input, small real version of benchmarks/bench_fuzz.py (issue 8): schemathesis cases generated
+"""Hostile input, small real version of benchmarks/bench_fuzz.py: schemathesis cases generated
 from the app's own OpenAPI schema (valid and invalid), plus hand-made attacks (oversized and broken
 bodies, keys of other users), against the real FastAPI app around a real selector and the replay pool.
 """

@@ -9,7 +9,6 @@ metrics endpoint is scraped while it runs instead of in a second job.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import shutil
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rlrouter.data.io import read_jsonl
 from tests.ops.headnode import ROOT, LocalHead, parse_job_id
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.vllm]
@@ -141,7 +141,7 @@ def test_readme_job_line_trains_and_exports_metrics(shared_data, monkeypatch, re
     assert "untrained policy:" in logs and "trained policy:" in logs and "report:" in logs
     # progress: a tqdm bar on a terminal, one line per step otherwise (a submitted job's log is not a terminal)
     assert re.search(r"router-r1: (100%.*2/2|step 2/2)", logs), logs[-4000:]
-    steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for _, row in read_jsonl(out / "metrics.jsonl")]
     assert [s["step"] for s in steps] == [0, 1, 2]  # step 0: the held-out level after the cold start
     assert (out / "checkpoints" / "step_000002" / "trainable.safetensors").exists()
 

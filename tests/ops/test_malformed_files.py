@@ -1,4 +1,4 @@
-"""Malformed and hostile files give clear errors, and nothing unpickles an untrusted file (issue 8)."""
+"""Malformed and hostile files give clear errors, and nothing unpickles an untrusted file."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import pickle
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +54,7 @@ def learner():
 def ckpt(tmp_path, learner):
     from rlrouter.learner.checkpoint import save_checkpoint
 
-    return save_checkpoint(tmp_path / "step_000001", learner, 1, extra={"reward": {}})
+    return Path(save_checkpoint(tmp_path / "step_000001", learner, 1, extra={"reward": {}}))
 
 
 def test_checkpoint_errors_are_clear(ckpt, learner):
@@ -98,12 +99,12 @@ def test_bad_data_file_names_file_line_and_field(tmp_path):
 
 
 def test_bad_configs_name_the_field():
-    from rlrouter.learner.loop import TrainConfig
+    from rlrouter.learner.config import RouterR1TrainConfig
     from rlrouter.selector import SelectorConfig
     from rlrouter.serving.config import ServingConfig
 
     with pytest.raises(ValueError, match=r"train\.total_steps"):
-        TrainConfig(total_steps=-1)  # 0 is allowed: the cold start only
+        RouterR1TrainConfig(total_steps=-1)  # 0 is allowed: the cold start only
     with pytest.raises(ValueError, match="max_body_bytes"):
         ServingConfig(max_body_bytes=0)
     with pytest.raises(ValueError, match="nonsense"):

@@ -1,9 +1,10 @@
-"""rlrouter.storage: where a job writes (issue 16), resolved without Ray; a URI round trip with pyarrow."""
+"""rlrouter.storage: where a job writes, resolved without Ray; a URI round trip with pyarrow."""
 
 import json
 from pathlib import Path
 
-from rlrouter.storage import RunStorage, clear_local, submission_id
+from rlrouter.learner.checkpoint import latest_checkpoint
+from rlrouter.storage import RunStorage, clear_local, join, submission_id, upload
 
 SUBMITTED = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"metadata": {"job_submission_id": "raysubmit_X"}})}
 
@@ -30,9 +31,15 @@ def test_uri_storage_pushes_and_resume_pulls_on_a_new_machine(tmp_path):
     env = {"RLROUTER_CACHE": str(tmp_path / "cache_a")}
     store = RunStorage.resolve("r1", default, default, storage=f"file://{tmp_path}/bucket", environ=env)
     out = store.prepare(resume=True)  # nothing stored yet: a fresh start
-    (out / "checkpoints" / "step_000002").mkdir(parents=True)
-    (out / "checkpoints" / "step_000002" / "trainable.safetensors").write_bytes(b"w")
+    # the learner ranks store checkpoints at the URI themselves (rlrouter.learner.checkpoint), from their node
+    assert store.checkpoints() == f"file://{tmp_path}/bucket/r1/checkpoints"
+    ckpt = tmp_path / "node_b_staging" / "step_000002"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainable.safetensors").write_bytes(b"w")
+    (ckpt / "state.json").write_text("{}")
+    upload(ckpt, join(store.checkpoints(), "step_000002"))
     (out / "report.json").write_text("{}")
+    (out / "metrics.jsonl").write_text('{"step": 2}\n')
     assert store.push() == f"file://{tmp_path}/bucket/r1"
     assert (tmp_path / "bucket" / "r1" / "checkpoints" / "step_000002" / "trainable.safetensors").exists()
     clear_local(store)
@@ -40,11 +47,13 @@ def test_uri_storage_pushes_and_resume_pulls_on_a_new_machine(tmp_path):
     again = RunStorage.resolve("r1", default, default, storage=f"file://{tmp_path}/bucket",
                                environ={"RLROUTER_CACHE": str(tmp_path / "cache_b")})
     out = again.prepare(resume=True)
-    assert (out / "checkpoints" / "step_000002" / "trainable.safetensors").read_bytes() == b"w"
+    assert (out / "metrics.jsonl").read_text() == '{"step": 2}\n'  # the driver's files come down ...
+    assert not (out / "checkpoints").exists()  # ... the checkpoints stay at the URI, where the ranks read them
+    assert latest_checkpoint(again.checkpoints()) == f"file://{tmp_path}/bucket/r1/checkpoints/step_000002"
 
 
 def test_gmt_and_intent_jobs_follow_the_same_storage_rules(tmp_path):
-    """Issue 16: the GMTRouter and intent jobs' default output_dir is not the working dir of a submitted job."""
+    """The GMTRouter and intent jobs' default output_dir is not the working dir of a submitted job."""
     from rlrouter.storage import SUBMITTED_DEFAULT, RunStorage
 
     out = str(tmp_path / "outputs" / "2026-11-23_19-00-00")

@@ -87,7 +87,7 @@ def test_ece_by_hand():
 
 
 def test_one_copy_of_each_metric():
-    from rlrouter.intent import metrics
+    from rlrouter.rewards import classification_metrics as metrics
     from rlrouter.rewards import classification
 
     assert classification.macro_f1 is metrics.macro_f1

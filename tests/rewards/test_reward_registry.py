@@ -116,12 +116,13 @@ def test_every_reward_group_builds_as_the_trainer_builds_it(path):
     a valid trajectory above a broken one."""
     from omegaconf import OmegaConf
 
-    from rlrouter.learner.loop import TrainConfig, build_reward
+    from rlrouter.learner.config import RouterR1TrainConfig
+    from rlrouter.trainer.router_r1 import build_train_reward
 
     # the job sets the reference cost scale (cost_bounds: reference) from the training questions' calls
     reference = {"cost_bounds": [0.005, 0.07], "strong": "gpt-4"}
-    reward = build_reward(TrainConfig(reward=OmegaConf.to_container(OmegaConf.load(path)), eval_reference=reference),
-                          ["gpt-4", "mixtral"])
+    train = RouterR1TrainConfig(reward=OmegaConf.to_container(OmegaConf.load(path)), eval_reference=reference)
+    reward = build_train_reward(train, ["gpt-4", "mixtral"])
     good = "<think>x</think><search>mixtral: what?</search><information>4</information><think>y</think><answer>4</answer>"
     bad = "<think>x</think><search>mistral: what?</search>"
     r = reward(["q", "q"], [good, bad], ground_truth=[["4"], ["4"]], route_costs=[1e-5, 0.0],

@@ -8,12 +8,12 @@ the ``<information>``, and the policy answers with the last number of that respo
 from __future__ import annotations
 
 import csv
-import json
 import re
 
 import pytest
 
 from rlrouter.data.formats import RouterR1Record
+from rlrouter.data.io import read_jsonl
 from rlrouter.rewards import build_reward
 
 # USD per 1M output tokens at the time of RouteLLM's logs (OpenAI gpt-4-1106-preview list price;
@@ -27,10 +27,8 @@ CANDIDATES = {
 def _trajectories(shared_data, n_questions: int):
     root = shared_data / "routellm" / "gsm8k"
     gold = {}
-    with open(root / "test.jsonl") as f:
-        for line in f:
-            row = json.loads(line)
-            gold[row["question"].strip()] = row["answer"].split("####")[-1].strip().replace(",", "")
+    for _, row in read_jsonl(root / "test.jsonl"):
+        gold[row["question"].strip()] = row["answer"].split("####")[-1].strip().replace(",", "")
     with open(root / "gsm8k_responses.csv", newline="") as f:
         rows = [r for _, r in zip(range(n_questions), csv.DictReader(f))]
     samples = []

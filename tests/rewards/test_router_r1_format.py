@@ -134,7 +134,7 @@ def test_prompts_and_completions_must_align():
 
 def test_graded_penalty_orders_partial_progress_and_keeps_valid_at_zero():
     """graded=True: a valid trajectory still scores 0; an invalid one loses less the more of the
-    protocol it follows, and never reaches 0 (the no-cold-start run's signal, issue 13)."""
+    protocol it follows, and never reaches 0 (the no-cold-start run's signal)."""
     reward = RouterR1FormatReward(CANDS, graded=True)
     texts = [GOOD_TWO_ROUTES,
              "<think>I know this.</think><answer>Paris</answer> trailing",   # only the ending is wrong
@@ -150,7 +150,7 @@ def test_graded_penalty_orders_partial_progress_and_keeps_valid_at_zero():
 
 
 def test_graded_penalty_credits_a_route_call_over_a_ramble():
-    """What an untrained 135M policy writes (issue 13's sanity run): a route call inside an unclosed
+    """What an untrained 135M policy writes (the sanity run with no cold start): a route call inside an unclosed
     <think>, or text with no action that the env cuts off. The call is closer to the protocol and must
     score higher, or GRPO's groups have no spread."""
     info = "\n\n<information>Error: no action found.</information>\n\n"

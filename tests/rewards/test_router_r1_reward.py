@@ -95,7 +95,7 @@ def test_state_and_config_errors():
 def test_fixed_cost_bounds_replace_the_window():
     """cost_bounds: the reference scale (the job's, from the training questions' calls): the same call earns
     the same cost reward whatever else is in the batch."""
-    from rlrouter.learner.loop import resolve_cost_bounds
+    from rlrouter.trainer.router_r1 import resolve_cost_bounds
     from rlrouter.rewards.base import RewardConfigError
     from rlrouter.rewards.router_r1 import RouterR1CostReward
 

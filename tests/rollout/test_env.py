@@ -158,7 +158,7 @@ def test_max_turns_zero_is_one_answer_only_turn_and_negative_is_refused():
 
 
 def test_a_records_candidate_models_restrict_and_price_its_routes():
-    """Issue 15: a Router-R1 record's candidate_models limit that question's routes and set their price."""
+    """A Router-R1 record's candidate_models limit that question's routes and set their price."""
     t_ok = "plan</think><search>small: what is 6*7?</search>"
     t_big = "plan</think><search>big: what is 6*7?</search>"
     answer = "<think>ok</think><answer>42</answer>"

@@ -1,4 +1,4 @@
-"""RolloutGroup places TP engines on one GPU bundle per TP rank (issue 14), checked on the options it builds."""
+"""RolloutGroup places TP engines on one GPU bundle per TP rank, checked on the options it builds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Weight pushes into a vLLM engine that runs in its own process (issue 14: the CUDA layout, on CPU).
+"""Weight pushes into a vLLM engine that runs in its own process (the CUDA layout, on CPU).
 
 On CUDA vLLM always runs its engine in a subprocess, where ``collective_rpc``'s msgpack does not
 rebuild tensors (they arrived as lists: ``'list' object has no attribute 'shard_id'``).

@@ -1,4 +1,4 @@
-"""The contextual arm's closed-form rules on hand-computed numbers (issue 4, "Contextual")."""
+"""The contextual arm's closed-form rules on hand-computed numbers."""
 
 import math
 import random

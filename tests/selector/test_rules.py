@@ -1,4 +1,4 @@
-"""The closed-form rules of issue 4 on hand-computed numbers."""
+"""The closed-form rules of the rl_driven selector on hand-computed numbers."""
 
 import math
 

@@ -26,7 +26,7 @@ def test_defaults_are_the_issue_defaults():
     assert (c.use_thompson_sampling, c.exploration_rate, c.exploration_decay, c.min_exploration) == (True, 0.3, 0.99, 0.05)
     assert (c.enable_personalization, c.personalization_blend, c.session_context_weight) == (True, 0.7, 0.5)
     assert (c.implicit_feedback_weight, c.cost_awareness, c.cost_weight) == (0.5, True, 0.2)
-    # use_router_r1_rewards is off, as VSR documents it (seed 001, issue 15)
+    # use_router_r1_rewards is off, as VSR documents it (tests/fixtures/seeds/001_*)
     assert (c.auto_save_interval, c.use_router_r1_rewards, c.cost_reward_alpha, c.format_reward_penalty) == (30.0, False, 0.3, -1.0)
     assert (c.min_samples, c.router_r1_server_url, c.router_model_path) == (0, None, None)
     assert (c.enable_llm_routing, c.llm_routing_fallback, c.use_contextual) == (False, "thompson", False)

@@ -1,4 +1,4 @@
-"""End to end (issue 4): the Serve app composes the selector with a trained GMTRouter and a trained intent
+"""End to end: the Serve app composes the selector with a trained GMTRouter and a trained intent
 classifier, both loaded from real checkpoints, and is driven over real HTTP.
 
 Both routers are trained here, small: GMTRouter on the simulated personalization set of tests/gmt (real
@@ -29,13 +29,13 @@ OPS = {"Authorization": "Bearer k-ops"}
 def gmt_checkpoint(small_graph, tmp_path_factory):  # noqa: F811 - the imported fixture
     import torch
 
-    from rlrouter.gmt.train import GMTModelConfig, TrainConfig, fit, save_checkpoint, temporal_split
+    from rlrouter.gmt.train import GMTModelConfig, GMTTrainConfig, fit, save_checkpoint, temporal_split
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny graph: one thread avoids spin-waits on 2 cores (tests/gmt/conftest.py)
     try:
         split = temporal_split(small_graph, 0.2, 0.2)
-        res = fit(small_graph, split, GMTModelConfig(hidden_dim=32), TrainConfig(epochs=4, eval_every=2, seed=0))
+        res = fit(small_graph, split, GMTModelConfig(hidden_dim=32), GMTTrainConfig(epochs=4, eval_every=2, seed=0))
     finally:
         torch.set_num_threads(before)
     return save_checkpoint(tmp_path_factory.mktemp("gmt") / "ckpt", res.model, small_graph)

@@ -53,7 +53,7 @@ def child(state: str) -> dict:
     out["feedback"], out["durable"] = r.status_code, r.json().get("durable")
     out["wal_bytes"] = Path(state + ".wal").stat().st_size if Path(state + ".wal").exists() else 0
     out["stats_global"] = httpx.get(f"{base}/stats", headers=h, timeout=30).json()["global"]
-    # the proxy's /health names the replica's port (it moves on redeploy, issue 16)
+    # the proxy's /health names the replica's port (it moves on redeploy)
     out["health"] = httpx.get(f"http://127.0.0.1:{proxy_port}/health", timeout=30).json()
     out["health_direct"] = httpx.get(f"{base}/health", timeout=30).json()
     serve.shutdown()

@@ -1,4 +1,4 @@
-"""A user's first day (issue 16), end to end over real HTTP against the Serve app on the local Ray cluster:
+"""A user's first day, end to end over real HTTP against the Serve app on the local Ray cluster:
 
 - the default pool (conf/pool/replay_plus_smollm2.yaml): the openai SDK, sync and streaming, gets a real
   answer from SmolLM2 on a vLLM engine to a prompt that no log holds (the replays have none: 'auto'

@@ -309,7 +309,7 @@ def test_openapi_documents_the_api(env):
 
 
 def test_wrong_bodies_get_the_right_message(env):
-    """Issue 16: each of these once got "not valid JSON (bytes that are not UTF-8 text)" or a wrong range."""
+    """Each of these once got "not valid JSON (bytes that are not UTF-8 text)" or a wrong range."""
     client, _, _ = env
     json_h = {**ALICE, "Content-Type": "application/json"}
 
@@ -340,7 +340,7 @@ UNLOGGED = "Write one sentence about a purple giraffe named Zorblax who collects
 
 
 def test_replay_miss_is_never_a_200(tmp_path, pool, gsm8k_prompt):
-    """Issue 16: a prompt no replay logged used to get HTTP 200 with '[replay] no logged answer' as content."""
+    """A prompt no replay logged used to get HTTP 200 with '[replay] no logged answer' as content."""
     client, _, _ = make_client(tmp_path, pool)
     for model in ("auto", "arena", GPT4):
         r = client.post("/v1/chat/completions", headers=ALICE,

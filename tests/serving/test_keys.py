@@ -1,4 +1,4 @@
-"""API keys (issue 16): one place (the cluster's environment, plus the config's list), never overridden by
+"""API keys: one place (the cluster's environment, plus the config's list), never overridden by
 serve/config.yaml, placeholders refused at startup unless dev."""
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Weight-sync buckets: a fused group (q/k/v, gate/up) is never split, whatever ``bucket_mb`` is (issue 14)."""
+"""Weight-sync buckets: a fused group (q/k/v, gate/up) is never split, whatever ``bucket_mb`` is."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_nccl_client_gives_each_engine_its_own_ranks():
 
 
 def test_packed_tensors_survive_vllms_msgpack_and_come_back_bit_exact():
-    """What crosses into an engine in its own process (issue 14): vLLM's own encoder/decoder, untyped."""
+    """What crosses into an engine in its own process: vLLM's own encoder/decoder, untyped."""
     from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
 
     from rlrouter.sync.vllm_ext import pack_named_tensors, unpack_named_tensors

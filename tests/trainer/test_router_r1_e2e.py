@@ -10,6 +10,8 @@ import json
 import pytest
 import torch
 
+from rlrouter.data.io import read_jsonl
+
 pytestmark = [pytest.mark.ray, pytest.mark.vllm, pytest.mark.slow]
 
 ENV = {"max_turns": 1, "max_new_tokens": 24, "max_total_tokens": 768}
@@ -26,7 +28,7 @@ def pool_cfg():
 
 @pytest.fixture(scope="module")
 def items(tmp_path_factory, shared_data, pool_cfg):
-    from rlrouter.data.build import BuildConfig, SourceSpec, build, load_split
+    from rlrouter.data.build import BuildConfig, SourceSpec, build, load_router_r1_split
     from rlrouter.data.job import candidate_specs
     from rlrouter.data.logged import load_routellm
 
@@ -34,7 +36,7 @@ def items(tmp_path_factory, shared_data, pool_cfg):
     build(BuildConfig(sources=[SourceSpec("gsm8k", 1, str(shared_data / "routellm" / "gsm8k")), SourceSpec("mmlu", 1)],
                       candidates=candidate_specs(pool_cfg), train_size=16, test_size=4, out_dir=str(out)),
           load_routellm(shared_data / "routellm"))
-    return load_split(out / "train.parquet")
+    return load_router_r1_split(out / "train.parquet")
 
 
 @pytest.fixture(scope="module")
@@ -90,38 +92,38 @@ def test_worker_generates_with_the_new_weights_after_sync(group):
 
 
 def test_resume_gives_the_same_step_3_loss(group, items, tmp_path, pool_cfg):
+    from rlrouter.learner.config import RouterR1TrainConfig
     from rlrouter.learner.group import LocalLearners
-    from rlrouter.learner.loop import TrainConfig, run_training
+    from rlrouter.trainer.router_r1 import RouterR1Trainer
 
     names = [c["name"] for c in pool_cfg["candidates"]]
     base = dict(total_steps=3, prompts_per_step=2, n_samples=2, checkpoint_every=1, progress=False, seed=5,
                 learner={"lr": 1e-3, "micro_batch_size": 4})
 
     def train(cfg):
-        return run_training(cfg, group, LocalLearners(cfg), names, items)
+        return RouterR1Trainer(cfg, group, LocalLearners(cfg), names, items).fit()
 
-    full = train(TrainConfig(**base, out_dir=str(tmp_path / "full")))
-    part = train(TrainConfig(**{**base, "total_steps": 2}, out_dir=str(tmp_path / "part")))
-    resumed = train(TrainConfig(**base, out_dir=str(tmp_path / "part"),
-                                resume_from=str(tmp_path / "part" / "checkpoints" / "step_000002")))
+    full = train(RouterR1TrainConfig(**base, out_dir=str(tmp_path / "full")))
+    part = train(RouterR1TrainConfig(**{**base, "total_steps": 2}, out_dir=str(tmp_path / "part")))
+    resumed = train(RouterR1TrainConfig(**base, out_dir=str(tmp_path / "part"),
+                                        resume_from=str(tmp_path / "part" / "checkpoints" / "step_000002")))
     assert part["step"] == 2 and resumed["step"] == 3 and full["step"] == 3
     for key in ("learner/loss", "reward/total", "learner/policy_tokens"):
         assert resumed[key] == pytest.approx(full[key], rel=1e-5, abs=1e-7), key
-    lines = (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+    assert [row["step"] for _, row in read_jsonl(tmp_path / "part" / "metrics.jsonl")] == [1, 2, 3]
 
 
 def test_driver_owned_loop_with_two_learner_ranks(ray_cluster, group, items, tmp_path, pool_cfg):
     """The driver rolls out, scores and calls ONE update on 2 gloo DDP ranks (Ray Train), then syncs the
     rollout workers from rank 0: the ranks end with identical weights, the workers serve them."""
     from rlrouter.distributed.resources import ResourceSpec
+    from rlrouter.learner.config import RouterR1TrainConfig
     from rlrouter.learner.group import LearnerGroup
-    from rlrouter.learner.loop import TrainConfig, run_training
-
     from rlrouter.models import load_tokenizer
     from rlrouter.pool.pool import CandidatePool
     from rlrouter.rollout.demos import build_demonstrations, demo_tokens
     from rlrouter.rollout.env import EnvConfig
+    from rlrouter.trainer.router_r1 import RouterR1Trainer
 
     names = [c["name"] for c in pool_cfg["candidates"]]
     pool = CandidatePool.from_config(pool_cfg)
@@ -129,16 +131,16 @@ def test_driver_owned_loop_with_two_learner_ranks(ray_cluster, group, items, tmp
     demos = [demo_tokens(d, tok, [pool.get(n) for n in names], EnvConfig(**ENV))
              for d in build_demonstrations(items, pool, 4, seed=0)]
     # one cold-start step (sharded over both ranks) moves the weights whatever the sampled rewards are
-    cfg = TrainConfig(total_steps=2, prompts_per_step=2, n_samples=2, checkpoint_every=2, progress=False, seed=3,
-                      warmup_steps=1, warmup_batch=2, warmup_lr=1e-3, out_dir=str(tmp_path / "ddp"),
-                      learner={"lr": 1e-3, "micro_batch_size": 2})
+    cfg = RouterR1TrainConfig(total_steps=2, prompts_per_step=2, n_samples=2, checkpoint_every=2, progress=False,
+                              seed=3, warmup_steps=1, warmup_batch=2, warmup_lr=1e-3, out_dir=str(tmp_path / "ddp"),
+                              learner={"lr": 1e-3, "micro_batch_size": 2})
     learners = LearnerGroup(cfg, ResourceSpec(learner={"num_workers": 2, "num_cpus": 1}), max_failures=0)
     serial0 = group.serial
     try:
         start = learners.start()
         assert start.step == 0 and start.checkpoint is None
         before = learners.fingerprints()
-        last = run_training(cfg, group, learners, names, items, demos)
+        last = RouterR1Trainer(cfg, group, learners, names, items, demos).fit()
         after = learners.fingerprints()
     finally:
         result = learners.close()
@@ -149,7 +151,7 @@ def test_driver_owned_loop_with_two_learner_ranks(ray_cluster, group, items, tmp
     # one sync before training and one per step, each pushed by the driver to every worker
     assert group.serial == serial0 + 3 and group.worker_serials() == [group.serial]
     assert group.version == 3  # the learner's version after 1 supervised and 2 RL updates
-    steps = [json.loads(x)["step"] for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    steps = [row["step"] for _, row in read_jsonl(tmp_path / "ddp" / "metrics.jsonl")]
     assert steps == [1, 2]
     assert (tmp_path / "ddp" / "warmup.jsonl").exists()
     assert (tmp_path / "ddp" / "checkpoints" / "step_000002" / "trainable.safetensors").exists()
@@ -160,7 +162,7 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     from hydra import compose, initialize_config_dir
     from safetensors.torch import load_file
 
-    from rlrouter.learner.job import run
+    from rlrouter.trainer.job import run
     from tests.helpers import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -169,7 +171,7 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
             "eval.num_questions=2", "ray.num_cpus=6"])
     report = run(cfg)
     out = tmp_path / "outputs" / "e2e"
-    steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for _, row in read_jsonl(out / "metrics.jsonl")]
     # step 0: the held-out level after the cold start; then the RL steps, the last one evaluated again
     assert [s["step"] for s in steps] == [0, 1, 2]
     assert "eval/format_valid" in steps[0] and "reward/total" not in steps[0]
@@ -211,13 +213,14 @@ def test_driver_copes_with_a_killed_learner_rank(ray_cluster, group, items, tmp_
     import psutil
 
     from rlrouter.distributed.resources import ResourceSpec
+    from rlrouter.learner.config import RouterR1TrainConfig
     from rlrouter.learner.group import LearnerGroup
-    from rlrouter.learner.loop import TrainConfig, run_training
+    from rlrouter.trainer.router_r1 import RouterR1Trainer
 
     names = [c["name"] for c in pool_cfg["candidates"]]
     out = tmp_path / "killed"
-    cfg = TrainConfig(total_steps=3, prompts_per_step=2, n_samples=2, checkpoint_every=1, progress=False, seed=4,
-                      out_dir=str(out), learner={"lr": 1e-3, "micro_batch_size": 2})
+    cfg = RouterR1TrainConfig(total_steps=3, prompts_per_step=2, n_samples=2, checkpoint_every=1, progress=False,
+                              seed=4, out_dir=str(out), learner={"lr": 1e-3, "micro_batch_size": 2})
     killed: list[int] = []
 
     def kill_after_step_1() -> None:
@@ -237,13 +240,13 @@ def test_driver_copes_with_a_killed_learner_rank(ray_cluster, group, items, tmp_
     th.start()
     learners = LearnerGroup(cfg, ResourceSpec(learner={"num_workers": 1, "num_cpus": 1}), max_failures=1)
     try:
-        last = run_training(cfg, group, learners, names, items)
+        last = RouterR1Trainer(cfg, group, learners, names, items).fit()
     finally:
         learners.close()
     th.join(timeout=5)
     assert killed, "no Ray Train worker was found to kill"
     assert last["step"] == 3
-    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [row["step"] for _, row in read_jsonl(out / "metrics.jsonl")]
     assert steps[0] == 1 and steps[-1] == 3 and set(steps) == {1, 2, 3}
     assert group.version == 3  # restored version 1 (or 2) + the steps trained after the restart
     assert group.worker_serials() == [group.serial]

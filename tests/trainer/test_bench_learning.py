@@ -8,12 +8,12 @@ import json
 import pytest
 
 from benchmarks import bench_learning as bl
-from rlrouter.learner.job import env_config, train_config
-from rlrouter.learner.loop import build_reward
+from rlrouter.trainer.job import env_config, train_config
+from rlrouter.trainer.router_r1 import build_train_reward
 from rlrouter.rewards.router_r1 import router_r1_part
 
 CANDS = ["gpt-4-1106-preview", "mixtral-8x7b-instruct"]
-# the job sets the reference cost scale from its training questions (learner.job.set_reference)
+# the job sets the reference cost scale from its training questions (trainer.job.set_reference)
 REFERENCE = {"cost_bounds": [0.005, 0.072], "strong": "gpt-4-1106-preview"}
 
 
@@ -22,7 +22,7 @@ def test_every_arm_composes_and_builds_its_reward(arm):
     cfg = bl.compose([*bl.ARMS[arm], "run_name=t"])
     train = train_config(cfg)
     train.eval_reference = REFERENCE
-    reward = build_reward(train, CANDS)
+    reward = build_train_reward(train, CANDS)
     assert router_r1_part(reward).format_reward is not None
 
 
@@ -34,7 +34,7 @@ def test_the_sanity_arm_is_rl_from_scratch_on_the_graded_format_reward():
     env = env_config(cfg, train)
     assert env["temperature"] == 0.7  # the env samples at the learner's temperature
     assert env["prefill"] == "<think>"  # as the prompt's example opens its thought
-    fmt = router_r1_part(build_reward(train, CANDS)).format_reward
+    fmt = router_r1_part(build_train_reward(train, CANDS)).format_reward
     assert fmt is not None
     graded = [f for f in cfg.reward.functions if f.name == "router_r1_format"]
     assert graded and graded[0].graded and graded[0].weight == 1.0

@@ -12,90 +12,79 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlrouter.config import to_plain, typed_config
+from rlrouter.data.build import load_router_r1_split
+from rlrouter.data.io import read_jsonl
+from rlrouter.data.job import ensure_data, logged_source
+from rlrouter.distributed.cluster import connect
 from rlrouter.distributed.resources import ResourceSpec
-from rlrouter.learner.loop import TrainConfig, build_reward, held_out_reward
-from rlrouter.rollout.engine import EngineConfig
+from rlrouter.eval.route_scores import cost_bounds, route_table, scoreboard
+from rlrouter.learner.config import RouterR1TrainConfig
+from rlrouter.learner.group import LearnerGroup
+from rlrouter.models import load_tokenizer
+from rlrouter.pool.pool import CandidatePool
+from rlrouter.rollout.demos import build_demonstrations, demo_tokens
+from rlrouter.engine import EngineConfig
+from rlrouter.rollout.env import EnvConfig
+from rlrouter.rollout.group import RolloutGroup
+from rlrouter.learner.checkpoint import latest_checkpoint
+from rlrouter.storage import RunStorage, list_dirs
+from rlrouter.trainer.report import held_out_summary, plot_held_out, plot_run, results_table, write_train_report
+from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, held_out_reward
 
 log = logging.getLogger(__name__)
 
 
-def _container(node: Any) -> Any:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-
-
-def latest_checkpoint(out_dir: str | Path) -> str | None:
-    ckpts = sorted((Path(out_dir) / "checkpoints").glob("step_*"))
-    return str(ckpts[-1]) if ckpts else None
-
-
 JOB_ONLY_TRAIN_FIELDS = ("warmup_demos", "warmup_query_words", "warmup_route", "warmup_answer")
-"""``train`` fields the job reads itself (building the demonstrations) and the loop's ``TrainConfig`` does not take."""
+"""``train`` fields the job reads itself (building the demonstrations) and ``RouterR1TrainConfig`` does not take."""
 
 
-def check_fresh(out: Path, resume: bool, run_name: str) -> None:
-    """A run that does not resume must not find another run's checkpoints in its folder: Ray Train would
-    restore the newest of them (the mechanism that restarts a failed learner), so the "new" run would
-    silently continue the old one."""
+def check_fresh(out: Path, resume: bool, run_name: str, checkpoints: str | None = None) -> None:
+    """A run that does not resume must not find another run's checkpoints in its checkpoint folder (a path
+    or a URI; default ``out/checkpoints``): the learner ranks restore the newest of them (the mechanism
+    that restarts a failed learner group), so the "new" run would silently continue the old one."""
     if resume:
         return
-    found = sorted((out / "checkpoints").glob("step_*")) + sorted((out / "ray_train").glob("*/checkpoint_*"))
+    checkpoints = checkpoints or str(out / "checkpoints")
+    found = [n for n in list_dirs(checkpoints) if n.startswith("step_")]
     if found:
-        raise FileExistsError(f"run_name={run_name}: {out} already holds a run ({found[-1].name}); set resume=true "
+        raise FileExistsError(f"run_name={run_name}: {checkpoints} already holds a run ({found[-1]}); set resume=true "
                               "to continue it, or choose another run_name (the default is time-stamped)")
 
 
-def ensure_data(cfg: DictConfig) -> tuple[Path, Path]:
-    d = Path(cfg.data.out_dir)
-    if not ((d / "train.parquet").exists() and (d / "test.parquet").exists()):
-        from rlrouter.data.job import prepare
-
-        prepare(cfg)
-    return d / "train.parquet", d / "test.parquet"
-
-
-def logged_source(cfg: DictConfig) -> Any:
-    """The logged outcomes the data and the replay candidates without a ``source`` read."""
-    from rlrouter.data.logged import default_routellm_source
-
-    return cfg.data.get("logged_source") or default_routellm_source()
-
-
-def train_config(cfg: DictConfig, out_dir: str | Path | None = None, train_path: str | Path = "") -> TrainConfig:
-    """The run's ``TrainConfig``: ``train``, the ``reward`` group and the ``learner`` (with the policy)."""
-    train = {k: v for k, v in _container(cfg.train).items() if k not in JOB_ONLY_TRAIN_FIELDS}
+def train_config(cfg: DictConfig, out_dir: str | Path | None = None,
+                 train_path: str | Path = "") -> RouterR1TrainConfig:
+    """The run's ``RouterR1TrainConfig``: ``train``, the ``reward`` group and the ``learner`` (with the policy)."""
+    train = {k: v for k, v in to_plain(cfg.train).items() if k not in JOB_ONLY_TRAIN_FIELDS}
     if train.get("init_from") and not Path(train["init_from"]).is_absolute():
         # the learner ranks run in Ray's own working directories, where a path relative to the project
         # is not found: resolve it against the project
         train["init_from"] = str(Path(cfg.paths.root_dir) / train["init_from"])
-    return TrainConfig(**{**train, "out_dir": str(out_dir or cfg.out_dir), "train_path": str(train_path),
-                          "reward": _container(cfg.reward),
-                          "learner": {**_container(cfg.learner), "model": cfg.model}})
+    return typed_config(RouterR1TrainConfig, {**train, "out_dir": str(out_dir or cfg.out_dir),
+                                              "train_path": str(train_path), "reward": to_plain(cfg.reward),
+                                              "learner": {**to_plain(cfg.learner), "model": cfg.model}}, "train")
 
 
-def engine_config(cfg: DictConfig, train: TrainConfig) -> dict[str, Any]:
+def engine_config(cfg: DictConfig, train: RouterR1TrainConfig) -> dict[str, Any]:
     """The rollout engine's config; what it must share with the learner is derived here, once: the LoRA
     rank it must accept, whether it serves adapters (the ``lora`` sync transport) and whether it joins
     an NCCL weight transfer (the ``nccl`` transport)."""
-    engine = _container(cfg.rollout.engine)
+    engine = to_plain(cfg.rollout.engine)
     return {**engine, "max_lora_rank": max(train.learner_cfg.lora_r, 8), "enable_lora": train.sync == "lora",
             "weight_transfer": "nccl" if train.sync == "nccl" else engine.get("weight_transfer")}
 
 
-def env_config(cfg: DictConfig, train: TrainConfig, **changes: Any) -> dict[str, Any]:
+def env_config(cfg: DictConfig, train: RouterR1TrainConfig, **changes: Any) -> dict[str, Any]:
     """The rollout environment's config; it samples at the learner's temperature (the log-probs of the
     update are taken from the same tempered distribution)."""
-    return {**_container(cfg.rollout.env), "temperature": train.learner_cfg.temperature, **changes}
+    return {**to_plain(cfg.rollout.env), "temperature": train.learner_cfg.temperature, **changes}
 
 
-def demonstrations(cfg: DictConfig, train: TrainConfig, pool: Any, items: list[dict[str, Any]],
+def demonstrations(cfg: DictConfig, train: RouterR1TrainConfig, pool: Any, items: list[dict[str, Any]],
                    env: dict[str, Any]) -> list[Any]:
     """The cold start's demonstrations as token sequences (none when ``train.warmup_steps`` is 0)."""
     if not train.warmup_steps:
         return []
-    from rlrouter.models import load_tokenizer
-    from rlrouter.rollout.demos import build_demonstrations, demo_tokens
-    from rlrouter.rollout.env import EnvConfig
-
     tok = load_tokenizer(cfg.model)
     cands = [pool.get(n) for n in pool.names]
     return [demo_tokens(d, tok, cands, EnvConfig(**env))
@@ -106,7 +95,7 @@ def demonstrations(cfg: DictConfig, train: TrainConfig, pool: Any, items: list[d
                                           info_max_chars=env.get("info_max_chars", 400))]
 
 
-def set_reference(train: TrainConfig, pool: Any, items: list[dict[str, Any]]) -> Any:
+def set_reference(train: RouterR1TrainConfig, pool: Any, items: list[dict[str, Any]]) -> Any:
     """Fix the run's reference cost scale on ``train`` (``eval_reference``): every candidate's call on the
     training questions (``rlrouter.eval.route_scores``). Every held-out evaluation scores on it, and so
     does the training reward where it says ``cost_bounds: reference``. Returns the route table.
@@ -114,8 +103,6 @@ def set_reference(train: TrainConfig, pool: Any, items: list[dict[str, Any]]) ->
     Only a pool of replay candidates has these calls for free. With live candidates it would call every
     candidate on every training question, so there is no reference: ``None``, the training reward keeps
     Router-R1's window and evaluations scale on the held-out questions' own calls."""
-    from rlrouter.eval.route_scores import cost_bounds, route_table
-
     if any(pool.get(n).backend != "replay" for n in pool.names):
         train.eval_reference = None
         log.warning("live candidates: no reference cost scale; cost_bounds: reference falls back to the window")
@@ -126,52 +113,44 @@ def set_reference(train: TrainConfig, pool: Any, items: list[dict[str, Any]]) ->
 
 
 def resource_spec(cfg: DictConfig) -> ResourceSpec:
-    return ResourceSpec(**_container(cfg.resources))
+    return ResourceSpec(**to_plain(cfg.resources))
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     import ray
 
-    from rlrouter.data.build import load_split
-    from rlrouter.distributed.cluster import connect
-    from rlrouter.eval.route_scores import route_table, scoreboard
-    from rlrouter.eval.router_r1 import held_out_summary, plot_held_out, plot_run, results_table, write_report
-    from rlrouter.learner.group import LearnerGroup
-    from rlrouter.metrics import read_jsonl
-    from rlrouter.pool.pool import CandidatePool
-    from rlrouter.rollout.group import RolloutGroup
-    from rlrouter.storage import RunStorage
-
     t_start = time.perf_counter()
-    store = RunStorage.from_cfg(cfg)  # where reports, checkpoints and plots go (issue 16)
+    store = RunStorage.from_cfg(cfg)  # where reports, checkpoints and plots go
     print(store.banner())
     out = store.prepare(resume=cfg.resume)
-    check_fresh(out, cfg.resume, cfg.run_name)
+    check_fresh(out, cfg.resume, cfg.run_name, store.checkpoints())
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"paths: project {cfg.paths.root_dir} (shared data {cfg.paths.shared_data})")
     train_path, test_path = ensure_data(cfg)
     print(f"data: {train_path}, {test_path.name}; logged outcomes {logged_source(cfg)}")
-    train_items, test_items = load_split(train_path), load_split(test_path)[: cfg.eval.num_questions]
-    pool_cfg = _container(cfg.pool)
+    train_items, test_items = load_router_r1_split(train_path), load_router_r1_split(test_path)[: cfg.eval.num_questions]
+    pool_cfg = to_plain(cfg.pool)
     pool = CandidatePool.from_config(pool_cfg)
     candidates = pool.names
     resources = resource_spec(cfg)
     train = train_config(cfg, out, train_path)
+    # the learner ranks store checkpoints there themselves, from whichever node they run on
+    train.checkpoint_dir = store.checkpoints()
     reference_table = set_reference(train, pool, train_items)
     metric = held_out_reward(train)["metric"]
-    build_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
+    build_train_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
     EngineConfig(**engine_config(cfg, train))  # so does a bad engine (train.sync=nccl on a CPU engine)
     cluster = connect(num_cpus=cfg.ray.num_cpus, num_gpus=cfg.ray.num_gpus,
                       include_dashboard=cfg.ray.include_dashboard)
     print(f"ray: {cluster['mode']} cluster at {cluster['address']}")
     if cfg.resume:
-        train.resume_from = latest_checkpoint(out)
+        train.resume_from = latest_checkpoint(train.checkpoints)
         print(f"resume: {train.resume_from or 'no checkpoint yet, starting fresh'}")
     env = env_config(cfg, train)
     group = RolloutGroup(cfg.model, engine_config(cfg, train), env, pool_cfg, resources,
                          max_restarts=cfg.rollout.max_restarts)
     print(f"rollout: {len(group)} vLLM worker(s) ready in {group.ready_s:.1f}s")
-    report: dict[str, Any] = {"config": _container(cfg), "cluster": cluster, "results": {}}
+    report: dict[str, Any] = {"config": to_plain(cfg), "cluster": cluster, "results": {}}
     eval_seed = cfg.eval.seed
     if not train.resume_from and cfg.eval.get("untrained", True):
         base = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
@@ -179,8 +158,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
     demos = demonstrations(cfg, train, pool, train_items, env) if not (train.resume_from or train.init_from) else []
     t0 = time.perf_counter()
-    result = LearnerGroup(train, resources, max_failures=cfg.learner_failures).fit(group, candidates, train_items,
-                                                                                  demos, eval_items=test_items)
+    with LearnerGroup(train, resources, max_failures=cfg.learner_failures) as learners:
+        RouterR1Trainer(train, group, learners, candidates, train_items, demos, eval_items=test_items).fit()
+    result = learners.result
     report["train_s"] = time.perf_counter() - t0
     if getattr(result, "error", None):
         raise RuntimeError(f"training failed: {result.error}")
@@ -198,9 +178,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report["routing"] = board
     report["results"].update({k: v for k, v in board["routes"].items() if k != "policy"})
     print("routing:", json.dumps({k: board[k] for k in ("best_fixed", "per_task", "policy_minus_best_fixed")}))
-    metrics = read_jsonl(out / "metrics.jsonl")
+    metrics_file = out / "metrics.jsonl"
+    metrics = [row for _, row in read_jsonl(metrics_file)] if metrics_file.exists() else []
     report["steps"] = metrics
-    report["checkpoint"] = latest_checkpoint(out)
+    report["checkpoint"] = latest_checkpoint(train.checkpoints)
     report["samples"] = [{"query": t.item["query"][:200], "text": t.text[:1200], "answer": t.answer,
                           "routes": [asdict(r) for r in t.routes]} for t in trained[:4]]
     report["held_out_curve"] = [{k: v for k, v in m.items() if k == "step" or k.startswith("eval/")}
@@ -212,7 +193,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if held:
         report["plots"].append(held)
     report["wall_s"] = time.perf_counter() - t_start
-    path = write_report(out, report)
+    path = write_train_report(out, report)
     group.shutdown()
     pool.close_sync()
     if cluster["mode"] == "embedded":

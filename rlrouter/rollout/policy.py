@@ -17,15 +17,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from rlrouter.models import cache_dir, resolve_model
 from rlrouter.pool.base import Candidate
-from rlrouter.rollout.env import EnvConfig, prompt_ids
+from rlrouter.rollout.env import EnvConfig, SamplingSpec, prompt_ids
 from rlrouter.rollout.parsing import parse_turn
+from rlrouter.rollout.worker import RolloutWorker
 
 
 def merged_policy_dir(checkpoint: str | Path, base_model: str, cache: str | Path | None = None) -> str:
     """Base model + the checkpoint's adapter merged into one HF folder (cached by checkpoint content)."""
-    from rlrouter.models import cache_dir, resolve_model
-
     ck = Path(checkpoint)
     if (ck / "model" / "config.json").exists():  # a full fine-tuning checkpoint is already whole
         return str(ck / "model")
@@ -59,9 +59,6 @@ class RouterR1Policy:
     def __init__(self, checkpoint: str | None, base_model: str, candidates: Sequence[dict[str, Any]],
                  env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None):
         """``checkpoint=None`` serves the untrained ``base_model`` (the policy before any training)."""
-        from rlrouter.models import resolve_model
-        from rlrouter.rollout.worker import RolloutWorker
-
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.candidates = [Candidate(**{k: v for k, v in c.items() if k in Candidate.__dataclass_fields__})
                            for c in candidates]
@@ -79,8 +76,6 @@ class RouterR1Policy:
 
     def route_batch(self, queries: Sequence[str]) -> list[dict[str, str | None]]:
         """The policy's first turn for each query, greedy, in one engine call."""
-        from rlrouter.rollout.env import SamplingSpec
-
         tok = self.worker.tokenizer
         ids = [prompt_ids(tok, q, self.candidates, self.env_cfg) for q in queries]
         spec = SamplingSpec(max_tokens=self.env_cfg.max_new_tokens, stop=["</search>", "</answer>"],

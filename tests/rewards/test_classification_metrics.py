@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlrouter.intent.metrics import accuracy, expected_calibration_error, macro_f1
+from rlrouter.rewards.classification_metrics import accuracy, expected_calibration_error, macro_f1
 
 
 def test_accuracy():

@@ -99,7 +99,7 @@ def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines:
 def label_groups(points: dict[str, tuple[float, float]], tol: float = 0.03) -> list[tuple[tuple[float, float], list[str]]]:
     """Points that (nearly) coincide, grouped: one label per group, so names never print over each other.
 
-    Two points coincide when they are within ``tol`` of the axis span in both x and y (issue 16: in
+    Two points coincide when they are within ``tol`` of the axis span in both x and y (in
     accuracy_vs_cost.png always_cheapest and random sat on one spot and their labels overprinted)."""
     xs = [p[0] for p in points.values()]
     ys = [p[1] for p in points.values()]
@@ -117,7 +117,7 @@ def label_groups(points: dict[str, tuple[float, float]], tol: float = 0.03) -> l
 
 
 def reward_figure(metrics: list[dict[str, Any]]) -> Any:
-    """reward/total on its own panel (issue 16: drawn with its parts it hid under reward/format when they
+    """reward/total on its own panel (drawn with its parts it hid under reward/format when they
     were equal), the reward's parts, and the rollout rates; whole-number step ticks."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
@@ -231,7 +231,7 @@ def results_table(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(out_dir: str | Path, report: dict[str, Any]) -> Path:
+def write_train_report(out_dir: str | Path, report: dict[str, Any]) -> Path:
     p = Path(out_dir) / "report.json"
     p.write_text(json.dumps(report, indent=2, default=str))
     (Path(out_dir) / "report.md").write_text(results_table(report))

@@ -1,0 +1,301 @@
+"""The Router-R1 trainer: the driver-side controller of a run (rollout -> reward -> update -> sync).
+
+``RouterR1Trainer.fit`` reads top to bottom, as verl's ``RayPPOTrainer.fit`` does. The driver draws the
+step's prompts (a pure function of seed and step: the data cursor), rolls them out through the
+``RolloutGroup``, scores them, hands each learner rank its shard in ONE ``train_step`` call
+(the ranks keep model, optimizer and DDP state; DDP averages the gradients), takes the new
+weights from rank 0 and syncs the rollout workers. Rollout workers are driven by nobody else.
+
+The functions below are the pieces the trainer and the job share: the data cursor, the step's
+metrics, the run's reward and its held-out settings, and the weight sync.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from rlrouter.config import to_plain
+from rlrouter.distributed.commanded import WorkersRestarted
+from rlrouter.learner.config import RouterR1TrainConfig
+from rlrouter.metrics import MetricsLogger
+from rlrouter.progress import Progress
+from rlrouter.rewards.registry import build_reward, with_params
+from rlrouter.rewards.router_r1 import router_r1_part, score_trajectories
+from rlrouter.rollout.env import Trajectory
+from rlrouter.storage import join
+from rlrouter.sync.transports import SyncPayload
+from rlrouter.trainer.report import held_out_summary
+
+log = logging.getLogger(__name__)
+
+
+class Rollout(Protocol):
+    def rollout(self, items: Sequence[dict], n_samples: int, seed: int, step: int) -> list[Trajectory]: ...
+
+    def sync(self, payload: SyncPayload) -> float: ...
+
+
+def sync_policy(cfg: RouterR1TrainConfig, learners: Any, rollout: Any) -> float:
+    """Make the rollout workers serve the learner's current weights; returns the bytes sent (to each
+    worker). ``tensors`` / ``lora``: rank 0 builds a payload, the driver puts it in the object store
+    (``RolloutGroup.sync``). ``nccl``: rank 0 sends the weights to the engines itself and the group
+    records the version (``RolloutGroup.sync_direct``); a worker that restarts later gets the same
+    version as a ``tensors`` payload."""
+    if cfg.sync == "nccl":
+        if not hasattr(rollout, "sync_direct"):
+            raise ValueError("train.sync=nccl needs Ray rollout workers (a RolloutGroup); this rollout "
+                             f"({type(rollout).__name__}) can only take 'tensors' or 'lora'")
+        tp = getattr(rollout, "tensor_parallel_size", 1)
+        info = rollout.sync_direct(lambda workers, epoch: learners.broadcast_weights(workers, tp, epoch),
+                                   lambda: learners.sync_payload("tensors", cfg.sync_bucket_mb))
+        return float(info.get("bytes", 0.0))
+    payload = learners.sync_payload(cfg.sync, cfg.sync_bucket_mb)
+    rollout.sync(payload)
+    return float(payload.nbytes)
+
+
+def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
+    """The data cursor: items of ``step``, from per-epoch seeded permutations. A pure function of step,
+    so a resumed run draws exactly the batches an uninterrupted one would."""
+    out: list[int] = []
+    pos = step * batch_size
+    while len(out) < batch_size:
+        epoch, offset = divmod(pos, n)
+        perm = np.random.default_rng([seed, epoch]).permutation(n)
+        take = min(batch_size - len(out), n - offset)
+        out.extend(int(i) for i in perm[offset:offset + take])
+        pos += take
+    return out
+
+
+def trajectory_metrics(trajs: Sequence[Trajectory], scores: Sequence[Any], candidates: Sequence[str]) -> dict:
+    """Rollout and reward metrics of one batch (``rollout/...`` and ``reward/...``, docs/metrics.md)."""
+    n = max(1, len(trajs))
+    calls = Counter(r.model for t in trajs for r in t.routes)
+    total_calls = sum(calls.values())
+    m = {
+        "reward/total": float(np.mean([s.total for s in scores])) if scores else 0.0,
+        "reward/format": float(np.mean([s.format for s in scores])) if scores else 0.0,
+        "reward/outcome": float(np.mean([s.outcome for s in scores])) if scores else 0.0,
+        "reward/cost": float(np.mean([s.cost for s in scores if s.cost is not None] or [0.0])),
+        "rollout/format_valid": float(np.mean([s.format == 0 for s in scores])) if scores else 0.0,
+        "rollout/em": float(np.mean([s.outcome >= 1.0 for s in scores])) if scores else 0.0,
+        "rollout/cost_per_query": sum(t.cost for t in trajs) / n,
+        "rollout/turns": sum(t.turns for t in trajs) / n,
+        "rollout/calls_per_query": total_calls / n,
+        "rollout/answered": sum(t.answer is not None for t in trajs) / n,
+        "rollout/response_tokens": sum(t.tokens.num_policy_tokens for t in trajs) / n,
+    }
+    for c in candidates:
+        m[f"rollout/share/{c}"] = calls.get(c, 0) / total_calls if total_calls else 0.0
+    return m
+
+
+def build_train_reward(cfg: RouterR1TrainConfig, candidates: Sequence[str]) -> Any:
+    """The run's training reward, built through the registry, with the pool's candidates filled in."""
+    filled = resolve_cost_bounds(to_plain(cfg.reward), (cfg.eval_reference or {}).get("cost_bounds"))
+    for name in ("router_r1", "router_r1_format"):  # the parts that check routes against the candidates
+        filled = with_params(filled, name, candidates=list(candidates))
+    reward = build_reward(filled, "train.reward")
+    router_r1_part(reward)
+    return reward
+
+
+def resolve_cost_bounds(reward: Any, bounds: Sequence[float] | None) -> Any:
+    """The reward config with every ``cost_bounds: reference`` replaced by the reference window's bounds
+    (``RouterR1TrainConfig.eval_reference``). ``bounds`` ``None`` (no reference: live candidates) leaves Router-R1's
+    window (``cost_bounds: null``)."""
+    if isinstance(reward, list):
+        return [resolve_cost_bounds(r, bounds) for r in reward]
+    if not isinstance(reward, dict):
+        return reward
+    out = {k: resolve_cost_bounds(v, bounds) if k in ("functions", "params") else v for k, v in reward.items()}
+    if out.get("cost_bounds") == "reference":
+        out["cost_bounds"] = None if bounds is None else [float(bounds[0]), float(bounds[1])]
+    return out
+
+
+def held_out_reward(cfg: RouterR1TrainConfig) -> dict[str, Any]:
+    """The Router-R1 reward settings of the run (``alpha``, ``cost_window``, ``metric``), for the
+    held-out evaluation (``rlrouter.trainer.report.held_out_summary``)."""
+
+    def find(c: Any) -> dict[str, Any] | None:
+        c = to_plain(c)
+        if isinstance(c, (list, tuple)):
+            return next((f for f in map(find, c) if f is not None), None)
+        if isinstance(c, dict) and c.get("name") == "router_r1":
+            return {**(c.get("params") or {}), **c}
+        if isinstance(c, dict) and c.get("name") == "combined":
+            return find(c.get("functions") or [])
+        return None
+
+    r = find(cfg.reward) or {}
+    return {"alpha": float(r.get("alpha", 0.0)), "cost_window": int(r.get("cost_window", 512)),
+            "metric": str(r.get("metric", "em")), "reference": cfg.eval_reference}
+
+
+class RouterR1Trainer:
+    """The Router-R1 controller: drives the rollout workers and the learner ranks through a run.
+
+    ``fit`` reads top to bottom, as verl's ``RayPPOTrainer.fit`` does: start the ranks (restore a
+    checkpoint, or run the cold start), make the engines serve the ranks' weights, then per step draw
+    the prompts (the data cursor), roll them out, score them, update, sync, evaluate and checkpoint.
+    The trainer owns the loop, the data and the reward; ``learners`` and ``rollout`` only do what they
+    are asked and are driven by nobody else.
+    """
+
+    def __init__(self, cfg: RouterR1TrainConfig, rollout: Rollout, learners: Any, candidates: Sequence[str],
+                 items: Sequence[dict[str, Any]], demos: Sequence[Any] = (),
+                 eval_items: Sequence[dict[str, Any]] = ()):
+        """``learners``: a ``LearnerGroup`` (Ray Train ranks) or ``LocalLearners`` (this process, no Ray);
+        ``rollout``: a ``RolloutGroup`` or a ``LocalRollout``; ``items``: the training prompts;
+        ``demos``: the cold start's demonstrations; ``eval_items``: the held-out prompts."""
+        self.cfg, self.rollout, self.learners = cfg, rollout, learners
+        self.candidates, self.items, self.demos, self.eval_items = candidates, items, demos, eval_items
+        self.out = Path(cfg.out_dir)
+        self.restarts = 0
+        self.reward: Any = None
+
+    def fit(self) -> dict[str, Any]:
+        """Train for ``total_steps`` steps; returns the last step's metrics.
+
+        If a learner rank dies, Ray Train restarts the ranks from their last checkpoint
+        (``FailureConfig``) and the pending call raises ``WorkersRestarted``: the run starts again
+        from where the ranks stand.
+        """
+        cfg = self.cfg
+        while True:
+            try:
+                start = self._start()
+                logger = MetricsLogger(self.out, run_name=self.out.name, append=start > 0 or self.restarts > 0)
+                if self._evaluate and start == 0:
+                    logger.log(0, self.validate())  # the cold-start level
+                last: dict[str, Any] = {}
+                with Progress(cfg.total_steps, "router-r1", initial=start, enabled=cfg.progress) as bar, \
+                        closing(logger):
+                    for step in range(start, cfg.total_steps):
+                        metrics = self.train_step(step)  # rollout -> reward -> update -> sync
+                        done = step + 1
+                        if self._evaluate and (done % cfg.eval_every == 0 or done == cfg.total_steps):
+                            metrics.update(self.validate())
+                        if done % cfg.checkpoint_every == 0 or done == cfg.total_steps:
+                            self._save_checkpoint(done, metrics)
+                        logger.log(done, metrics)
+                        bar.update(1, reward=metrics["reward/total"], format=metrics["rollout/format_valid"],
+                                   loss=metrics.get("learner/loss", 0.0))
+                        last = {"step": done, **metrics}
+                return last
+            except WorkersRestarted:
+                self.restarts += 1
+                log.warning("learner ranks restarted (%d); resuming from their checkpoint", self.restarts)
+
+    def _start(self) -> int:
+        """Start (or wait for restarted) learner ranks; the step they stand at. A fresh run runs the cold
+        start (saved as ``step_000000``) and takes its KL reference; either way the engines then serve
+        the ranks' weights (after a (re)start they serve the base weights, or a reused group's)."""
+        cfg = self.cfg
+        if self.learners.world_size > cfg.prompts_per_step:
+            raise ValueError(f"train.prompts_per_step={cfg.prompts_per_step} < learner ranks "
+                             f"({self.learners.world_size})")
+        self.reward = build_train_reward(cfg, self.candidates)
+        state = self.learners.start()
+        if state.checkpoint:
+            router_r1_part(self.reward).load_state_dict(state.extra["reward"])
+            log.info("resumed from %s at step %d", state.checkpoint, state.step)
+        else:
+            # a fresh start: the ranks took init_from's weights (if set) in ``start``
+            if cfg.warmup_steps and self.demos and not cfg.init_from:
+                self._cold_start()
+                # the cold-start checkpoint: where RL starts, and a start for other runs (``init_from``)
+                self._save_checkpoint(0, {})
+            self.learners.reset_reference()  # the KL reference is the policy RL starts from
+        sync_policy(cfg, self.learners, self.rollout)
+        return state.step
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """One RL step: draw the step's prompts, roll them out, score them, update every rank on its
+        shard in one call, and make the engines serve the new weights. Its metrics."""
+        cfg, world = self.cfg, self.learners.world_size
+        per_rank = cfg.prompts_per_step // world
+        t_step = time.perf_counter()
+        batch = [self.items[i] for i in batch_indices(len(self.items), per_rank * world, step, cfg.seed)]
+        t0 = time.perf_counter()
+        trajs = self.rollout.rollout(batch, cfg.n_samples, cfg.seed * 1_000_003, step)  # item-major
+        t_rollout = time.perf_counter() - t0
+        timing = _rollout_timing(self.rollout)
+        t0 = time.perf_counter()
+        scores = score_trajectories(self.reward, trajs)
+        t_reward = time.perf_counter() - t0
+        # rank r learns on prompts [r * per_rank, (r + 1) * per_rank): whole GRPO groups
+        n = per_rank * cfg.n_samples
+        shards = [[t.tokens for t in trajs[r * n:(r + 1) * n]] for r in range(world)]
+        rewards = [[s.total for s in scores[r * n:(r + 1) * n]] for r in range(world)]
+        learn = self.learners.train_step(shards, rewards, pad_to=max(len(t.tokens) for t in trajs))
+        metrics = {**trajectory_metrics(trajs, scores, self.candidates), **learn}
+        t0 = time.perf_counter()
+        metrics["sync/bytes"] = sync_policy(cfg, self.learners, self.rollout)
+        t_sync = time.perf_counter() - t0
+        step_s = time.perf_counter() - t_step
+        gen_tokens = timing.get("generated_tokens", 0.0)
+        metrics.update({"time/step_s": step_s, "time/rollout_s": t_rollout,
+                        "time/generate_s": timing.get("generate_s", t_rollout),
+                        "time/route_s": timing.get("route_s", 0.0), "time/reward_s": t_reward,
+                        "time/sync_s": t_sync, "rollout/tokens_per_s": gen_tokens / max(t_rollout, 1e-9),
+                        "sync/share_of_step": t_sync / max(step_s, 1e-9)})
+        return metrics
+
+    @property
+    def _evaluate(self) -> bool:
+        return self.cfg.eval_every > 0 and len(self.eval_items) > 0
+
+    def validate(self) -> dict[str, float]:
+        """Greedy held-out evaluation of the policy the rollout workers serve, as ``eval/...`` metrics."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        trajs = self.rollout.rollout(list(self.eval_items), 1, cfg.eval_seed, -1, temperature=0.0)
+        s = held_out_summary(trajs, self.candidates, **held_out_reward(cfg))
+        if s["format_failures"]:
+            log.info("held-out format failures (most common): %s", s["format_failures"])
+        shares = {f"eval/strong_share/{task}": v for task, v in s.get("strong_share_by_task", {}).items()}
+        return {"eval/format_valid": s["format_valid"], "eval/mean_reward": s["mean_reward"],
+                "eval/accuracy": s["accuracy"], "eval/cost_per_query": s["cost_per_query"],
+                "eval/calls_per_query": s["calls_per_query"], **shares, "time/eval_s": time.perf_counter() - t0}
+
+    def _save_checkpoint(self, step: int, metrics: dict[str, float]) -> None:
+        self.learners.save_checkpoint(join(self.cfg.checkpoints, f"step_{step:06d}"), step,
+                                      {"reward": router_r1_part(self.reward).state_dict()}, metrics)
+
+    def _cold_start(self) -> None:
+        """Supervised steps on demonstrations (each rank its shard); metrics to ``warmup.jsonl``."""
+        cfg, demos, world = self.cfg, self.demos, self.learners.world_size
+        logger = MetricsLogger(self.out, tensorboard=False, ray_metrics=False, run_name="warmup",
+                               filename="warmup.jsonl")
+        per_rank = max(1, cfg.warmup_batch // world)
+        with Progress(cfg.warmup_steps, "cold start", enabled=cfg.progress) as bar:
+            for i in range(cfg.warmup_steps):
+                idx = batch_indices(len(demos), per_rank * world, i, cfg.seed + 7)
+                shards = [[demos[j] for j in idx[r * per_rank:(r + 1) * per_rank]] for r in range(world)]
+                m = self.learners.sft_step(shards, cfg.warmup_lr)
+                logger.log(i + 1, m)
+                bar.update(1, nll=m.get("sft/nll", 0.0))
+        logger.close()
+
+
+def _rollout_timing(rollout: Any) -> dict[str, float]:
+    if hasattr(rollout, "timings"):
+        ts = rollout.timings()
+        if ts and all(ts):
+            # workers run in parallel: the step waits for the slowest
+            return {"generate_s": max(t.get("generate_s", 0.0) for t in ts),
+                    "route_s": max(t.get("route_s", 0.0) for t in ts),
+                    "generated_tokens": float(sum(t.get("generated_tokens", 0) for t in ts))}
+    if hasattr(rollout, "timing"):
+        return rollout.timing()
+    return {}

@@ -1,0 +1,194 @@
+"""Served routers (RouteLLM's ``router-<name>-<threshold>``): the model-name parser, and the service driving
+saved routers for /route, chat completions and /feedback (a frozen kNN router, an online selector)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from rlrouter.serving.served_routers import RouterChoice, ServedRouters, parse_router_model, router_entries
+from tests.helpers import CONF_DIR, hash_embed
+
+ROUTERS = {"mf": True, "knn": True, "knn-v2": True, "selector": False}
+
+
+@pytest.mark.parametrize("model, choice", [
+    ("router-mf", RouterChoice("mf")),
+    ("router-mf-0.116", RouterChoice("mf", threshold=0.116)),
+    ("Router-MF-0.5", RouterChoice("mf", threshold=0.5)),
+    ("router-knn--0.05", RouterChoice("knn", threshold=-0.05)),
+    ("router-knn-v2", RouterChoice("knn-v2")),  # a hyphenated name wins over knn + a threshold 'v2'
+    ("router-knn-v2-1e-3", RouterChoice("knn-v2", threshold=0.001)),
+    ("router-mf-share0.3", RouterChoice("mf", strong_share=0.3)),
+    ("router-mf-share1", RouterChoice("mf", strong_share=1.0)),
+    ("router-selector", RouterChoice("selector")),
+])
+def test_router_model_names_parse(model, choice):
+    assert parse_router_model(model, ROUTERS) == choice
+
+
+@pytest.mark.parametrize("model, message", [
+    ("router-bert-0.5", r"no served router in 'router-bert-0.5'; served routers: \['knn', 'knn-v2', 'mf', "
+                        r"'selector'\]"),
+    ("router-mf-high", "'high' in 'router-mf-high' is not a threshold"),
+    ("router-mf-share1.5", "the strong share in 'router-mf-share1.5' must be in \\[0, 1\\]"),
+    ("router-mf-sharex", "is not a strong share in \\[0, 1\\]"),
+    ("router-mf-inf", "must be a finite number"),
+    ("router-mf-nan", "must be a finite number"),
+    ("router-selector-0.5", "router 'selector' picks a candidate itself and takes no threshold"),
+    ("mf-0.5", "does not start with 'router-'"),
+])
+def test_bad_router_model_names_name_the_field(model, message):
+    with pytest.raises(ValueError, match=f"field 'model': .*{message}"):
+        parse_router_model(model, ROUTERS)
+
+
+def test_router_entries_make_paths_absolute_and_name_bad_fields(tmp_path):
+    e = router_entries({"mf": "outputs/routers/mf", "sel": {"path": "/abs/sel", "state": "s.json"}}, tmp_path)
+    assert e == {"mf": {"path": str(tmp_path / "outputs/routers/mf"), "state": None},
+                 "sel": {"path": "/abs/sel", "state": str(tmp_path / "s.json")}}
+    with pytest.raises(ValueError, match="routers.mf.path: missing"):
+        router_entries({"mf": {"state": "x"}}, tmp_path)
+    with pytest.raises(ValueError, match=r"routers.mf: unknown fields \['threshold'\]"):
+        router_entries({"mf": {"path": "x", "threshold": 0.5}}, tmp_path)
+    with pytest.raises(ValueError, match="routers.auto: a router name"):
+        router_entries({"auto": "x"}, tmp_path)
+
+
+# ---------------------------------------------------------------- the service, with saved routers
+
+
+class LocalRouters:
+    """ServedRouters in process, as the app's deployment handle serves it (async)."""
+
+    def __init__(self, host: ServedRouters):
+        self.host = host
+
+    async def decide(self, name, query, **kw):
+        return self.host.decide(name, query, **kw)
+
+    async def feedback(self, name, request_id, **kw):
+        return self.host.feedback(name, request_id, **kw)
+
+
+@pytest.fixture(scope="module")
+def logged(shared_data):
+    from rlrouter.eval.reader import read_eval_set
+
+    es = read_eval_set(shared_data / "routellm" / "mmlu" / "mmlu_philosophy.csv",
+                       prices={"gpt-4-1106-preview": {"input": 10, "output": 30},
+                               "mistralai/Mixtral-8x7B-Instruct-v0.1": {"input": 0.6, "output": 0.6}})
+    return es.subset(range(80))
+
+
+@pytest.fixture
+def client(logged, tmp_path):
+    from rlrouter.eval.routers import RouterContext, build_router
+    from rlrouter.eval.saved import Calibration, save_router
+    from rlrouter.pool.pool import CandidatePool
+    from rlrouter.selector import Selector, SelectorConfig
+    from rlrouter.serving.api import create_app, install
+    from rlrouter.serving.auth import ApiKeyAuth
+    from rlrouter.serving.config import ServingConfig
+    from rlrouter.serving.served_routers import read_manifests
+    from rlrouter.serving.service import LocalSelectorClient, RouterService
+
+    weak, strong = logged.index("mistralai/Mixtral-8x7B-Instruct-v0.1"), logged.index("gpt-4-1106-preview")
+    ctx = RouterContext(candidates=logged.names, weak=weak, strong=strong, train=logged, embed=hash_embed)
+    for name, spec in {"knn": {"type": "knn", "k": 5},
+                       "selector": {"type": "selector", "config": {"enable_personalization": False}}}.items():
+        r = build_router({**spec, "name": name}, ctx)
+        r.fit(logged)
+        cal = Calibration.from_scores(r.strong_score(logged.prompts)) if name == "knn" else None
+        save_router(r, tmp_path / name, type_name=spec["type"], spec=spec, candidates=logged.candidates, weak=weak,
+                    strong=strong, calibration=cal, embedding={"model": "hash"})
+    entries = router_entries({"knn": str(tmp_path / "knn"), "selector": str(tmp_path / "selector")}, tmp_path)
+    host = ServedRouters(entries, embed=hash_embed)
+    pool_cfg = yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text())
+    pool = CandidatePool.from_config(pool_cfg)
+    cfg = SelectorConfig(storage_path=str(tmp_path / "s.json"), seed=0)
+    selector = Selector(cfg, pool.names)
+    selector.load()
+    serving = ServingConfig(api_keys=[{"key": "k-alice", "user_id": "alice"}])
+    name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool_cfg["candidates"]}
+    svc = RouterService(LocalSelectorClient(selector), cfg, serving, pool.names, pool=pool, name_map=name_map,
+                        served_routers=LocalRouters(host), router_manifests=read_manifests(entries))
+    install(svc, ApiKeyAuth(serving.keys({})))
+    return TestClient(create_app()), selector, host
+
+
+ALICE = {"Authorization": "Bearer k-alice"}
+
+
+def test_route_and_chat_through_a_served_threshold_router(client, logged):
+    c, selector, host = client
+    knn = host.routers["knn"]
+    q = logged.prompts[3]
+    score = float(knn.router.strong_score([q])[0])
+    for model, t in (("router-knn", knn.manifest.threshold), (f"router-knn-{score}", score),
+                     (f"router-knn-{score + 1e-6}", score + 1e-6),
+                     ("router-knn-share0.7", knn.manifest.calibration.threshold(0.7))):
+        r = c.post("/route", json={"query": q, "model": model}, headers=ALICE)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        want = "gpt-4-1106-preview" if score >= t else "mixtral-8x7b-instruct"
+        assert body["model"] == want and body["mode"] == "router:knn", (model, body)
+        assert body["router"]["score"] == pytest.approx(score) and body["router"]["threshold"] == pytest.approx(t)
+        assert body["router"]["weak"] == "mixtral-8x7b-instruct" and body["router"]["strong"] == "gpt-4-1106-preview"
+        assert selector.pending(body["request_id"]).mode == "router:knn"
+    r = c.post("/route", json={"query": q, "model": "router-knn-share0"}, headers=ALICE).json()
+    assert r["model"] == "mixtral-8x7b-instruct" and r["router"]["threshold"] is None  # +inf: nothing to strong
+    assert r["router"]["training_strong_share"] == 0.0
+    # chat completions: the replay answers the logged prompt the router sent to it
+    r = c.post("/v1/chat/completions", headers=ALICE,
+               json={"model": "router-knn-share1", "messages": [{"role": "user", "content": q}]})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["model"] == "gpt-4-1106-preview" and data["x_rlrouter"]["router"]["name"] == "knn"
+    assert r.headers["X-RLRouter-Mode"] == "router:knn"
+    # feedback reaches the app's selector and says the kNN router is frozen
+    fb = c.post("/feedback", json={"request_id": data["x_rlrouter"]["request_id"], "outcome": "win"}, headers=ALICE)
+    assert fb.status_code == 200, fb.text
+    assert fb.json()["applied"][0]["model"] == "gpt-4-1106-preview"
+    assert fb.json()["router"]["learned"] is False and "frozen" in fb.json()["router"]["note"]
+    models = [m["id"] for m in c.get("/v1/models", headers=ALICE).json()["data"]]
+    assert "router-knn" in models and "router-selector" in models
+
+
+def test_served_selector_learns_from_feedback(client, logged):
+    c, selector, host = client
+    inner = host.routers["selector"].router.selector
+    before = {m: (p.alpha, p.beta) for m, p in inner.state.global_.items()}
+    r = c.post("/route", json={"query": logged.prompts[5], "model": "router-selector"}, headers=ALICE)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["mode"] == "router:selector" and body["router"]["online"] is True
+    rid = body["request_id"]
+    assert rid in inner.state.pending  # one id: the app's decision and the served selector's
+    fb = c.post("/feedback", json={"request_id": rid, "outcome": "loss"}, headers=ALICE).json()
+    assert fb["router"]["learned"] is True and fb["router"]["deltas"][0]["d_beta"] == 1.0
+    chosen = body["router"]["candidate"]  # in the names it was trained on (the logged ones)
+    assert inner.state.global_[chosen].beta == before[chosen][1] + 1.0
+    again = c.post("/feedback", json={"request_id": rid, "outcome": "win"}, headers=ALICE)
+    assert again.status_code == 409  # one feedback per decision, for the router too
+
+
+@pytest.mark.parametrize("body, field, status", [
+    ({"model": "router-nope-0.5"}, "model", 400),
+    ({"model": "router-knn-abc"}, "model", 400),
+    ({"model": "router-knn-share2"}, "model", 400),
+    ({"model": "router-selector-0.3"}, "model", 400),
+    ({"model": "gpt-4-1106-preview"}, "model", 400),
+    ({"model": "router-knn", "candidates": ["gpt-4-1106-preview"]}, "candidates", 400),
+])
+def test_bad_router_requests_are_400_naming_the_field(client, body, field, status):
+    c, _, _ = client
+    r = c.post("/route", json={"query": "2+2?", **body}, headers=ALICE)
+    assert r.status_code == status and r.json()["error"]["field"] == field, r.text
+    if body.get("candidates") is None:
+        r = c.post("/v1/chat/completions", headers=ALICE,
+                   json={"model": body["model"], "messages": [{"role": "user", "content": "hi"}]})
+        expected = 404 if body["model"] == "gpt-4-1106-preview" else 400  # a candidate: its replay has no answer
+        assert r.status_code == expected and r.json()["error"]["field"] in ("model", "messages"), r.text
+
