@@ -99,24 +99,29 @@ def _ranks(rank: int, world: int, port: int, model: str, out: str, backend: str 
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    """A 2-layer, width-64 Llama with SmolLM2's tokenizer and tied embeddings (random weights, seed 0).
+def make_tiny_llama(out, hidden_size: int = 64, heads: int = 4, kv_heads: int = 2, head_dim: int = 16) -> str:
+    """A 2-layer Llama with SmolLM2's tokenizer and tied embeddings (random weights, seed 0) in ``out``.
     ``RLROUTER_TINY_BASE``: a folder with SmolLM2's config and tokenizer files only, for a machine without
     the bundled model package (a GPU machine that gets the tests but not the weights)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from rlrouter.models import load_tokenizer, resolve_model
 
-    d = tmp_path_factory.mktemp("tiny-llama")
     base = os.environ.get("RLROUTER_TINY_BASE")
     cfg = AutoConfig.from_pretrained(base or resolve_model("smollm2-135m-instruct"))
-    cfg.update(dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                    num_key_value_heads=2, head_dim=16, tie_word_embeddings=True))
+    cfg.update(dict(num_hidden_layers=2, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                    num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+                    tie_word_embeddings=True))
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
-    (AutoTokenizer.from_pretrained(base) if base else load_tokenizer("smollm2-135m-instruct")).save_pretrained(d)
-    return str(d)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
+    (AutoTokenizer.from_pretrained(base) if base else load_tokenizer("smollm2-135m-instruct")).save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    """The learner tests' tiny Llama: width 64, 4 heads of 16."""
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def _free_port() -> int:
