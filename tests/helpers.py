@@ -57,3 +57,35 @@ def serve_app(name: str, key: str, user: str, serving: dict, state_dir: Path, ar
         time.sleep(0.5)
     yield url
     serve.delete(name)
+
+
+def kill_train_worker_after_step_1(metrics: Path, timeout_s: float = 600, first_only: bool = False):
+    """Start a thread that SIGKILLs this process's Ray Train worker(s) once ``metrics`` (the run's
+    metrics.jsonl) holds its first row; returns (thread, the list of killed pids it fills)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    killed: list[int] = []
+
+    def kill() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not killed:
+            if metrics.exists() and metrics.read_text().strip():
+                for p in psutil.Process(os.getpid()).children(recursive=True):
+                    try:
+                        if "ray::RayTrainWorker" in " ".join(p.cmdline()):
+                            os.kill(p.pid, signal.SIGKILL)
+                            killed.append(p.pid)
+                            if first_only:
+                                break
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        continue
+            time.sleep(0.2)
+
+    th = threading.Thread(target=kill, daemon=True)
+    th.start()
+    return th, killed

@@ -10,14 +10,10 @@ day it passes, so the mark goes when the bug does); docs/gpu.md records it.
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-import time
-
 import pytest
 
 from rlrouter.data.io import read_jsonl
+from tests.helpers import kill_train_worker_after_step_1
 from tests.learner.test_fsdp import make_tiny_llama
 from tests.trainer.test_router_r1_e2e import ENV, items, pool_cfg  # noqa: F401 - fixtures, reused
 
@@ -72,8 +68,6 @@ def _fit(cfg, group, names, items, max_failures=0):
     "the same Learner steps on 2 gloo ranks outside Ray Train pass (tests/learner/test_fsdp.py)"))
 def test_fsdp_full_fine_tune_resumes_and_survives_a_killed_rank(tiny_group, items, pool_cfg, tiny_model,  # noqa: F811
                                                                   tmp_path):
-    import psutil
-
     names = [c["name"] for c in pool_cfg["candidates"]]
     full = _fit(_cfg(tiny_model, str(tmp_path / "full")), tiny_group, names, items)
     assert full["step"] == 3
@@ -89,24 +83,7 @@ def test_fsdp_full_fine_tune_resumes_and_survives_a_killed_rank(tiny_group, item
 
     # killed: SIGKILL a rank after step 1; Ray Train restarts the group from the newest checkpoint
     out = tmp_path / "killed"
-    killed: list[int] = []
-
-    def kill_after_step_1() -> None:
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline and not killed:
-            if (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().strip():
-                for p in psutil.Process(os.getpid()).children(recursive=True):
-                    try:
-                        if "ray::RayTrainWorker" in " ".join(p.cmdline()):
-                            os.kill(p.pid, signal.SIGKILL)
-                            killed.append(p.pid)
-                            break
-                    except (psutil.NoSuchProcess, psutil.AccessDenied):
-                        continue
-            time.sleep(0.2)
-
-    th = threading.Thread(target=kill_after_step_1, daemon=True)
-    th.start()
+    th, killed = kill_train_worker_after_step_1(out / "metrics.jsonl", timeout_s=900, first_only=True)
     survived = _fit(_cfg(tiny_model, str(out)), tiny_group, names, items, max_failures=1)
     th.join(timeout=5)
     assert killed, "no Ray Train worker was found to kill"

@@ -205,39 +205,17 @@ def test_driver_copes_with_a_killed_learner_rank(ray_cluster, group, items, tmp_
     """SIGKILL the Ray Train rank after step 1: Ray Train restarts it from the step-1 checkpoint, the
     driver's pending call raises WorkersRestarted, the loop resumes there and finishes; the rollout
     worker ends up serving the final policy version."""
-    import os
-    import signal
-    import threading
-    import time
-
-    import psutil
-
     from rlrouter.distributed.resources import ResourceSpec
     from rlrouter.learner.config import RouterR1TrainConfig
     from rlrouter.learner.group import LearnerGroup
     from rlrouter.trainer.router_r1 import RouterR1Trainer
+    from tests.helpers import kill_train_worker_after_step_1
 
     names = [c["name"] for c in pool_cfg["candidates"]]
     out = tmp_path / "killed"
     cfg = RouterR1TrainConfig(total_steps=3, prompts_per_step=2, n_samples=2, checkpoint_every=1, progress=False,
                               seed=4, out_dir=str(out), learner={"lr": 1e-3, "micro_batch_size": 2})
-    killed: list[int] = []
-
-    def kill_after_step_1() -> None:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not killed:
-            if (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().strip():
-                for p in psutil.Process(os.getpid()).children(recursive=True):
-                    try:
-                        if "ray::RayTrainWorker" in " ".join(p.cmdline()):
-                            os.kill(p.pid, signal.SIGKILL)
-                            killed.append(p.pid)
-                    except (psutil.NoSuchProcess, psutil.AccessDenied):
-                        continue
-            time.sleep(0.2)
-
-    th = threading.Thread(target=kill_after_step_1, daemon=True)
-    th.start()
+    th, killed = kill_train_worker_after_step_1(out / "metrics.jsonl")
     learners = LearnerGroup(cfg, ResourceSpec(learner={"num_workers": 1, "num_cpus": 1}), max_failures=1)
     try:
         last = RouterR1Trainer(cfg, group, learners, names, items).fit()
