@@ -33,6 +33,7 @@ import numpy as np
 from rlrouter.eval.baselines import _no_leftovers
 from rlrouter.eval.reader import EvalSet
 from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router, register_router
+from rlrouter.eval.saved import _read_state, _write_state
 
 CONTEXTS = ("source", "cluster", "none")
 
@@ -247,8 +248,6 @@ class FeedbackRouter(ThresholdRouter):
     def save_state(self, folder: Path) -> dict[str, Any]:
         """The fitted prior (per-candidate logistic coefficients, score scaling, clusters), what was learned
         online so far, and the base router's own state under ``base/``."""
-        from rlrouter.eval.saved import _write_state
-
         if not self.coef:
             raise ValueError(f"{self.name}: fit() before saving")
         np.savez(folder / "feedback.npz", prior_gains=self.prior_gains,
@@ -258,8 +257,6 @@ class FeedbackRouter(ThresholdRouter):
                 "base": _write_state(self.base, folder / "base") if self.base is not None else None}
 
     def load_state(self, folder: Path, state: dict[str, Any]) -> None:
-        from rlrouter.eval.saved import _read_state
-
         self.coef = {int(a): (float(c[0]), float(c[1])) for a, c in state["coef"].items()}
         self.z_mean, self.z_sd = float(state["z_mean"]), float(state["z_sd"])
         with np.load(folder / "feedback.npz") as z:
