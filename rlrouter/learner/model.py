@@ -88,8 +88,11 @@ class LearnerModel:
         Also builds ``self.ref_module`` (the full fine-tune's frozen reference, sharded like the policy).
         """
         autocast = self.compute_dtype if self.compute_dtype != torch.float32 and not self.fsdp else None
-        # HF's checkpointed layers drop a KV cache in training, so the shared-prefix forward would be wrong
-        share = not self.cfg.gradient_checkpointing
+        # The shared-prefix forward calls each layer twice before backward: HF's checkpointed layers drop
+        # its KV cache, and FSDP2 reshards a layer after each call, so backward through the first call
+        # finds the gathered weights freed ("setStorage ... storage of size 0"). Off in training for both;
+        # the no-grad passes (old and reference log-probs) still share the prompt.
+        share = not self.cfg.gradient_checkpointing and not self.fsdp
         net = _PolicyWithValue(self.policy, self.value_head, autocast, share_prefix_in_training=share)
         self.ref_module = None if self.ref_model is None else _PolicyWithValue(self.ref_model, None, autocast)
         if self.fsdp:

@@ -81,6 +81,13 @@ def _ranks(rank: int, world: int, port: int, model: str, out: str, backend: str 
         from tests.learner.test_learner import _trajs
 
         bf.train_step(_trajs(bf.tokenizer), REWARDS)
+        # a GRPO group's samples share their prompt: training under FSDP must not run it once through the
+        # KV cache (backward through a resharded layer failed: "setStorage ... storage of size 0")
+        torch.manual_seed(0)
+        shared = Learner(LearnerConfig(model=model, lora=False, algo="grpo", lr=1e-3, micro_batch_size=2,
+                                       strategy="fsdp", grpo={"group_size": 2}), rank, world, device)
+        res["shared_prompt_grad_norm"] = shared.train_step(_shared_prompt_trajs(shared.tokenizer),
+                                                           REWARDS)["learner/grad_norm"]
         states = [s for st in bf.optimizer.state.values() for s in st.values() if s.dim() > 0]
         res["bf16_dtypes"] = sorted({str(p.dtype) for p in bf.policy.parameters()} | {str(s.dtype) for s in states})
         if rank == 0:
@@ -97,6 +104,14 @@ def _ranks(rank: int, world: int, port: int, model: str, out: str, backend: str 
             torch.save(res, Path(out) / "res.pt")
     finally:
         dist.destroy_process_group()
+
+
+def _shared_prompt_trajs(tok):
+    """Two GRPO groups of 2, each pair reading one long prompt (well past ``MIN_SHARED_PREFIX`` tokens)."""
+    from tests.learner.test_learner import _group_rows
+
+    prompts = [f"Answer with one letter after thinking it through. Question {i // 2}: is {i // 2} even?" for i in range(4)]
+    return _group_rows(tok, prompts, ["<answer>A</answer>", "<answer>B</answer>"] * 2)
 
 
 def make_tiny_llama(out, hidden_size: int = 64, heads: int = 4, kv_heads: int = 2, head_dim: int = 16) -> str:
@@ -170,6 +185,17 @@ def test_bf16_keeps_fp32_master_weights_and_optimizer_state(two_rank_results):
     res, _ = two_rank_results
     assert res["bf16_dtypes"] == ["torch.float32"]
     assert res["bf16_sent_dtypes"] == ["torch.bfloat16"]  # the engine gets what the learner computes with
+
+
+def test_fsdp_trains_groups_that_share_a_prompt_like_one_unsharded_learner(two_rank_results, tiny_model):
+    """The loop's batches: GRPO groups sharing a prompt. One unsharded learner runs the prompt once
+    through the KV cache; FSDP runs each row whole: the same gradient."""
+    res, _ = two_rank_results
+    torch.manual_seed(0)
+    one = Learner(LearnerConfig(model=tiny_model, lora=False, algo="grpo", lr=1e-3, micro_batch_size=2,
+                                grpo={"group_size": 2}))
+    want = one.train_step(_shared_prompt_trajs(one.tokenizer), REWARDS)["learner/grad_norm"]
+    assert want > 0 and res["shared_prompt_grad_norm"] == pytest.approx(want, rel=1e-4)
 
 
 def test_ddp_ppo_survives_the_cold_start(two_rank_results):

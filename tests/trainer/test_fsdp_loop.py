@@ -4,8 +4,9 @@ same tiny model, a checkpoint every step. Then the run resumed on a fresh learne
 checkpoint, and separately a run whose learner rank is killed after step 1: both must end with the
 step-3 metrics of the uninterrupted run.
 
-Today the first RL step fails in backward under Ray Train (marked xfail, strict: it fails the suite the
-day it passes, so the mark goes when the bug does); docs/gpu.md records it.
+Until the shared-prompt forward was switched off in FSDP training (``rlrouter/learner/model.py``), the
+first RL step failed here in backward: a layer called twice before backward (prompt, then each row's
+tokens) had been resharded when backward reached its first call.
 """
 
 from __future__ import annotations
@@ -62,10 +63,6 @@ def _fit(cfg, group, names, items, max_failures=0):
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "a known bug: the first RL step of a full fine-tune under FSDP2 on 2 Ray Train ranks fails in backward "
-    "(RuntimeError: setStorage ... out of bounds for storage of size 0, on a [128, 256] k/v projection); "
-    "the same Learner steps on 2 gloo ranks outside Ray Train pass (tests/learner/test_fsdp.py)"))
 def test_fsdp_full_fine_tune_resumes_and_survives_a_killed_rank(tiny_group, items, pool_cfg, tiny_model,  # noqa: F811
                                                                   tmp_path):
     names = [c["name"] for c in pool_cfg["candidates"]]
