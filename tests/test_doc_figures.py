@@ -88,7 +88,7 @@ OPERATIONS_FIGURES = [
            lambda runs: "completed (clean {:.0f} s, faulted {:.0f} s)".format(*(r["wall_s"] for r in runs)),
            "faults wall times"),
     Figure(OPERATIONS, "faults.json", "final_metrics_vs_clean",
-           lambda c: f"({c['keys_compared']} keys, max abs diff {c['max_abs_diff']})", "faults final metrics"),
+           lambda c: f"({c['keys_compared']} keys, max abs diff {c['max_abs_diff']:.2g})", "faults final metrics"),
 ]
 
 # -- docs/gmtrouter.md: benchmarks/results/gmtrouter.json ------------------------------------------------
