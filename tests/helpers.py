@@ -59,8 +59,8 @@ def serve_app(name: str, key: str, user: str, serving: dict, state_dir: Path, ar
     serve.delete(name)
 
 
-def kill_train_worker_after_step_1(metrics: Path, timeout_s: float = 600, first_only: bool = False):
-    """Start a thread that SIGKILLs this process's Ray Train worker(s) once ``metrics`` (the run's
+def kill_train_worker_after_step_1(metrics: Path, timeout_s: float = 600):
+    """Start a thread that SIGKILLs one of this process's Ray Train workers once ``metrics`` (the run's
     metrics.jsonl) holds its first row; returns (thread, the list of killed pids it fills)."""
     import os
     import signal
@@ -80,8 +80,7 @@ def kill_train_worker_after_step_1(metrics: Path, timeout_s: float = 600, first_
                         if "ray::RayTrainWorker" in " ".join(p.cmdline()):
                             os.kill(p.pid, signal.SIGKILL)
                             killed.append(p.pid)
-                            if first_only:
-                                break
+                            break
                     except (psutil.NoSuchProcess, psutil.AccessDenied):
                         continue
             time.sleep(0.2)

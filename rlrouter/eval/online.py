@@ -33,7 +33,7 @@ import numpy as np
 from rlrouter.eval.baselines import _no_leftovers
 from rlrouter.eval.reader import EvalSet
 from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router, register_router
-from rlrouter.eval.saved import _read_state, _write_state
+from rlrouter.eval.saved import read_state, write_state
 
 CONTEXTS = ("source", "cluster", "none")
 
@@ -254,7 +254,7 @@ class FeedbackRouter(ThresholdRouter):
                  centroids=self.centroids if self.centroids is not None else np.zeros((0, 0)))
         return {"coef": {str(a): list(c) for a, c in self.coef.items()}, "z_mean": self.z_mean, "z_sd": self.z_sd,
                 "posteriors": self.posteriors_to_dict(),
-                "base": _write_state(self.base, folder / "base") if self.base is not None else None}
+                "base": write_state(self.base, folder / "base") if self.base is not None else None}
 
     def load_state(self, folder: Path, state: dict[str, Any]) -> None:
         self.coef = {int(a): (float(c[0]), float(c[1])) for a, c in state["coef"].items()}
@@ -264,7 +264,7 @@ class FeedbackRouter(ThresholdRouter):
             self.centroids = z["centroids"] if z["centroids"].size else None
         self.posteriors_from_dict(state.get("posteriors") or {})
         if self.base is not None:
-            _read_state(self.base, folder / "base", state["base"])
+            read_state(self.base, folder / "base", state["base"])
 
     def objective(self, scores: np.ndarray) -> np.ndarray:
         """The quantity the online regret is measured in: the candidates' logged quality."""

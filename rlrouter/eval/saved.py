@@ -204,7 +204,7 @@ def read_manifest(folder: str | Path) -> Manifest:
 # ---------------------------------------------------------------- state of each router type
 
 
-def _write_state(router: Router, folder: Path) -> dict[str, Any]:
+def write_state(router: Router, folder: Path) -> dict[str, Any]:
     """Write ``router``'s fitted state under ``folder``; returns what the manifest keeps of it."""
     folder.mkdir(parents=True, exist_ok=True)
     if hasattr(router, "save_state"):
@@ -235,7 +235,7 @@ def _write_state(router: Router, folder: Path) -> dict[str, Any]:
         router.model.save(folder / "encoder", "rl" if "ppo" in router.summary else "supervised", router.summary)
         return {}
     if isinstance(router, EnsembleRouter):
-        members = {k: _write_state(m, folder / "members" / k) for k, m in router.members.items()}
+        members = {k: write_state(m, folder / "members" / k) for k, m in router.members.items()}
         return {"members": members, "stats": {k: list(v) for k, v in router._stats.items()}}
     if isinstance(router, SelectorRouter):
         from rlrouter.selector.persistence import encode_state, write_snapshot
@@ -251,8 +251,8 @@ def _write_state(router: Router, folder: Path) -> dict[str, Any]:
     return {}  # built from its config alone: fixed, random, gmtrouter, router_r1, intent with a given map
 
 
-def _read_state(router: Router, folder: Path, state: Mapping[str, Any]) -> None:
-    """Put back the state ``_write_state`` wrote."""
+def read_state(router: Router, folder: Path, state: Mapping[str, Any]) -> None:
+    """Put back the state ``write_state`` wrote."""
     if hasattr(router, "load_state"):
         router.load_state(folder, state)
         return
@@ -279,7 +279,7 @@ def _read_state(router: Router, folder: Path, state: Mapping[str, Any]) -> None:
             raise SavedRouterError(f"{folder}/encoder: labels {router.model.labels}, expected {list(LABELS)}")
     elif isinstance(router, EnsembleRouter):
         for k, m in router.members.items():
-            _read_state(m, folder / "members" / k, state["members"][k])
+            read_state(m, folder / "members" / k, state["members"][k])
         router._stats = {k: (float(v[0]), float(v[1])) for k, v in state["stats"].items()}
     elif isinstance(router, SelectorRouter):
         from rlrouter.selector.persistence import read_snapshot
@@ -316,7 +316,7 @@ def save_router(router: Router, folder: str | Path, *, type_name: str, spec: Map
     if isinstance(router, ThresholdRouter) and calibration is None:
         raise SavedRouterError(f"{router.name}: a threshold router is saved with its calibration")
     spec = {k: v for k, v in spec.items() if k not in ("type", "name")}
-    state = _write_state(router, folder)
+    state = write_state(router, folder)
     threshold = float(router.threshold) if isinstance(router, ThresholdRouter) else None
     m = Manifest(name=router.name, type=type_name, spec=_absolute_paths(spec, Path(base)),
                  candidates=[{"name": c.name, "price_in": c.price_in, "price_out": c.price_out} for c in candidates],
@@ -411,7 +411,7 @@ def load_router(folder: str | Path, embed: Callable[[list[str]], np.ndarray] | N
                         train=_placeholder_train(cands), embed=embed or embedder(m.embedding), seed=m.seed)
     try:
         router = build_router({"type": m.type, "name": m.name, **m.spec}, ctx)
-        _read_state(router, folder, m.state)
+        read_state(router, folder, m.state)
     except (KeyError, OSError) as e:
         raise SavedRouterError(f"{folder}: the saved state of '{m.name}' ({m.type}) does not load: "
                                f"{type(e).__name__}: {e}") from None

@@ -88,7 +88,7 @@ def test_fsdp_full_fine_tune_resumes_and_survives_a_killed_rank(tiny_group, item
 
     # killed: SIGKILL a rank after step 1; Ray Train restarts the group from the newest checkpoint
     out = tmp_path / "killed"
-    th, killed = kill_train_worker_after_step_1(out / "metrics.jsonl", timeout_s=900, first_only=True)
+    th, killed = kill_train_worker_after_step_1(out / "metrics.jsonl", timeout_s=900)
     survived = _fit(_cfg(tiny_model, str(out)), tiny_group, names, items, max_failures=1)
     th.join(timeout=5)
     assert killed, "no Ray Train worker was found to kill"
