@@ -241,6 +241,13 @@ def evaluate_run(run_dir: str, questions: int) -> str:
     cmd = [sys.executable, str(ROOT / "jobs" / "train_router_r1.py"), f"run_name={out_name}", f"data.out_dir={data}",
            f"train.init_from={ckpts[-1]}", "train.total_steps=0", "train.eval_every=0", f"eval.num_questions={n}",
            "eval.untrained=false", f"reward.alpha={alpha}", f"model={cfg['model']}"]
+    # the episode as the run trained it (turn budget, turns, reply length); the prefill is passed only by
+    # being the job's default
+    default_prefill = yaml.safe_load((ROOT / "conf" / "rollout" / "vllm_cpu.yaml").read_text())["env"]["prefill"]
+    if cfg["rollout"]["env"].get("prefill", default_prefill) != default_prefill:
+        raise SystemExit(f"{run}: rollout.env.prefill differs from the job's default; evaluate it by hand")
+    cmd += [f"rollout.env.{k}={v}" for k, v in cfg["rollout"]["env"].items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) or k == "replay_query"]
     print("+", " ".join(cmd))
     subprocess.run(cmd, check=True, cwd=ROOT)
     return str(ROOT / "outputs" / out_name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Iterator, Literal, TypeVar, overload
+from typing import Any, Generic, Iterable, Iterator, Literal, TypeVar, overload
 
 from rlrouter.data.formats import FORMATS, RecordError
 
@@ -152,20 +152,29 @@ def read_records(path: str | Path, fmt: str, strict: bool = True) -> ReadResult:
     return result
 
 
-def write_records(path: str | Path, records: list[Any]) -> Path:
-    """Write records as JSONL (or parquet by suffix); atomic: a crash never leaves half a file."""
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
+    """Write dicts as a JSON-lines file, atomically: a crash never leaves half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    rows = [r.to_dict() for r in records]
-    if path.suffix.lower() == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    with tmp.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
 
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
-    else:
-        with tmp.open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+def write_records(path: str | Path, records: list[Any]) -> Path:
+    """Write records as JSONL (or parquet by suffix); atomic: a crash never leaves half a file."""
+    path = Path(path)
+    rows = [r.to_dict() for r in records]
+    if path.suffix.lower() != ".parquet":
+        return write_jsonl(path, rows)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
     tmp.replace(path)
     return path

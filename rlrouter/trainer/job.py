@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrouter.config import to_plain, typed_config
 from rlrouter.data.build import load_router_r1_split
-from rlrouter.data.io import read_jsonl
+from rlrouter.data.io import read_jsonl, write_jsonl
 from rlrouter.data.job import ensure_data, logged_source
 from rlrouter.distributed.cluster import connect
 from rlrouter.distributed.resources import ResourceSpec
@@ -29,7 +29,7 @@ from rlrouter.rollout.env import EnvConfig
 from rlrouter.rollout.group import RolloutGroup
 from rlrouter.learner.checkpoint import latest_checkpoint
 from rlrouter.storage import RunStorage, list_dirs
-from rlrouter.trainer.report import held_out_summary, plot_held_out, plot_run, results_table, write_train_report
+from rlrouter.trainer.report import held_out_records, held_out_summary, plot_held_out, plot_run, results_table, write_train_report
 from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, held_out_reward
 
 log = logging.getLogger(__name__)
@@ -167,6 +167,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trained = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
     report["results"]["policy_trained"] = held_out_summary(trained, candidates, **held_out_reward(train))
     print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
+    write_jsonl(out / "held_out.jsonl", held_out_records(trained, candidates, **held_out_reward(train)))
     test_table = route_table(pool, test_items, metric)
     board = scoreboard(test_table, reference_table or test_table, held_out_reward(train)["alpha"],
                        trajs=trained, seed=eval_seed, metric=metric)

@@ -52,6 +52,25 @@ def held_out_summary(trajs: Sequence[Any], candidates: Sequence[str], alpha: flo
     return out
 
 
+def held_out_records(trajs: Sequence[Any], candidates: Sequence[str], alpha: float, cost_window: int = 512,
+                     metric: str = "em", reference: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per held-out trajectory, for reading failures back: the question, the policy's text, its
+    answer and whether it matched, the models it called, its Router-R1 reward and, when the format check
+    failed, why. The reward is on the scale of ``held_out_summary`` with the same arguments: the
+    reference's cost bounds, else a cost window over these trajectories."""
+    reward = RouterR1Reward(alpha, candidates=list(candidates), cost_window=cost_window, metric=metric)
+    scores = score_trajectories(reward, trajs)
+    totals = [s.total for s in scores]
+    if reference and trajs:
+        totals = policy_rows(trajs, candidates, reference["strong"], alpha, tuple(reference["cost_bounds"]),
+                             metric).reward.tolist()
+    return [{"id": t.item.get("id"), "task": task_of(t.item), "query": t.item["query"],
+             "ground_truth": list(t.item["ground_truth"]), "text": t.text, "answer": t.answer,
+             "exact_match": exact_match(t.answer or "", list(t.item["ground_truth"])) if t.answer else 0.0,
+             "routes": [r.model for r in t.routes], "reward": total, "format_failure": s.failure}
+            for t, s, total in zip(trajs, scores, totals)]
+
+
 def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines: dict[str, dict[str, Any]] | None = None,
                   name: str = "held_out_curve.png") -> str | None:
     """The held-out curve of a run (``eval/...`` rows; step 0 is the cold-start level): greedy format

@@ -22,6 +22,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from rlrouter.config import to_plain
+from rlrouter.data.io import read_jsonl, write_jsonl
 from rlrouter.distributed.commanded import WorkersRestarted
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.metrics import MetricsLogger
@@ -34,6 +35,19 @@ from rlrouter.sync.transports import SyncPayload
 from rlrouter.trainer.report import held_out_summary
 
 log = logging.getLogger(__name__)
+
+
+def cut_metrics(path: Path, last_step: int) -> int:
+    """Drop the rows of ``path`` (a run's ``metrics.jsonl``) logged for steps after ``last_step``, the
+    step a resumed or restarted run continues from, so the steps it replays appear once; returns how
+    many rows were dropped. A missing file is left missing."""
+    if not path.exists():
+        return 0
+    rows = [row for _, row in read_jsonl(path)]
+    kept = [row for row in rows if row.get("step", 0) <= last_step]
+    if len(kept) < len(rows):
+        write_jsonl(path, kept)
+    return len(rows) - len(kept)
 
 
 class Rollout(Protocol):
@@ -174,7 +188,9 @@ class RouterR1Trainer:
         while True:
             try:
                 start = self._start()
-                logger = MetricsLogger(self.out, run_name=self.out.name, append=start > 0 or self.restarts > 0)
+                if start > 0:  # rows of steps after the checkpoint are logged again as they are replayed
+                    cut_metrics(self.out / "metrics.jsonl", start)
+                logger = MetricsLogger(self.out, run_name=self.out.name, append=start > 0)
                 if self._evaluate and start == 0:
                     logger.log(0, self.validate())  # the cold-start level
                 last: dict[str, Any] = {}
