@@ -181,6 +181,10 @@ ROUTING_FIGURES = [
     Figure("README.md", "routing.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
            lambda d: f"policy minus best fixed route {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]",
            "make run: policy minus best fixed"),
+    Figure("README.md", "routing_eval2000_t256.json", "runs.1.routing.policy_minus_best_fixed",
+           lambda d: f"({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]", "make run: 2,000 held-out questions"),
+    Figure("docs/benchmarks.md", "routing_eval2000_t256.json", "runs.1.routing.policy_minus_best_fixed",
+           lambda d: f"**{d['value']:+.3f} [{d['lo']:+.3f},\n  {d['hi']:+.3f}]**", "benchmarks: 2,000 held-out questions"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
 ]
