@@ -53,15 +53,32 @@ def merged_policy_dir(checkpoint: str | Path, base_model: str, cache: str | Path
     return str(out)
 
 
+def trained_env(checkpoint: str | Path) -> dict[str, Any]:
+    """The episode settings (``rollout.env``) of the run that saved ``checkpoint``, read from the run's
+    ``config.yaml`` (``<run>/checkpoints/step_N`` -> ``<run>/config.yaml``), so the policy is served with
+    the turn budget it learned under; ``{}`` when the checkpoint is not inside such a run."""
+    config = Path(checkpoint).resolve().parent.parent / "config.yaml"
+    if not config.exists():
+        return {}
+    import yaml
+
+    env = ((yaml.safe_load(config.read_text()) or {}).get("rollout") or {}).get("env") or {}
+    return {k: v for k, v in env.items() if k in EnvConfig.__dataclass_fields__}
+
+
 class RouterR1Policy:
     """Serve a Router-R1 checkpoint: ``route(query) -> {selected_model, thinking, full_response}``."""
 
     def __init__(self, checkpoint: str | None, base_model: str, candidates: Sequence[dict[str, Any]],
                  env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None):
-        """``checkpoint=None`` serves the untrained ``base_model`` (the policy before any training)."""
+        """``checkpoint=None`` serves the untrained ``base_model`` (the policy before any training).
+        ``env=None``: the episode settings the checkpoint's run trained with (``trained_env``), else
+        ``EnvConfig``'s defaults."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.candidates = [Candidate(**{k: v for k, v in c.items() if k in Candidate.__dataclass_fields__})
                            for c in candidates]
+        if env is None and checkpoint is not None:
+            env = trained_env(checkpoint)
         self.env_cfg = EnvConfig(**(env or {}))
         if checkpoint is None:
             path, self.name, self.step = resolve_model(base_model), f"router-r1:base:{base_model}", 0
