@@ -75,12 +75,13 @@ def test_fsdp_full_fine_tune_resumes_and_survives_a_killed_rank(tiny_group, item
     assert (ck / "state.json").exists()
     assert len(list(ck.glob("optimizer.rank*.pt"))) == 2, sorted(p.name for p in ck.iterdir())  # a shard per rank
 
-    # resumed: what a run stopped after its step-1 checkpoint leaves, continued by a fresh learner group
+    # resumed: what a run stopped during step 3 leaves when only its step-1 checkpoint was saved (metrics
+    # of steps 1 and 2), continued by a fresh learner group: step 2 is replayed and logged once
     part = tmp_path / "part"
     (part / "checkpoints").mkdir(parents=True)
     shutil.copytree(ck, part / "checkpoints" / "step_000001")
     rows = [line for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()
-            if json.loads(line)["step"] <= 1]
+            if json.loads(line)["step"] <= 2]
     (part / "metrics.jsonl").write_text("".join(line + "\n" for line in rows))
     resumed = _fit(_cfg(tiny_model, str(part), resume_from=str(part / "checkpoints" / "step_000001")), tiny_group,
                    names, items)
