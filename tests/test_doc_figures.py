@@ -157,7 +157,7 @@ EVALUATION_FIGURES = [
 ]
 
 
-# -- README.md's make run table and docs/benchmarks.md's routing tables: benchmarks/results/routing.json ---
+# -- README.md's make run table (routing_t256.json) and docs/benchmarks.md's routing tables (routing.json) --
 
 
 def _table_row(k: int) -> Callable[[dict[str, Any]], str]:
@@ -177,8 +177,8 @@ def _sweep_table(sweep: dict[str, Any]) -> str:
 
 MAKE_RUN = "runs.0"  # bench_routing.py --runs <the make run run> first
 ROUTING_FIGURES = [
-    *[Figure("README.md", "routing.json", MAKE_RUN, _table_row(k), f"make run table line {k}") for k in range(10)],
-    Figure("README.md", "routing.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
+    *[Figure("README.md", "routing_t256.json", MAKE_RUN, _table_row(k), f"make run table line {k}") for k in range(10)],
+    Figure("README.md", "routing_t256.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
            lambda d: f"policy minus best fixed route {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]",
            "make run: policy minus best fixed"),
     Figure("README.md", "routing_eval2000_t256.json", "runs.1.routing.policy_minus_best_fixed",
