@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+import yaml
+
 from rlrouter.models import cache_dir, resolve_model
 from rlrouter.pool.base import Candidate
 from rlrouter.rollout.env import EnvConfig, SamplingSpec, prompt_ids
@@ -60,8 +62,6 @@ def trained_env(checkpoint: str | Path) -> dict[str, Any]:
     config = Path(checkpoint).resolve().parent.parent / "config.yaml"
     if not config.exists():
         return {}
-    import yaml
-
     env = ((yaml.safe_load(config.read_text()) or {}).get("rollout") or {}).get("env") or {}
     return {k: v for k, v in env.items() if k in EnvConfig.__dataclass_fields__}
 

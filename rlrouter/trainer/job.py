@@ -137,7 +137,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     # the learner ranks store checkpoints there themselves, from whichever node they run on
     train.checkpoint_dir = store.checkpoints()
     reference_table = set_reference(train, pool, train_items)
-    metric = held_out_reward(train)["metric"]
+    scoring = held_out_reward(train)  # alpha, cost window, metric, reference: every held-out evaluation's
+    metric = scoring["metric"]
     build_train_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
     EngineConfig(**engine_config(cfg, train))  # so does a bad engine (train.sync=nccl on a CPU engine)
     cluster = connect(num_cpus=cfg.ray.num_cpus, num_gpus=cfg.ray.num_gpus,
@@ -154,7 +155,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     eval_seed = cfg.eval.seed
     if not train.resume_from and cfg.eval.get("untrained", True):
         base = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
-        report["results"]["policy_untrained"] = held_out_summary(base, candidates, **held_out_reward(train))
+        report["results"]["policy_untrained"] = held_out_summary(base, candidates, **scoring)
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
     demos = demonstrations(cfg, train, pool, train_items, env) if not (train.resume_from or train.init_from) else []
     t0 = time.perf_counter()
@@ -165,11 +166,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if getattr(result, "error", None):
         raise RuntimeError(f"training failed: {result.error}")
     trained = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
-    report["results"]["policy_trained"] = held_out_summary(trained, candidates, **held_out_reward(train))
+    report["results"]["policy_trained"] = held_out_summary(trained, candidates, **scoring)
     print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
-    write_jsonl(out / "held_out.jsonl", held_out_records(trained, candidates, **held_out_reward(train)))
+    write_jsonl(out / "held_out.jsonl", held_out_records(trained, candidates, **scoring))
     test_table = route_table(pool, test_items, metric)
-    board = scoreboard(test_table, reference_table or test_table, held_out_reward(train)["alpha"],
+    board = scoreboard(test_table, reference_table or test_table, scoring["alpha"],
                        trajs=trained, seed=eval_seed, metric=metric)
     board["reference"] = "training questions" if reference_table is not None else "held-out questions (live pool)"
     if reference_table is None:  # the policy's row on the board's scale too, not on its own window's
