@@ -64,10 +64,13 @@ def compose(overrides: list[str]):
 
 def time_to(rows: list[dict[str, Any]], key: str, target: float) -> dict[str, Any]:
     """RL wall time (held-out evaluations excluded) from the cold-start evaluation until ``key`` first
-    reaches ``target`` in a held-out evaluation; None when it never does."""
+    reaches ``target`` in a held-out evaluation; None when it never does, 0 s at step 0 when the cold
+    start already reaches it (RL had nothing to do)."""
     evals = [r for r in rows if key in r]
     if not evals or evals[0]["step"] != 0:
         return {"reached": False, "seconds": None, "step": None}
+    if evals[0][key] >= target:
+        return {"reached": True, "seconds": 0.0, "step": 0}
     t0, spent_eval = evals[0]["time"], 0.0
     for r in evals[1:]:
         spent_eval += float(r.get("time/eval_s", 0.0))
@@ -94,11 +97,13 @@ def summarize(report: dict[str, Any], target: float) -> dict[str, Any]:
         "held_out_curve": [{"step": r["step"], **{k: r[k] for k in ev_keys}} for r in evals],
         "train_curve": [{"step": r["step"], **{k: r[k] for k in keep if k in r}} for r in train],
         "time_to_target": time_to(rows, "eval/format_valid", target),
-        "eval_rows": [{k: r.get(k, 0.0) for k in ("step", "time", "time/eval_s", "eval/format_valid")} for r in evals],
+        "eval_rows": [{k: r.get(k, 0.0) for k in ("step", "time", "time/eval_s", "eval/format_valid",
+                                                  "eval/mean_reward")} for r in evals],
         "train_s": report.get("train_s"), "wall_s": report.get("wall_s"),
         "baselines": {k: {m: v[m] for m in ("accuracy", "cost_per_query")} for k, v in res.items()
                       if not k.startswith("policy_")},
         "report": str(Path(report["checkpoint"]).parents[1] / "report.json") if report.get("checkpoint") else None,
+        "best_fixed_route": best_fixed_route(report),
     }
     if cold:
         curve = [r["eval/mean_reward"] for r in evals[1:]]
@@ -106,6 +111,16 @@ def summarize(report: dict[str, Any], target: float) -> dict[str, Any]:
         out["min_reward_after_cold_start"] = min(curve) if curve else None
         out["never_below_cold_start"] = bool(curve) and min(curve) >= cold["eval/mean_reward"]
     return out
+
+
+def best_fixed_route(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The fixed route the job's report names best (chosen on the training questions' logs) and its mean
+    reward on the held-out questions; None for a report without routing scores."""
+    routing = report.get("routing") or {}
+    name = routing.get("best_fixed")
+    if not name or name not in (routing.get("routes") or {}):
+        return None
+    return {"route": name, "mean_reward": routing["routes"][name]["mean_reward"]}
 
 
 def from_report(path: Path, target: float) -> dict[str, Any]:
@@ -153,7 +168,8 @@ def run_trl(overrides: list[str], steps: int, eval_every: int, target: float) ->
         "train_curve": [{"step": h.get("step"), "reward/total": h.get("reward"),
                          "time/step_s": s} for h, s in zip(res["log_history"], trl_step_s(res))],
         "time_to_target": time_to(evals, "eval/format_valid", target),
-        "eval_rows": [{k: r[k] for k in ("step", "time", "time/eval_s", "eval/format_valid")} for r in evals],
+        "eval_rows": [{k: r[k] for k in ("step", "time", "time/eval_s", "eval/format_valid", "eval/mean_reward")}
+                      for r in evals],
         "train_s": res["wall_s"] - sum(r["time/eval_s"] for r in evals), "wall_s": res["wall_s"],
         "evaluator": "greedy HF generate through RouterEnv (not vLLM)",
     }
@@ -174,7 +190,9 @@ def trl_step_s(res: dict[str, Any]) -> list[float]:
 
 def time_to_quality(ours: dict[str, Any], trl: dict[str, Any], target: float) -> dict[str, Any]:
     """RL wall time each arm needs to reach held-out format validity ``target`` (or, when either never
-    does, to reach the best validity both reach), and TRL's over ours."""
+    does, to reach the best validity both reach), and TRL's over ours; then the time each needs to reach
+    the held-out reward of the best fixed route (the one the job's report picked on the training logs), and
+    whether either arm ever rose above it."""
     a, b = ours["time_to_target"], trl["time_to_target"]
     out: dict[str, Any] = {"target": target, "ours_s": a["seconds"], "trl_s": b["seconds"],
                            "ours_step": a["step"], "trl_step": b["step"]}
@@ -187,6 +205,20 @@ def time_to_quality(ours: dict[str, Any], trl: dict[str, Any], target: float) ->
             out[f"{name}_s"], out[f"{name}_step"] = t["seconds"], t["step"]
     if out["ours_s"] and out["trl_s"]:
         out["trl_over_ours"] = out["trl_s"] / out["ours_s"]
+    elif out["ours_s"] == 0.0 and out["trl_s"] == 0.0:
+        out["note"] = f"both cold starts already reach format validity {out['target']}: no RL time to compare"
+    fixed = ours.get("best_fixed_route")
+    if fixed:
+        # the same held-out questions, so the same fixed-route reward for both arms
+        out["best_fixed_route"] = dict(fixed)
+        for name, arm in (("ours", ours), ("trl", trl)):
+            t = time_to(arm["eval_rows"], "eval/mean_reward", fixed["mean_reward"] - 1e-9)
+            out["best_fixed_route"][f"{name}_s"], out["best_fixed_route"][f"{name}_step"] = t["seconds"], t["step"]
+            out["best_fixed_route"][f"{name}_above"] = any(
+                r["eval/mean_reward"] > fixed["mean_reward"] + 1e-9 for r in arm["held_out_curve"])
+        b = out["best_fixed_route"]
+        if b["ours_s"] and b["trl_s"]:
+            b["trl_over_ours"] = b["trl_s"] / b["ours_s"]
     return out
 
 
@@ -213,6 +245,10 @@ def plot(arms: dict[str, dict[str, Any]], path: Path, target: float) -> None:
         if a.get("untrained"):
             ax[0, 0].scatter([-0.4], [a["untrained"]["format_valid"]], marker="x", color=c)
     ax[0, 0].axhline(target, ls=":", color="grey", lw=1, label=f"target {target}")
+    fixed = next((a["best_fixed_route"] for a in arms.values() if a.get("best_fixed_route")), None)
+    if fixed:
+        ax[0, 1].axhline(fixed["mean_reward"], ls=":", color="grey", lw=1,
+                         label=f"best fixed route ({fixed['route']})")
     ax[0, 0].set_title("held-out format validity (greedy; step 0 = cold start, x = untrained)")
     ax[0, 1].set_title("held-out mean Router-R1 reward")
     ax[1, 0].set_title("sampled format validity per RL step")

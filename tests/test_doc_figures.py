@@ -214,7 +214,24 @@ LOCKBOX_FIGURES = [
            lambda v: f"the online router that learns from feedback {v:.3f}, below MF", "README: online router"),
 ]
 
-FIGURES = OPERATIONS_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
+# -- the trainer's speed: benchmarks/results/router_r1.json (bench_router_r1.py, bench_learning.py) --------
+
+TRAINER_FIGURES = [
+    Figure("README.md", "router_r1.json", "headline",
+           lambda h: f"rollout throughput {h['rollout']['ratio']:.3f} of raw `vllm.LLM.generate`; GRPO step "
+                     f"{h['step']['ratio_tensors']:.2f}x TRL `GRPOTrainer`'s, weight sync "
+                     f"{100 * h['step']['sync_share_tensors']:.2f}% of it", "README: trainer speed"),
+    Figure("docs/benchmarks.md", "router_r1.json", "step",
+           lambda s: f"| step time (median) | {s['ours_tensors']['step_s_median']:.1f} s (old: 71.9 s) | "
+                     f"{s['ours_lora']['step_s_median']:.1f} s (old: 95.8 s) | {s['trl_step_s']:.1f} s (old: 160.6 s) |",
+           "benchmarks: step times"),
+    Figure("docs/benchmarks.md", "router_r1.json", "step",
+           lambda s: f"| ours / TRL | {s['ratio_tensors']:.2f} (old: 0.45; target <= 0.5: missed in this run) | "
+                     f"{s['ratio_lora']:.2f} (old: 0.60, missed) | 1 |", "benchmarks: step ratios"),
+]
+
+FIGURES = (OPERATIONS_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
+           + TRAINER_FIGURES)
 
 
 @pytest.mark.parametrize("fig", FIGURES, ids=[f"{f.doc.split('/')[-1]}: {f.what}" for f in FIGURES])

@@ -72,3 +72,44 @@ def test_from_report_summarises_the_job_as_a_run_of_the_benchmark(tmp_path):
 def test_from_report_names_a_missing_file(tmp_path):
     with pytest.raises(SystemExit, match="not a file"):
         bl.from_report(tmp_path / "nope" / "report.json", 0.9)
+
+
+def _arm(rewards, valid, step_s=100.0, eval_s=10.0, fixed=None):
+    """An arm's summary with held-out evaluations at steps 0, 2, 4, ... ``step_s`` of RL between them."""
+    rows, t = [], 0.0
+    for i, (r, v) in enumerate(zip(rewards, valid)):
+        t += (step_s + eval_s) if i else 0.0
+        rows.append({"step": 2 * i, "time": t, "time/eval_s": eval_s, "eval/format_valid": v, "eval/mean_reward": r})
+    return {"eval_rows": rows, "held_out_curve": rows, "best_format_valid": max(valid),
+            "time_to_target": bl.time_to(rows, "eval/format_valid", 0.9), "best_fixed_route": fixed}
+
+
+def test_time_to_quality_times_both_arms_to_the_best_fixed_routes_reward():
+    fixed = {"route": "always_cheapest", "mean_reward": 0.6}
+    ours = _arm([0.5, 0.55, 0.6, 0.62], [0.5, 0.95, 1.0, 1.0], step_s=50.0, fixed=fixed)
+    trl = _arm([0.5, 0.52, 0.58, 0.6], [0.5, 0.8, 0.92, 1.0], step_s=100.0)
+    q = bl.time_to_quality(ours, trl, 0.9)
+    assert (q["ours_s"], q["ours_step"], q["trl_s"], q["trl_step"]) == (50.0, 2, 200.0, 4)
+    assert q["trl_over_ours"] == pytest.approx(4.0)
+    b = q["best_fixed_route"]
+    # ours reaches 0.6 at step 4 (2 intervals of RL), TRL at step 6 (3 intervals); only ours rises above it
+    assert (b["ours_s"], b["ours_step"], b["trl_s"], b["trl_step"]) == (100.0, 4, 300.0, 6)
+    assert b["ours_above"] and not b["trl_above"]
+    assert b["trl_over_ours"] == pytest.approx(3.0)
+
+
+def test_a_cold_start_that_already_reaches_the_target_takes_no_rl_time():
+    ours = _arm([0.5, 0.55], [0.95, 1.0], fixed={"route": "always_cheapest", "mean_reward": 0.7})
+    trl = _arm([0.5, 0.52], [0.95, 0.9])
+    assert ours["time_to_target"] == {"reached": True, "seconds": 0.0, "step": 0}
+    q = bl.time_to_quality(ours, trl, 0.9)
+    assert "trl_over_ours" not in q and "no RL time" in q["note"]
+    b = q["best_fixed_route"]
+    assert b["ours_s"] is None and b["trl_s"] is None and not b["ours_above"]
+
+
+def test_the_best_fixed_route_comes_from_the_reports_routing_scores():
+    report = {"routing": {"best_fixed": "always_cheapest",
+                          "routes": {"always_cheapest": {"mean_reward": 0.61}, "always_strongest": {"mean_reward": 0.7}}}}
+    assert bl.best_fixed_route(report) == {"route": "always_cheapest", "mean_reward": 0.61}
+    assert bl.best_fixed_route({}) is None
