@@ -140,11 +140,16 @@ class LearnerModel:
         """Token log-probs (and entropy, values) of a micro-batch, (B, T) each, aligned with ``input_ids``.
 
         Only the window from the first policy token on is computed (see ``_PolicyWithValue``): the prompt
-        carries no loss, so its logits are never formed; positions before the window are 0.
+        carries no loss, so its logits are never formed; positions before the window are 0. Columns past
+        the micro-batch's longest row are padding of other micro-batches (the batch is padded to its
+        longest trajectory): they are not run either, and come back as 0.
         """
-        start = first_policy_position(mb["loss_mask"])
-        out = module(mb["input_ids"], mb["attention_mask"], with_values, start)
-        ids = mb["input_ids"][:, start - 1:]  # (B, W): the window's tokens
+        T = mb["input_ids"].shape[1]
+        width = used_width(mb["attention_mask"])
+        input_ids, attention_mask = mb["input_ids"][:, :width], mb["attention_mask"][:, :width]
+        start = first_policy_position(mb["loss_mask"][:, :width])
+        out = module(input_ids, attention_mask, with_values, start)
+        ids = input_ids[:, start - 1:]  # (B, W): the window's tokens
         if not with_entropy:
             # the (B, W, V) softmax of the entropy is the learner's largest tensor: skip it when unused
             logp, entropy = token_logprobs(out["logits"], ids, self.cfg.temperature), None
@@ -152,7 +157,7 @@ class LearnerModel:
             logp, entropy = token_logprobs_and_entropy(out["logits"], ids, self.cfg.temperature,
                                                        entropy_grad=getattr(self.algo, "entropy_coef", 0) > 0)
         values = out.get("values")
-        return tuple(None if x is None else F.pad(x, (start - 1, 0), value=0.0) for x in (logp, entropy, values))
+        return tuple(None if x is None else F.pad(x, (start - 1, T - width), value=0.0) for x in (logp, entropy, values))
 
     # -- the KL reference ---------------------------------------------------------------------------
     def set_reference_to_current(self) -> None:
@@ -332,6 +337,14 @@ class LearnerModel:
             extra = sorted(k for k in base if k not in sent)
         out.extend((k, base[k].detach().cpu()) for k in extra)
         return out
+
+
+def used_width(attention_mask: torch.Tensor) -> int:
+    """Columns of a right-padded (B, T) batch up to its longest row's last real token; >= 1."""
+    used = attention_mask.bool().any(dim=0)  # (T,)
+    if not bool(used.any()):
+        return attention_mask.shape[1]
+    return int(used.nonzero().max()) + 1
 
 
 def first_policy_position(loss_mask: torch.Tensor) -> int:

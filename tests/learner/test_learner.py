@@ -159,6 +159,40 @@ def test_windowed_shared_prefix_forward_equals_the_full_forward(ppo_learner, cas
     lr.optimizer.zero_grad(set_to_none=True)
 
 
+def test_a_micro_batch_runs_only_its_own_columns(ppo_learner):
+    """A batch is padded to its longest trajectory, which may sit in another micro-batch: the forward
+    runs the micro-batch's own columns only, and gives the same log-probs, values and gradients as the
+    same rows padded no further, with 0 in the columns it did not run."""
+    from rlrouter.rollout.parsing import collate
+
+    lr = ppo_learner
+    rows = _group_rows(lr.tokenizer, [TEMPLATE + "Name a prime between 10 and 20."] * 3, COMPLETIONS)
+    tight = collate(rows, lr.tokenizer.pad_token_id)
+    T = tight["input_ids"].shape[1]
+    wide = collate(rows, lr.tokenizer.pad_token_id, pad_to=T + 40)
+    seen: list[int] = []
+
+    def module(input_ids, attention_mask, with_values, start):
+        seen.append(input_ids.shape[1])
+        return lr.module(input_ids, attention_mask, with_values, start)
+
+    out = {}
+    for name, mb in (("tight", tight), ("wide", wide)):
+        mb["loss_mask"] = mb["loss_mask"].float()
+        logp, entropy, values = lr._forward(module, mb, with_values=True, with_entropy=True)
+        (logp * mb["loss_mask"]).sum().backward()
+        grads = {n: p.grad.clone() for n, p in lr.policy.named_parameters() if p.grad is not None}
+        lr.optimizer.zero_grad(set_to_none=True)
+        out[name] = (logp.detach(), entropy.detach(), values.detach(), grads)
+    assert seen == [T, T]  # the wide batch's 40 padding columns never reached the model
+    for a, b in zip(out["tight"][:3], out["wide"][:3]):
+        assert b.shape == (3, T + 40) and torch.all(b[:, T:] == 0)
+        assert torch.allclose(a, b[:, :T], atol=1e-6)
+    assert out["tight"][3].keys() == out["wide"][3].keys() and out["tight"][3]
+    for n, g in out["tight"][3].items():
+        assert torch.allclose(g, out["wide"][3][n], atol=1e-6), n
+
+
 def _group_rows(tok, prompts: list[str], completions: list[str]) -> list[TrajectoryTokens]:
     out = []
     for prompt, text in zip(prompts, completions):
