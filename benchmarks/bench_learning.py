@@ -233,15 +233,19 @@ def plot(arms: dict[str, dict[str, Any]], path: Path, target: float) -> None:
     arms = {k: a for k, a in arms.items() if isinstance(a, dict) and "held_out_curve" in a and k != "sanity"}
     for i, (name, a) in enumerate(arms.items()):
         c = f"C{i}"
+        # an arm kept from an earlier run (--keep-arms) ran older code and its own start: dashed, and said so
+        ls, label = ("--", f"{name} (earlier run)") if a.get("measured_in") else ("-", name)
         hc = a["held_out_curve"]
-        ax[0, 0].plot([r["step"] for r in hc], [r["eval/format_valid"] for r in hc], marker="o", color=c, label=name)
-        ax[0, 1].plot([r["step"] for r in hc], [r["eval/mean_reward"] for r in hc], marker="o", color=c, label=name)
+        ax[0, 0].plot([r["step"] for r in hc], [r["eval/format_valid"] for r in hc], marker="o", color=c, ls=ls,
+                      label=label)
+        ax[0, 1].plot([r["step"] for r in hc], [r["eval/mean_reward"] for r in hc], marker="o", color=c, ls=ls,
+                      label=label)
         tc = [r for r in a["train_curve"] if r.get("rollout/format_valid") is not None]
         if tc:  # the trl arm logs neither (TRL's own logs have no format validity or vLLM gap)
             ax[1, 0].plot([r["step"] for r in tc], [r["rollout/format_valid"] for r in tc], marker=".", color=c,
-                          label=f"{name} (sampled)")
+                          ls=ls, label=f"{label} (sampled)")
             ax[1, 1].plot([r["step"] for r in tc], [r.get("rollout/logprob_gap") for r in tc], marker=".",
-                          color=c, label=name)
+                          color=c, ls=ls, label=label)
         if a.get("untrained"):
             ax[0, 0].scatter([-0.4], [a["untrained"]["format_valid"]], marker="x", color=c)
     ax[0, 0].axhline(target, ls=":", color="grey", lw=1, label=f"target {target}")

@@ -228,7 +228,29 @@ TRAINER_FIGURES = [
     Figure("docs/benchmarks.md", "router_r1.json", "step",
            lambda s: f"| ours / TRL | {s['ratio_tensors']:.2f} (old: 0.45; target <= 0.5: missed in this run) | "
                      f"{s['ratio_lora']:.2f} (old: 0.60, missed) | 1 |", "benchmarks: step ratios"),
+    Figure("docs/benchmarks.md", "router_r1.json", "learning.arms", lambda a: _rl_time_row(a, "grpo"),
+           "benchmarks: GRPO's RL time"),
+    Figure("docs/benchmarks.md", "router_r1.json", "learning.arms", lambda a: _rl_time_row(a, "trl"),
+           "benchmarks: TRL's RL time"),
+    Figure("README.md", "router_r1.json", "learning.arms",
+           lambda a: f"10 RL steps of `make run` {_rl_seconds(a, 'grpo') / _rl_seconds(a, 'trl'):.2f}x TRL's time",
+           "README: RL time against TRL"),
 ]
+
+
+def _rl_seconds(arms: dict[str, Any], arm: str) -> float:
+    return sum(r["time/step_s"] for r in arms[arm]["train_curve"])
+
+
+def _rl_time_row(arms: dict[str, Any], arm: str) -> str:
+    """The start of an arm's row in benchmarks.md's table of RL time against TRL (bench_learning.py)."""
+    steps = [r["time/step_s"] for r in arms[arm]["train_curve"]]
+    name = {"grpo": "GRPO (ours)", "trl": "TRL `GRPOTrainer`"}[arm]
+    fixed = arms["time_to_quality"]["best_fixed_route"]
+    side = "ours" if arm == "grpo" else arm  # time_to_quality names our arm "ours"
+    reached = (f"{fixed[f'{side}_s']:,.0f} s (step {fixed[f'{side}_step']}" if fixed[f"{side}_s"] is not None
+               else f"not reached (best {max(r['eval/mean_reward'] for r in arms[arm]['held_out_curve']):.3f}")
+    return f"| {name} | {_rl_seconds(arms, arm):,.0f} s | {min(steps):.0f}-{max(steps):.0f} | {reached}"
 
 FIGURES = (OPERATIONS_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
            + TRAINER_FIGURES)
