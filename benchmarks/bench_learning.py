@@ -62,6 +62,10 @@ def compose(overrides: list[str]):
         return hydra_compose(config_name="train_router_r1", overrides=[f"++paths.root_dir={ROOT}", *overrides])
 
 
+EVAL_ROW_KEYS = ("step", "time", "time/eval_s", "eval/format_valid", "eval/mean_reward")
+"""What each arm keeps of its held-out evaluations to time them (``time_to``, ``time_to_quality``)."""
+
+
 def time_to(rows: list[dict[str, Any]], key: str, target: float) -> dict[str, Any]:
     """RL wall time (held-out evaluations excluded) from the cold-start evaluation until ``key`` first
     reaches ``target`` in a held-out evaluation; None when it never does, 0 s at step 0 when the cold
@@ -97,8 +101,7 @@ def summarize(report: dict[str, Any], target: float) -> dict[str, Any]:
         "held_out_curve": [{"step": r["step"], **{k: r[k] for k in ev_keys}} for r in evals],
         "train_curve": [{"step": r["step"], **{k: r[k] for k in keep if k in r}} for r in train],
         "time_to_target": time_to(rows, "eval/format_valid", target),
-        "eval_rows": [{k: r.get(k, 0.0) for k in ("step", "time", "time/eval_s", "eval/format_valid",
-                                                  "eval/mean_reward")} for r in evals],
+        "eval_rows": [{k: r.get(k, 0.0) for k in EVAL_ROW_KEYS} for r in evals],
         "train_s": report.get("train_s"), "wall_s": report.get("wall_s"),
         "baselines": {k: {m: v[m] for m in ("accuracy", "cost_per_query")} for k, v in res.items()
                       if not k.startswith("policy_")},
@@ -168,8 +171,7 @@ def run_trl(overrides: list[str], steps: int, eval_every: int, target: float) ->
         "train_curve": [{"step": h.get("step"), "reward/total": h.get("reward"),
                          "time/step_s": s} for h, s in zip(res["log_history"], trl_step_s(res))],
         "time_to_target": time_to(evals, "eval/format_valid", target),
-        "eval_rows": [{k: r[k] for k in ("step", "time", "time/eval_s", "eval/format_valid", "eval/mean_reward")}
-                      for r in evals],
+        "eval_rows": [{k: r[k] for k in EVAL_ROW_KEYS} for r in evals],
         "train_s": res["wall_s"] - sum(r["time/eval_s"] for r in evals), "wall_s": res["wall_s"],
         "evaluator": "greedy HF generate through RouterEnv (not vLLM)",
     }

@@ -254,6 +254,7 @@ def _rl_time_row(arms: dict[str, Any], arm: str) -> str:
                else f"not reached (best {max(r['eval/mean_reward'] for r in arms[arm]['held_out_curve']):.3f}")
     return f"| {name} | {_rl_seconds(arms, arm):,.0f} s | {min(steps):.0f}-{max(steps):.0f} | {reached}"
 
+
 FIGURES = (OPERATIONS_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
            + TRAINER_FIGURES)
 
