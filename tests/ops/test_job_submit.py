@@ -44,12 +44,20 @@ def test_cluster_refuses_clients_without_the_token():
         assert head.job("list").returncode == 0  # with the token: allowed
 
 
-def _token_leaks(pkg: Path, token: str) -> list[str]:
+def _files(pkg: Path) -> set[Path] | None:
+    """The files of an unpacked job package, or None when Ray removed part of it during the walk (it
+    deletes a finished job's package on its own schedule)."""
+    try:
+        return {f for f in pkg.rglob("*") if f.is_file()}
+    except FileNotFoundError:
+        return None
+
+
+def _token_leaks(files: set[Path], pkg: Path, token: str) -> list[str]:
     """Files of an unpacked job package that are a token file or hold the token."""
     bad = []
-    for f in pkg.rglob("*"):
-        if f.is_file() and (f.name in (".ray_token", "auth_token") or
-                            (f.stat().st_size < 1_000_000 and token.encode() in f.read_bytes())):
+    for f in files:
+        if f.name in (".ray_token", "auth_token") or (f.stat().st_size < 1_000_000 and token.encode() in f.read_bytes()):
             bad.append(str(f.relative_to(pkg)))
     return bad
 
@@ -60,10 +68,9 @@ def readme_job_line() -> str:
     return line
 
 
-def _written(pkg: Path, uploaded: set[Path]) -> list[str]:
+def _written(pkg: Path, now: set[Path], uploaded: set[Path]) -> list[str]:
     """Files a job wrote into its package folder (anything but bytecode not uploaded with it)."""
-    return sorted(str(f.relative_to(pkg)) for f in pkg.rglob("*")
-                  if f.is_file() and f not in uploaded and "__pycache__" not in f.parts)
+    return sorted(str(f.relative_to(pkg)) for f in now if f not in uploaded and "__pycache__" not in f.parts)
 
 
 @pytest.mark.timeout(1500)
@@ -99,13 +106,21 @@ def test_readme_job_line_trains_and_exports_metrics(shared_data, monkeypatch, re
                 scraped.setdefault(name, []).extend(samples(text, name))
             for m in SHARE.finditer(text):
                 scraped.setdefault(m.group(1), []).append(("", float(m.group(2))))
-            for pkg in head.packages():  # checked while the job runs: Ray may delete a finished job's package
-                if not (pkg / "jobs" / "train_router_r1.py").exists():
+            # checked while the job runs and once after: Ray unpacks a package in place, file by file, so
+            # what was uploaded is read only once the job is RUNNING (unpacked before its driver starts);
+            # Ray may delete a finished job's package, even under a walk
+            for pkg in head.packages():
+                if not (pkg / "jobs" / "train_router_r1.py").exists() or (now := _files(pkg)) is None:
                     continue
                 if pkg not in uploaded:
-                    uploaded[pkg] = {f for f in pkg.rglob("*") if f.is_file()}
-                    leaks[pkg] = _token_leaks(pkg, head.token)
-                written[pkg] = _written(pkg, uploaded[pkg])
+                    if status != "RUNNING":
+                        continue
+                    try:
+                        leaks[pkg] = _token_leaks(now, pkg, head.token)
+                    except FileNotFoundError:  # deleted under the read: try again on the next poll
+                        continue
+                    uploaded[pkg] = now
+                written[pkg] = _written(pkg, now, uploaded[pkg])
             if status in ("SUCCEEDED", "FAILED", "STOPPED"):
                 break
             time.sleep(3)
