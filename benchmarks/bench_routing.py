@@ -204,53 +204,117 @@ def run_entry(run_dir: str) -> dict:
             "train_s": report.get("train_s")}
 
 
-def evaluate_run(run_dir: str, questions: int) -> str:
-    """Score RUN's last checkpoint on ``questions`` held-out logged questions (module docstring); returns the
-    new run folder."""
+def _balanced(rows: list[dict], n: int) -> list[dict]:
+    """The first ``n // 2`` rows of each task (``source``), tasks in sorted order."""
+    by_task: dict[str, list] = {}
+    for r in rows:
+        by_task.setdefault(r["source"], []).append(r)
+    return [r for t in sorted(by_task) for r in by_task[t][:n // 2]]
+
+
+def heldout_split(run: Path, cfg: dict, questions: int) -> Path:
+    """A data folder whose test split is ``questions`` logged questions RUN never trained on (tasks equal)
+    and whose train split is RUN's (the reference cost scale)."""
     import subprocess
 
-    import yaml
     from datasets import Dataset
 
     from rlrouter.data.build import load_router_r1_split
     from rlrouter.data.logged import normalize_prompt
 
-    run = Path(run_dir).resolve()
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
-    ckpts = sorted((run / "checkpoints").glob("step_*"))
-    if not ckpts:
-        raise SystemExit(f"{run}: no checkpoints")
     train_path = Path(cfg["data"]["out_dir"]) / "train.parquet"
     seen = {normalize_prompt(it["query"]) for it in load_router_r1_split(train_path)}
     data = ROOT / "outputs" / "data" / f"heldout_{run.name}_{questions}"
     if not (data / "test.parquet").exists():
-        per_task = questions // 2
         # seed 0's shuffle puts the run's own test questions first; the run's training questions are removed
         subprocess.run([sys.executable, str(ROOT / "jobs" / "prepare_data.py"), "data.train_size=2",
-                        f"data.test_size={2 * (per_task + 300)}", f"data.out_dir={data}"], check=True, cwd=ROOT)
+                        f"data.test_size={2 * (questions // 2 + 300)}", f"data.out_dir={data}"], check=True, cwd=ROOT)
         rows = [r for r in load_router_r1_split(data / "test.parquet") if normalize_prompt(r["query"]) not in seen]
-        by_task: dict[str, list] = {}
-        for r in rows:
-            by_task.setdefault(r["source"], []).append(r)
-        held = [r for t in sorted(by_task) for r in by_task[t][:per_task]]
-        Dataset.from_list(held).to_parquet(str(data / "test.parquet"))
+        Dataset.from_list(_balanced(rows, questions)).to_parquet(str(data / "test.parquet"))
         Dataset.from_list(load_router_r1_split(train_path)).to_parquet(str(data / "train.parquet"))
+    return data
+
+
+def training_split(run: Path, cfg: dict, questions: int) -> Path:
+    """A data folder whose test split is ``questions`` of RUN's own training questions (tasks equal): where a
+    decoding setting is chosen without reading a held-out question."""
+    from datasets import Dataset
+
+    from rlrouter.data.build import load_router_r1_split
+
+    train = load_router_r1_split(Path(cfg["data"]["out_dir"]) / "train.parquet")
+    data = ROOT / "outputs" / "data" / f"select_{run.name}_{questions}"
+    if not (data / "test.parquet").exists():
+        data.mkdir(parents=True, exist_ok=True)
+        Dataset.from_list(_balanced(train, questions)).to_parquet(str(data / "test.parquet"))
+        Dataset.from_list(train).to_parquet(str(data / "train.parquet"))
+    return data
+
+
+def score_policy(run: Path, cfg: dict, data: Path, out_name: str, env: dict | None = None) -> Path:
+    """Run the training job with ``train.total_steps=0`` from RUN's last checkpoint on DATA's test split: the
+    episode as RUN trained it (turn budget, turns, reply length), at RUN's alpha, ``env`` overriding
+    ``rollout.env`` keys. Returns the new run folder."""
+    import subprocess
+
+    import yaml
+
+    from rlrouter.data.build import load_router_r1_split
+
+    ckpts = sorted((run / "checkpoints").glob("step_*"))
+    if not ckpts:
+        raise SystemExit(f"{run}: no checkpoints")
     n = len(load_router_r1_split(data / "test.parquet"))
-    out_name = f"{run.name}_heldout{n}"
     alpha = cfg["reward"].get("alpha", cfg["reward"].get("params", {}).get("alpha"))
     cmd = [sys.executable, str(ROOT / "jobs" / "train_router_r1.py"), f"run_name={out_name}", f"data.out_dir={data}",
            f"train.init_from={ckpts[-1]}", "train.total_steps=0", "train.eval_every=0", f"eval.num_questions={n}",
            "eval.untrained=false", f"reward.alpha={alpha}", f"model={cfg['model']}"]
-    # the episode as the run trained it (turn budget, turns, reply length); the prefill is passed only by
-    # being the job's default
+    # the prefill is passed only by being the job's default
     default_prefill = yaml.safe_load((ROOT / "conf" / "rollout" / "vllm_cpu.yaml").read_text())["env"]["prefill"]
     if cfg["rollout"]["env"].get("prefill", default_prefill) != default_prefill:
         raise SystemExit(f"{run}: rollout.env.prefill differs from the job's default; evaluate it by hand")
-    cmd += [f"rollout.env.{k}={v}" for k, v in cfg["rollout"]["env"].items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) or k == "replay_query"]
+    episode = {k: v for k, v in cfg["rollout"]["env"].items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) or k == "replay_query"}
+    cmd += [f"rollout.env.{k}={v}" for k, v in {**episode, **(env or {})}.items()]
     print("+", " ".join(cmd))
     subprocess.run(cmd, check=True, cwd=ROOT)
-    return str(ROOT / "outputs" / out_name)
+    return ROOT / "outputs" / out_name
+
+
+def choose_penalty(run: Path, cfg: dict, penalties: list[float], questions: int) -> dict:
+    """Score RUN's final policy on ``questions`` of its own training questions at each greedy frequency
+    penalty (``rollout.env.greedy_frequency_penalty``); the one with the highest mean reward there wins
+    (ties: the smaller). No held-out question is read."""
+    data = training_split(run, cfg, questions)
+    scored = []
+    for fp in penalties:
+        out = score_policy(run, cfg, data, f"{run.name}_select{questions}_fp{fp:g}", {"greedy_frequency_penalty": fp})
+        policy = json.loads((out / "report.json").read_text())["results"]["policy_trained"]
+        scored.append({"penalty": fp, "mean_reward": policy["mean_reward"], "format_valid": policy["format_valid"],
+                       "accuracy": policy["accuracy"], "run": str(out.relative_to(ROOT))})
+        print(f"select: penalty {fp:g}: reward {policy['mean_reward']:.3f}, format valid {policy['format_valid']:.3f}")
+    best = max(scored, key=lambda r: (r["mean_reward"], -r["penalty"]))
+    return {"questions": questions, "on": "the run's training questions", "scored": scored, "chosen": best["penalty"]}
+
+
+def evaluate_run(run_dir: str, questions: int, penalties: list[float] | None = None,
+                 select_questions: int = 256) -> tuple[str, dict | None]:
+    """Score RUN's final policy on ``questions`` held-out logged questions (module docstring); with
+    ``penalties``, at the greedy frequency penalty ``choose_penalty`` picks on RUN's training questions.
+    Returns the new run folder and the selection (None without ``penalties``)."""
+    import yaml
+
+    run = Path(run_dir).resolve()
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    selection = choose_penalty(run, cfg, penalties, select_questions) if penalties else None
+    data = heldout_split(run, cfg, questions)
+    from rlrouter.data.build import load_router_r1_split
+
+    n = len(load_router_r1_split(data / "test.parquet"))
+    env, name = None, f"{run.name}_heldout{n}"
+    if selection is not None:
+        env, name = {"greedy_frequency_penalty": selection["chosen"]}, f"{name}_fp{selection['chosen']:g}"
+    return str(score_policy(run, cfg, data, name, env)), selection
 
 
 def main() -> None:
@@ -260,6 +324,10 @@ def main() -> None:
     ap.add_argument("--runs", nargs="*", default=[], help="run folders (report.json with a routing block)")
     ap.add_argument("--evaluate", nargs="*", default=[], help="run folders whose final policy to score on --questions")
     ap.add_argument("--questions", type=int, default=2000)
+    ap.add_argument("--greedy-penalties", default="",
+                    help="comma-separated greedy frequency penalties: --evaluate picks one on the run's own "
+                         "training questions (--select-questions of them), then scores the held-out set with it")
+    ap.add_argument("--select-questions", type=int, default=256)
     ap.add_argument("--name", default="routing")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args()
@@ -269,7 +337,10 @@ def main() -> None:
     from rlrouter.pool.pool import CandidatePool
 
     t0 = time.perf_counter()
-    runs = list(args.runs) + [evaluate_run(r, args.questions) for r in args.evaluate]
+    penalties = [float(x) for x in args.greedy_penalties.split(",")] if args.greedy_penalties else None
+    evaluated = [evaluate_run(r, args.questions, penalties, args.select_questions) for r in args.evaluate]
+    runs = list(args.runs) + [r for r, _ in evaluated]
+    selections = {Path(r).name: sel for r, sel in evaluated if sel is not None}
     exclude = args.exclude
     if exclude is None:
         default = ROOT / "outputs" / "data" / "gsm8k_mmlu_n512-128_s0" / "test.parquet"
@@ -280,7 +351,8 @@ def main() -> None:
     sweeps = {"logs as they are": alpha_sweep(table, ALPHAS), "job mix (tasks equal)": alpha_sweep(balanced(table), ALPHAS)}
     shown = [str(Path(e).resolve().relative_to(ROOT)) if Path(e).resolve().is_relative_to(ROOT) else e for e in exclude]
     result = {"alphas": ALPHAS, "excluded": shown, "questions": len(items), "sweeps": sweeps,
-              "runs": [run_entry(r) for r in runs]}
+              "runs": [{**run_entry(r), **({"selection": selections[Path(r).name]}
+                                              if Path(r).name in selections else {})} for r in runs]}
     for mix, sweep in sweeps.items():
         best = max(sweep["rows"], key=lambda r: r["per_task_rule_reward"] - r["best_fixed_reward"])
         sweep["most_per_task_gain"] = {"alpha": best["alpha"],

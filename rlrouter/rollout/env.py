@@ -45,12 +45,21 @@ class EnvConfig:
     prefill: str = "<think>\n"
     """Text put at the start of the assistant turn (part of the prompt, not trained on). A 135M policy
     rarely opens with <think> by itself; the reward still sees the prefill as the start of the text."""
+    greedy_frequency_penalty: float = 0.0
+    """OpenAI-style frequency penalty (subtracted from a token's logit once per time the turn already
+    generated it) on greedy turns only: held-out evaluation and serving. Greedy decoding of a small policy
+    that copies a question into its sub-query can fall into a loop that runs to the turn budget without
+    ``</search>`` (most of make run's format failures on 2,000 held-out questions). Sampled training turns
+    never get it: the learner's log-probs are those of the plain tempered distribution."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 0:
             raise ValueError(f"rollout.env.max_turns: must be >= 0 (0: one answer-only turn), got {self.max_turns}")
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.env.max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+        if not 0.0 <= self.greedy_frequency_penalty <= 2.0:
+            raise ValueError("rollout.env.greedy_frequency_penalty: must be in [0, 2] (OpenAI's range, "
+                             f"non-negative), got {self.greedy_frequency_penalty}")
         if self.replay_query not in ("original", "subquery"):
             raise ValueError(f"rollout.env.replay_query: 'original' or 'subquery', got {self.replay_query!r}")
 
@@ -107,6 +116,8 @@ class SamplingSpec:
     temperature: float
     top_p: float
     seed: int
+    frequency_penalty: float = 0.0
+    """Subtracted from a token's logit once per time this generation already produced it."""
 
 
 class SampledTokens(list):
@@ -217,7 +228,8 @@ class RouterEnv:
             stop = ["</answer>"] if final else ["</search>", "</answer>"]
             specs = [SamplingSpec(max_tokens=self._budget(t), stop=stop, temperature=temp,
                                   top_p=self.cfg.top_p,
-                                  seed=sample_seed(seed, step, t.prompt_index, t.sample_index, turn))
+                                  seed=sample_seed(seed, step, t.prompt_index, t.sample_index, turn),
+                                  frequency_penalty=self.cfg.greedy_frequency_penalty if temp == 0 else 0.0)
                      for t in live]
             outs = self.generate([t.tokens.input_ids for t in live], specs)
             pending: list[tuple[Trajectory, str, str]] = []

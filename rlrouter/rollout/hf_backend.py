@@ -16,6 +16,22 @@ from typing import Any, Sequence
 from rlrouter.rollout.env import SampledTokens, SamplingSpec
 
 
+def frequency_penalty(penalty: float, start: int) -> Any:
+    """A ``LogitsProcessorList`` that subtracts ``penalty`` from each token's logit once per time it occurs
+    in the generated part (columns from ``start``) of the sequence: vLLM's and OpenAI's frequency penalty."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class FrequencyPenalty(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            import torch
+
+            new = input_ids[:, start:]
+            counts = torch.zeros_like(scores).scatter_add_(1, new, torch.ones_like(new, dtype=scores.dtype))
+            return scores - penalty * counts
+
+    return LogitsProcessorList([FrequencyPenalty()])
+
+
 class HFGenerator:
     """``generate_ids`` on a ``transformers`` causal LM (the same call ``RouterEnv`` makes of vLLM)."""
 
@@ -69,6 +85,8 @@ class HFGenerator:
                 kwargs.update(temperature=spec.temperature, top_p=spec.top_p, top_k=0)
             if spec.stop:
                 kwargs["stopping_criteria"] = self._stop_criteria(tuple(spec.stop))
+            if spec.frequency_penalty:
+                kwargs["logits_processor"] = frequency_penalty(spec.frequency_penalty, len(ids))
             x = torch.tensor([ids], dtype=torch.long, device=self.device)
             with torch.no_grad():
                 res = self.model.generate(x, attention_mask=torch.ones_like(x), return_dict_in_generate=True,
@@ -88,9 +106,10 @@ class HFGenerator:
 
         first = specs[0]
         for i, s in enumerate(specs):
-            if (s.temperature, s.top_p, tuple(s.stop)) != (first.temperature, first.top_p, tuple(first.stop)):
-                raise ValueError(f"specs[{i}]: a batched HFGenerator needs one temperature, top_p and stop "
-                                 f"set per call, got {s} after {first}")
+            if (s.temperature, s.top_p, tuple(s.stop), s.frequency_penalty) != \
+                    (first.temperature, first.top_p, tuple(first.stop), first.frequency_penalty):
+                raise ValueError(f"specs[{i}]: a batched HFGenerator needs one temperature, top_p, stop set and "
+                                 f"frequency penalty per call, got {s} after {first}")
         t0 = time.perf_counter()
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
@@ -109,6 +128,8 @@ class HFGenerator:
             kwargs.update(temperature=first.temperature, top_p=first.top_p, top_k=0)
         if first.stop:
             kwargs["stopping_criteria"] = self._stop_criteria(tuple(first.stop))
+        if first.frequency_penalty:
+            kwargs["logits_processor"] = frequency_penalty(first.frequency_penalty, width)
         with torch.no_grad():
             res = self.model.generate(x, attention_mask=mask, return_dict_in_generate=True, output_scores=True,
                                       **kwargs)

@@ -96,7 +96,8 @@ class RouterR1Policy:
         tok = self.worker.tokenizer
         ids = [prompt_ids(tok, q, self.candidates, self.env_cfg) for q in queries]
         spec = SamplingSpec(max_tokens=self.env_cfg.max_new_tokens, stop=["</search>", "</answer>"],
-                            temperature=0.0, top_p=1.0, seed=0)
+                            temperature=0.0, top_p=1.0, seed=0,
+                            frequency_penalty=self.env_cfg.greedy_frequency_penalty)
         names = [c.name for c in self.candidates]
         out = []
         for gen in self.worker.generate_ids(ids, [spec] * len(ids)):

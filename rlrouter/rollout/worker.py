@@ -76,7 +76,7 @@ class RolloutWorker:
         # logprobs_mode=processed_logprobs (set in __init__) it is taken after temperature, as the learner's is.
         params = [SamplingParams(max_tokens=s.max_tokens, stop=s.stop, temperature=s.temperature, top_p=s.top_p,
                                  seed=s.seed, include_stop_str_in_output=True, skip_special_tokens=True,
-                                 logprobs=0)
+                                 logprobs=0, frequency_penalty=s.frequency_penalty)
                   for s in specs]
         t0 = time.perf_counter()
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,

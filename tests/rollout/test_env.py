@@ -147,6 +147,24 @@ def test_config_errors_name_the_field():
         EnvConfig(max_new_tokens=0)
 
 
+def test_the_greedy_frequency_penalty_reaches_greedy_turns_only():
+    """Evaluation (temperature 0) asks the engine for the penalty; sampled training turns never do, so the
+    learner's log-probs stay those of the tempered distribution the turn was sampled from."""
+    seen = []
+    script = scripted({"q": ["x</think><search>small: hi</search>", "<answer>7</answer>"]})
+
+    def generate(prompts, specs):
+        seen.extend((s.temperature, s.frequency_penalty) for s in specs)
+        return script(prompts, specs)
+
+    env = RouterEnv(EnvConfig(prefill="<think>", greedy_frequency_penalty=0.4), CharTokenizer(), FakePool(), generate)
+    env.run([{"query": "q", "id": "a"}], temperature=0.0)
+    env.run([{"query": "q", "id": "a"}])  # the config's temperature, 1.0
+    assert seen == [(0.0, 0.4), (0.0, 0.4), (1.0, 0.0), (1.0, 0.0)]
+    with pytest.raises(ValueError, match="rollout.env.greedy_frequency_penalty"):
+        EnvConfig(greedy_frequency_penalty=-0.1)
+
+
 def test_max_turns_zero_is_one_answer_only_turn_and_negative_is_refused():
     import pytest
 

@@ -73,3 +73,27 @@ def test_batched_generation_equals_one_request_at_a_time_when_greedy(gen):
         assert x.logprobs == pytest.approx(y.logprobs, abs=1e-3)
     with pytest.raises(ValueError, match="one temperature"):
         batched.generate_ids(prompts[:2], [specs[0], SamplingSpec(4, [], 1.0, 1.0, 0)])
+
+
+def test_frequency_penalty_subtracts_once_per_generated_occurrence():
+    """The processor alone, by hand: only the generated columns (from ``start``) count."""
+    import torch
+
+    from rlrouter.rollout.hf_backend import frequency_penalty
+
+    (proc,) = frequency_penalty(0.5, start=2)
+    ids = torch.tensor([[3, 3, 1, 3, 3, 0]])  # prompt [3, 3]; generated 1, 3, 3, 0
+    out = proc(ids, torch.zeros(1, 5))
+    assert out.tolist() == [[-0.5, -0.5, 0.0, -1.0, 0.0]]
+
+
+def test_a_greedy_loop_is_broken_by_the_frequency_penalty(gen):
+    """Greedy decoding repeats a phrase; with the penalty the same prompt repeats its tokens less."""
+    from collections import Counter
+
+    tok = gen.tokenizer
+    ids = tok.encode("She put both of these purchases on her credit card. " * 3, add_special_tokens=False)
+    plain = SamplingSpec(max_tokens=40, stop=[], temperature=0.0, top_p=1.0, seed=0)
+    penalised = SamplingSpec(max_tokens=40, stop=[], temperature=0.0, top_p=1.0, seed=0, frequency_penalty=1.0)
+    (a,), (b,) = gen.generate_ids([ids], [plain]), gen.generate_ids([ids], [penalised])
+    assert Counter(a).most_common(1)[0][1] > Counter(b).most_common(1)[0][1], (tok.decode(a), tok.decode(b))

@@ -54,3 +54,15 @@ def test_push_into_a_subprocess_engine_changes_generation_like_hf():
     assert worker.weights_version == 3
     assert after != before
     assert after == hf
+
+    # the greedy frequency penalty (evaluation, serving) as vLLM applies it equals the HF backend's
+    from rlrouter.rollout.env import SamplingSpec
+    from rlrouter.rollout.hf_backend import HFGenerator
+
+    ids = tok.encode("She put both of these purchases on her credit card. " * 3, add_special_tokens=False)
+    plain = SamplingSpec(max_tokens=24, stop=[], temperature=0.0, top_p=1.0, seed=0)
+    penalised = SamplingSpec(max_tokens=24, stop=[], temperature=0.0, top_p=1.0, seed=0, frequency_penalty=1.0)
+    (v_plain,), (v_pen,) = worker.generate_ids([ids], [plain]), worker.generate_ids([ids], [penalised])
+    (h_pen,) = HFGenerator(model, tok).generate_ids([ids], [penalised])
+    assert list(v_pen) != list(v_plain)
+    assert list(v_pen) == list(h_pen), (tok.decode(v_pen), tok.decode(h_pen))
