@@ -185,6 +185,15 @@ ROUTING_FIGURES = [
            lambda d: f"({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]", "make run: 2,000 held-out questions"),
     Figure("docs/benchmarks.md", "routing_eval2000_t256.json", "runs.1.routing.policy_minus_best_fixed",
            lambda d: f"**{d['value']:+.3f} [{d['lo']:+.3f},\n  {d['hi']:+.3f}]**", "benchmarks: 2,000 held-out questions"),
+    Figure("docs/benchmarks.md", "routing_eval2000_t256_fp.json", "runs.2.selection.scored",
+           lambda rows: "mean reward " + ", ".join(f"{r['mean_reward']:.3f}" for r in rows)
+           + "; format validity " + ", ".join(f"{r['format_valid']:.3f}" for r in rows), "penalty picked on training"),
+    Figure("docs/benchmarks.md", "routing_eval2000_t256_fp.json", "runs.2",
+           lambda e: f"| {e['selection']['chosen']:g} | {e['results']['policy_trained']['mean_reward']:.3f} | "
+                     f"{e['routing']['policy_minus_best_fixed']['value']:+.3f} "
+                     f"[{e['routing']['policy_minus_best_fixed']['lo']:+.3f}, "
+                     f"{e['routing']['policy_minus_best_fixed']['hi']:+.3f}] | "
+                     f"{e['results']['policy_trained']['format_valid']:.3f} |", "penalty on 2,000 held-out"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
 ]
