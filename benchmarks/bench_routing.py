@@ -22,6 +22,11 @@ and with RUN's training questions as the reference cost scale. The new run folde
 joins ``--runs``. Enough questions for the paired interval of policy minus best fixed route to be
 narrow: at 32 it spans about +-0.2.
 
+``--greedy-penalties 0,0.3,0.6`` (with ``--evaluate``) first picks the greedy frequency penalty
+(``rollout.env.greedy_frequency_penalty``) on ``--select-questions`` of RUN's own training questions, by
+mean reward, then scores the held-out questions once with it (``RUN_heldout<N>_fp<penalty>``); the JSON
+keeps the choice and each candidate's scores under the run's ``selection``.
+
 Writes ``benchmarks/results/routing.json`` and ``routing.png`` (``--name`` changes the stem).
 """
 
