@@ -197,6 +197,9 @@ ROUTING_FIGURES = [
                      f"[{e['routing']['policy_minus_best_fixed']['lo']:+.3f}, "
                      f"{e['routing']['policy_minus_best_fixed']['hi']:+.3f}] | "
                      f"{e['results']['policy_trained']['format_valid']:.3f} |", "penalty on 2,000 held-out"),
+    Figure("docs/benchmarks.md", "routing_eval2000_s30.json", "runs.2.routing.policy_minus_best_fixed",
+           lambda d: f"policy - best fixed route **{d['value']:+.3f}\n  [{d['lo']:+.3f}, {d['hi']:+.3f}]**",
+           "30 steps on 2,000 held-out"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
 ]
