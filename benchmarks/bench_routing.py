@@ -309,12 +309,12 @@ def evaluate_run(run_dir: str, questions: int, penalties: list[float] | None = N
     Returns the new run folder and the selection (None without ``penalties``)."""
     import yaml
 
+    from rlrouter.data.build import load_router_r1_split
+
     run = Path(run_dir).resolve()
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     selection = choose_penalty(run, cfg, penalties, select_questions) if penalties else None
     data = heldout_split(run, cfg, questions)
-    from rlrouter.data.build import load_router_r1_split
-
     n = len(load_router_r1_split(data / "test.parquet"))
     env, name = None, f"{run.name}_heldout{n}"
     if selection is not None:
