@@ -7,7 +7,9 @@ policies scored against every fixed route on the same questions.
 The sweep sends every logged question to every candidate of the replay pool (what a fixed route does)
 and scores each call with the Router-R1 reward on one reference cost scale (every call of the mix), for
 alpha from 0 to 1: each task's best fixed route, the best fixed route, the per-task rule, the oracle
-(cheapest correct candidate) and the per-question best. Two mixes: the logs as they are (90% MMLU) and
+(cheapest correct candidate), the per-question best, and the cascade (the cheapest candidate, then the
+strongest too when the cheap reply states no final answer: what a policy that reads its
+``<information>`` could do). Two mixes: the logs as they are (90% MMLU) and
 the training job's mix (GSM8K and MMLU in equal numbers). The questions of ``--exclude`` (a run's test
 split) are left out, so the alpha chosen here is not chosen on the questions a run reports on.
 
@@ -98,6 +100,9 @@ def plot(result: dict, path: Path) -> None:
         a.plot(alphas, [r["best_fixed_reward"] for r in rows], color="k", lw=2, label="best fixed route")
         a.plot(alphas, [r["per_task_rule_reward"] for r in rows], color="C3", lw=1.5, ls=":", label="per-task rule")
         a.plot(alphas, [r["oracle_reward"] for r in rows], color="C4", lw=1, label="oracle (cheapest correct)")
+        if "cascade_reward" in rows[0]:
+            a.plot(alphas, [r["cascade_reward"] for r in rows], color="C5", lw=1.5, ls="-.",
+                   label="cascade: cheap, strong when its reply states no answer")
         lo, hi = sweep["tasks_differ"]["low"], sweep["tasks_differ"]["high"]
         if lo is not None:
             a.axvspan(lo - 0.01, hi + 0.01, color="C3", alpha=0.12, label="tasks' best routes differ")
@@ -109,7 +114,7 @@ def plot(result: dict, path: Path) -> None:
         a = ax[2]
         first = runs[0]["routing"]["routes"]
         for name, mk in (("always_cheapest", "s"), ("always_strongest", "D"), ("random", "v"),
-                         ("per_task_rule", "P"), ("oracle", "*")):
+                         ("per_task_rule", "P"), ("oracle", "*"), ("cascade", "X")):
             if name in first:
                 a.scatter(first[name]["cost_per_query"], first[name]["accuracy"], marker=mk, s=60, color="grey")
                 a.annotate(name, (first[name]["cost_per_query"], first[name]["accuracy"]), fontsize=7,
@@ -132,11 +137,13 @@ TABLE_ALPHAS = (0.0, 0.2, 0.3, 0.32, 0.34, 0.36, 0.38, 0.4, 0.42, 0.5, 0.6, 0.8,
 
 
 def sweep_table(sweep: dict) -> str:
-    """Mean reward of each task's fixed routes, the best fixed route, the per-task rule and the oracle."""
+    """Mean reward of each task's fixed routes, the best fixed route, the per-task rule, the cascade and the
+    oracle (gains over the best fixed route in brackets)."""
     tasks = sorted(sweep["tasks"])
     cands = sweep["candidates"]
+    cascade = "cascade_reward" in sweep["rows"][0]
     head = ["alpha"] + [f"{t}: {c.split('-')[0]}" for t in tasks for c in cands] + [
-        "best fixed route", "per-task rule (gain)", "oracle (headroom)"]
+        "best fixed route", "per-task rule (gain)"] + (["cascade (gain)"] if cascade else []) + ["oracle (headroom)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sweep["rows"]:
         if r["alpha"] not in TABLE_ALPHAS:
@@ -148,23 +155,33 @@ def sweep_table(sweep: dict) -> str:
                 cells.append(f"**{v:.3f}**" if r["by_task"][t]["best"] == c else f"{v:.3f}")
         gain, head_q = r["per_task_rule_reward"] - r["best_fixed_reward"], r["oracle_reward"] - r["best_fixed_reward"]
         cells += [f"{r['best_fixed_reward']:.3f} ({r['best_fixed'].split('-')[0]})",
-                  f"{r['per_task_rule_reward']:.3f} ({gain:+.4f})", f"{r['oracle_reward']:.3f} ({head_q:+.3f})"]
+                  f"{r['per_task_rule_reward']:.3f} ({gain:+.4f})"]
+        if cascade:
+            cells.append(f"{r['cascade_reward']:.3f} ({r['cascade_reward'] - r['best_fixed_reward']:+.4f})")
+        cells.append(f"{r['oracle_reward']:.3f} ({head_q:+.3f})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def runs_table(runs: list[dict]) -> str:
-    """Each trained run's policy on its held-out questions against the routes, with the paired interval."""
+    """Each trained run's policy on its held-out questions against the routes, with the paired interval, and
+    whether it escalates where the cheap reply states no answer (runs scored before the cascade: "–")."""
     lines = ["| run | alpha | questions | policy reward | best fixed route | policy - best fixed [95%] | "
-             "per-task rule | oracle | strong share per task | format valid | accuracy |", "|" + "---|" * 11]
+             "per-task rule | cascade | oracle | strong share per task | escalates after the cheap reply: "
+             "no answer / an answer | format valid | accuracy |", "|" + "---|" * 13]
     for run in runs:
         b = run["routing"]
         p, d = b["routes"]["policy"], b["policy_minus_best_fixed"]
         shares = ", ".join(f"{t} {v:.2f}" for t, v in p["strong_share_by_task"].items())
+        cascade = f"{b['routes']['cascade']['mean_reward']:.3f}" if "cascade" in b["routes"] else "–"
+        esc = b.get("policy_escalation")
+        escalates = (f"{esc['not_stated']['escalated']}/{esc['not_stated']['n']} / "
+                     f"{esc['stated']['escalated']}/{esc['stated']['n']}") if esc else "–"
         lines.append(f"| {Path(run['run']).name} | {b['alpha']:g} | {p['n']} | {p['mean_reward']:.3f} | "
                      f"{b['routes'][b['best_fixed']]['mean_reward']:.3f} ({b['best_fixed']}) | "
                      f"{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] | {b['routes']['per_task_rule']['mean_reward']:.3f} | "
-                     f"{b['routes']['oracle']['mean_reward']:.3f} | {shares} | {p['format_valid']:.3f} | {p['accuracy']:.3f} |")
+                     f"{cascade} | {b['routes']['oracle']['mean_reward']:.3f} | {shares} | {escalates} | "
+                     f"{p['format_valid']:.3f} | {p['accuracy']:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -327,6 +344,9 @@ def main() -> None:
     ap.add_argument("--exclude", nargs="*", default=None,
                     help="parquet splits whose questions the sweep leaves out (default: the default job's test split)")
     ap.add_argument("--runs", nargs="*", default=[], help="run folders (report.json with a routing block)")
+    ap.add_argument("--runs-from", default=None,
+                    help="an earlier result JSON whose runs' entries to keep (their run folders may be gone), "
+                         "before --runs")
     ap.add_argument("--evaluate", nargs="*", default=[], help="run folders whose final policy to score on --questions")
     ap.add_argument("--questions", type=int, default=2000)
     ap.add_argument("--greedy-penalties", default="",
@@ -355,9 +375,10 @@ def main() -> None:
     table = route_table(pool, items)
     sweeps = {"logs as they are": alpha_sweep(table, ALPHAS), "job mix (tasks equal)": alpha_sweep(balanced(table), ALPHAS)}
     shown = [str(Path(e).resolve().relative_to(ROOT)) if Path(e).resolve().is_relative_to(ROOT) else e for e in exclude]
+    kept = json.loads(Path(args.runs_from).read_text())["runs"] if args.runs_from else []
     result = {"alphas": ALPHAS, "excluded": shown, "questions": len(items), "sweeps": sweeps,
-              "runs": [{**run_entry(r), **({"selection": selections[Path(r).name]}
-                                              if Path(r).name in selections else {})} for r in runs]}
+              "runs": kept + [{**run_entry(r), **({"selection": selections[Path(r).name]}
+                                                   if Path(r).name in selections else {})} for r in runs]}
     for mix, sweep in sweeps.items():
         best = max(sweep["rows"], key=lambda r: r["per_task_rule_reward"] - r["best_fixed_reward"])
         sweep["most_per_task_gain"] = {"alpha": best["alpha"],
@@ -365,6 +386,10 @@ def main() -> None:
         print(f"{mix}: tasks' best routes differ at alpha {sweep['tasks_differ']['alphas']}; largest per-task "
               f"gain over the best fixed route {sweep['most_per_task_gain']['gain']:+.4f} at alpha "
               f"{best['alpha']:g} (oracle {best['oracle_reward']:.3f}, best fixed {best['best_fixed_reward']:.3f})")
+        casc = max(sweep["rows"], key=lambda r: r["cascade_reward"] - r["best_fixed_reward"])
+        sweep["most_cascade_gain"] = {"alpha": casc["alpha"], "gain": casc["cascade_reward"] - casc["best_fixed_reward"]}
+        print(f"{mix}: the cascade's largest gain over the best fixed route {sweep['most_cascade_gain']['gain']:+.4f} "
+              f"at alpha {casc['alpha']:g}")
     result["seconds"] = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

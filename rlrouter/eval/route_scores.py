@@ -10,7 +10,9 @@ training questions), so the same call earns the same cost reward whichever route
 
 A fixed route sends each question to one candidate and copies that candidate's reply into a well-formed
 answer: format 0, outcome the logged correctness, cost the call's USD. The oracle takes the cheapest
-candidate the logs show correct (the cheapest of all when none is). The per-task rule takes, for each
+candidate the logs show correct (the cheapest of all when none is). The cascade asks the cheapest candidate
+first and the strongest too when the cheap reply states no final answer (``states_answer``): a route that
+reads only what the policy reads, so it measures the question-level signal the policy can see. The per-task rule takes, for each
 task, the fixed route with the best mean reward on the *reference* questions, so it is chosen on one set
 and reported on another.
 """
@@ -33,6 +35,7 @@ from rlrouter.rewards.router_r1 import (
     exact_match,
     scale_cost,
 )
+from rlrouter.selector.aggregate import states_answer
 
 PERCENTILES = (5.0, 95.0)
 
@@ -56,6 +59,7 @@ class RouteTable:
     cost: np.ndarray  # (N, K) USD
     strong: str
     prices: dict[str, float]  # USD per 1M output tokens, for the oracle's "cheapest"
+    stated: np.ndarray | None = None  # (N, K) 1 where the reply states a final answer; None: every reply does
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -67,7 +71,10 @@ class RouteTable:
     def subset(self, rows: Sequence[int]) -> "RouteTable":
         rows = list(rows)
         return RouteTable([self.tasks[i] for i in rows], self.candidates, self.correct[rows], self.cost[rows],
-                          self.strong, self.prices)
+                          self.strong, self.prices, None if self.stated is None else self.stated[rows])
+
+    def stated_or_all(self) -> np.ndarray:
+        return np.ones_like(self.correct) if self.stated is None else self.stated
 
 
 def task_of(item: Mapping[str, Any]) -> str:
@@ -81,14 +88,15 @@ def route_table(pool: Any, items: Sequence[Mapping[str, Any]], metric: str = "em
     names = list(pool.names)
     cands = [pool.get(n) for n in names]
     n, k = len(items), len(names)
-    correct, cost = np.zeros((n, k)), np.zeros((n, k))
+    correct, cost, stated = np.zeros((n, k)), np.zeros((n, k)), np.zeros((n, k))
     for j, name in enumerate(names):
         resps = pool.route_sync([(name, it["query"]) for it in items])
         for i, (it, r) in enumerate(zip(items, resps)):
             correct[i, j] = outcome_of(r, list(it["ground_truth"]), metric)
             cost[i, j] = r.cost
+            stated[i, j] = float(bool(r.ok) and states_answer(r.text or ""))
     return RouteTable([task_of(it) for it in items], names, correct, cost, strongest(cands),
-                      {c.name: float(c.price_out) for c in cands})
+                      {c.name: float(c.price_out) for c in cands}, stated)
 
 
 def outcome_of(response: Any, golds: list[str], metric: str = "em") -> float:
@@ -196,6 +204,33 @@ def choice_rows(table: RouteTable, choice: np.ndarray, alpha: float, bounds: tup
                 (choice == table.strong_index).astype(np.float64), np.ones(len(table)))
 
 
+def cascade_rows(table: RouteTable, alpha: float, bounds: tuple[float, float]) -> Rows:
+    """Ask the cheapest candidate; when its reply states no final answer, ask the strongest too and copy
+    that reply (the cost is both calls'). With one candidate, or every reply stated, it is always-cheapest."""
+    cheap = table.candidates.index(min(table.candidates, key=lambda c: (table.prices[c], c)))
+    strong = table.strong_index
+    escalate = (table.stated_or_all()[:, cheap] < 0.5) & (strong != cheap)
+    outcome = np.where(escalate, table.correct[:, strong], table.correct[:, cheap])
+    cost = table.cost[:, cheap] + np.where(escalate, table.cost[:, strong], 0.0)
+    return Rows(rewards(0.0, outcome, cost, alpha, bounds), outcome, cost, 1.0 + escalate,
+                escalate.astype(np.float64), np.ones(len(table)))
+
+
+def escalation(trajs: Sequence[Any], table: RouteTable) -> dict[str, Any]:
+    """Does the policy read the reply? Of its trajectories whose first call went to the cheapest candidate,
+    the share that then called the strongest, split by whether that cheap reply states a final answer (the
+    logged reply to the question). A policy that uses the reply escalates more where it states none."""
+    cheap = min(table.candidates, key=lambda c: (table.prices[c], c))
+    stated = table.stated_or_all()[:, table.candidates.index(cheap)]
+    out: dict[str, Any] = {}
+    for name, want in (("stated", True), ("not_stated", False)):
+        firsts = [t for i, t in enumerate(trajs) if t.routes and t.routes[0].model == cheap
+                  and (stated[i] >= 0.5) == want]
+        up = sum(any(r.model == table.strong for r in t.routes[1:]) for t in firsts)
+        out[name] = {"n": len(firsts), "escalated": up, "share": up / len(firsts) if firsts else 0.0}
+    return out
+
+
 def policy_rows(trajs: Sequence[Any], candidates: Sequence[str], strong: str, alpha: float,
                 bounds: tuple[float, float], metric: str = "em") -> Rows:
     """The policy's trajectories (one per question) under the same reward and cost scale as the routes."""
@@ -242,6 +277,18 @@ def choice_share(table: RouteTable, choice: np.ndarray) -> dict[str, float]:
     return {c: float((np.asarray(choice) == j).sum() / n) for j, c in enumerate(table.candidates)}
 
 
+def rows_share(table: RouteTable, rows: Rows) -> dict[str, float]:
+    """Share of calls per candidate of a route that calls the cheapest first and the strongest at times."""
+    cheap = min(table.candidates, key=lambda c: (table.prices[c], c))
+    total = float(rows.calls.sum())
+    strong = float(rows.strong_calls.sum())
+    out = {c: 0.0 for c in table.candidates}
+    if total:
+        out[table.strong] = strong / total
+        out[cheap] = (total - strong) / total if cheap != table.strong else 1.0
+    return out
+
+
 def trajectory_share(trajs: Sequence[Any], candidates: Sequence[str]) -> dict[str, float]:
     calls = Counter(r.model for t in trajs for r in t.routes)
     total = sum(calls.values())
@@ -279,6 +326,8 @@ def scoreboard(table: RouteTable, reference: RouteTable, alpha: float, trajs: Se
     choices["oracle"] = oracle_choice(table)
     routes = {k: choice_rows(table, c, alpha, bounds) for k, c in choices.items()}
     shares = {k: choice_share(table, c) for k, c in choices.items()}
+    routes["cascade"] = cascade_rows(table, alpha, bounds)
+    shares["cascade"] = rows_share(table, routes["cascade"])
     if trajs is not None:
         if len(trajs) != len(table):
             raise ValueError(f"scoreboard: {len(trajs)} trajectories for {len(table)} questions")
@@ -295,8 +344,12 @@ def scoreboard(table: RouteTable, reference: RouteTable, alpha: float, trajs: Se
         p = routes["policy"].reward
         out["policy_minus_best_fixed"] = paired_diff(p, routes[best].reward, n_boot, seed=seed).to_dict()
         out["policy_minus_per_task_rule"] = paired_diff(p, routes["per_task_rule"].reward, n_boot, seed=seed).to_dict()
+        out["policy_minus_cascade"] = paired_diff(p, routes["cascade"].reward, n_boot, seed=seed).to_dict()
+        out["policy_escalation"] = escalation(trajs, table)
     out["per_task_minus_best_fixed"] = paired_diff(routes["per_task_rule"].reward, routes[best].reward, n_boot,
                                                    seed=seed).to_dict()
+    out["cascade_minus_best_fixed"] = paired_diff(routes["cascade"].reward, routes[best].reward, n_boot,
+                                                  seed=seed).to_dict()
     return out
 
 
@@ -347,10 +400,13 @@ def alpha_sweep(table: RouteTable, alphas: Sequence[float], percentiles: Sequenc
         idx = np.arange(len(table))
         oracle_r = rewards(0.0, oracle.outcome, oracle.cost, float(a), bounds)
         best_q = r.max(axis=1)  # the reward-optimal candidate of each question
+        cascade = cascade_rows(table, float(a), bounds)
         rows.append({"alpha": float(a), "by_task": by_task,
                      "best_fixed": table.candidates[int(np.argmax(means))], "best_fixed_reward": float(means.max()),
                      "per_task_rule_reward": float(r[idx, rule].mean()),
-                     "oracle_reward": float(oracle_r.mean()), "per_question_best_reward": float(best_q.mean())})
+                     "oracle_reward": float(oracle_r.mean()), "per_question_best_reward": float(best_q.mean()),
+                     "cascade_reward": float(cascade.reward.mean()),
+                     "cascade_reward_by_task": {t: float(cascade.reward[tasks == t].mean()) for t in sorted(set(table.tasks))}})
     split = [row["alpha"] for row in rows if len({v["best"] for v in row["by_task"].values()}) > 1]
     return {"cost_bounds": list(bounds), "percentiles": list(percentiles), "candidates": table.candidates,
             "strong": table.strong, "tasks": dict(Counter(table.tasks)), "rows": rows,

@@ -10,7 +10,9 @@ What a demonstration may teach is the protocol and copying a reply, not where to
 ``<information>`` (cut as the rollout cuts it), and answers with the answer the reply states
 (``answer="reply"``: ``answer_key``, e.g. the number after "####" or the last number, or the option
 letter), right or wrong. What the policy can do at test time is copy; the choice of candidate is left to
-RL. ``route="optimal"`` (the question's ``optimal_model``, the cheapest candidate the logs show correct)
+RL. With ``second_call`` > 0 that share of demonstrations, drawn at random, then asks another candidate
+(drawn at random too) and answers what that second reply states: the format of a cascade, with no rule of
+when to escalate (the draw ignores the first reply). ``route="optimal"`` (the question's ``optimal_model``, the cheapest candidate the logs show correct)
 and ``answer="gold"`` are the older demonstrations, kept for comparison: they leak the route and an
 answer the policy cannot know.
 """
@@ -42,7 +44,7 @@ def search_turn(model: str, sub_query: str) -> str:
     return f"I will ask {model}.</think>\n<search>{model}: {sub_query}</search>"
 
 
-def fit_search_turn(model: str, sub_query: str, tokenizer: Any, budget: int) -> str:
+def fit_search_turn(model: str, sub_query: str, tokenizer: Any, budget: int, prefix: str = "") -> str:
     """``search_turn`` with the sub-query cut, word by word, until the turn is at most ``budget`` tokens.
 
     A demonstration the rollout cannot reproduce teaches a turn that the engine cuts off before
@@ -51,7 +53,7 @@ def fit_search_turn(model: str, sub_query: str, tokenizer: Any, budget: int) -> 
     words = sub_query.removesuffix(" ...").split()
     cut = sub_query.endswith(" ...")
     while True:
-        text = search_turn(model, " ".join(words) + (" ..." if cut else ""))
+        text = prefix + search_turn(model, " ".join(words) + (" ..." if cut else ""))
         if len(words) <= 1 or len(tokenizer.encode(text, add_special_tokens=False)) <= budget:
             return text
         words, cut = words[:-1], True
@@ -63,7 +65,7 @@ DEMO_ANSWERS = ("reply", "gold")
 
 def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, seed: int = 0,
                          query_words: int = 24, route: str = "random", answer: str = "reply",
-                         info_max_chars: int = 400) -> list[dict[str, Any]]:
+                         info_max_chars: int = 400, second_call: float = 0.0) -> list[dict[str, Any]]:
     """``n`` demonstrations (dicts with ``query``, ``segments``: [(text, is_policy)]) from real pool calls.
 
     Each demonstrated sub-query is the question's first ``query_words`` words (``short_query``). Short
@@ -77,6 +79,8 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
         raise ValueError(f"train.warmup_route: expected one of {DEMO_ROUTES}, got {route!r}")
     if answer not in DEMO_ANSWERS:
         raise ValueError(f"train.warmup_answer: expected one of {DEMO_ANSWERS}, got {answer!r}")
+    if not 0.0 <= second_call <= 1.0:
+        raise ValueError(f"train.warmup_second_call: expected a share in [0, 1], got {second_call!r}")
     rng = random.Random(seed)
     chosen = rng.sample(list(items), min(n, len(items)))
     cands = [pool.get(name) for name in pool.names]
@@ -85,18 +89,32 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
         models = [rng.choice(list(pool.names)) for _ in chosen]
     else:
         models = [it.get("optimal_model") or strongest for it in chosen]
+    names = list(pool.names)
+    seconds = [rng.choice([n for n in names if n != m] or names) if second_call and rng.random() < second_call
+               else None for m in models]
     replies = pool.route_sync([(m, it["query"]) for m, it in zip(models, chosen)])
+    later = iter(pool.route_sync([(m2, it["query"]) for m2, it in zip(seconds, chosen) if m2 is not None]))
     demos = []
-    for it, model, reply in zip(chosen, models, replies):
-        info = reply.text if reply.ok else f"Error: {reply.error}"
-        shown = format_information(info, info_max_chars)
-        final = list(it["ground_truth"])[0] if answer == "gold" or not reply.ok else answer_key(_shown_text(shown))
+    for it, model, reply, model2 in zip(chosen, models, replies, seconds):
         sub_query = short_query(it["query"], query_words)
-        segments = [(search_turn(model, sub_query), True), (shown, False),
-                    (f"<think>The reply says {final}.</think>\n<answer>{final}</answer>", True)]
-        demos.append({"query": it["query"], "segments": segments, "model": model,
+        shown = _shown_reply(reply, info_max_chars)
+        segments = [(search_turn(model, sub_query), True), (shown, False)]
+        calls = [model]
+        if model2 is not None:
+            reply = next(later)
+            shown = _shown_reply(reply, info_max_chars)
+            segments += [("<think>" + search_turn(model2, sub_query), True), (shown, False)]
+            calls.append(model2)
+        final = list(it["ground_truth"])[0] if answer == "gold" or not reply.ok else answer_key(_shown_text(shown))
+        segments.append((f"<think>The reply says {final}.</think>\n<answer>{final}</answer>", True))
+        demos.append({"query": it["query"], "segments": segments, "model": model, "calls": calls,
                       "sub_query": sub_query, "answer": final})
     return demos
+
+
+def _shown_reply(reply: Any, info_max_chars: int) -> str:
+    """A reply's ``<information>`` block, cut as the rollout cuts it."""
+    return format_information(reply.text if reply.ok else f"Error: {reply.error}", info_max_chars)
 
 
 def _shown_text(block: str) -> str:
@@ -108,12 +126,16 @@ def demo_tokens(demo: dict[str, Any], tokenizer: Any, candidates: Sequence[Candi
                 env_cfg: EnvConfig) -> TrajectoryTokens:
     """A demonstration in the policy's token space, masked like a rollout (information not trained on).
 
-    The search turn is shortened to fit the rollout's turn budget (``fit_search_turn``)."""
+    Each search turn is shortened to fit the rollout's turn budget (``fit_search_turn``)."""
     t = TrajectoryTokens(prompt_ids(tokenizer, demo["query"], candidates, env_cfg))
     budget = max(1, env_cfg.max_new_tokens - TURN_MARGIN)
+    calls = list(demo.get("calls") or ([demo["model"]] if "model" in demo else []))
+    searches = 0
     for i, (text, policy) in enumerate(demo["segments"]):
-        if i == 0 and policy and "model" in demo:
-            text = fit_search_turn(demo["model"], demo["sub_query"], tokenizer, budget)
+        if policy and searches < len(calls) and i == 2 * searches:  # search turns: segments 0, 2, ...
+            text = fit_search_turn(calls[searches], demo["sub_query"], tokenizer, budget,
+                                   prefix="<think>" if searches else "")
+            searches += 1
         ids = tokenizer.encode(text, add_special_tokens=False)
         if policy:
             t.add_policy(ids, [0.0] * len(ids))

@@ -22,8 +22,8 @@ _LETTER = re.compile(r"(?:answer(?: is)?|^)\s*[:(]?\s*([ABCD])[).:]?\s*(?:$|\n)"
 _NUMBER = re.compile(r"[-+]?\d[\d,]*\.?\d*")
 
 
-def answer_key(text: str) -> str:
-    """A short comparable key of an answer (see module docstring)."""
+def _stated(text: str) -> str | None:
+    """The answer a reply states in a final-answer form (after ``####``, boxed, an option letter), or None."""
     for pat in (_HASH, _BOXED):
         m = pat.search(text)
         if m:
@@ -31,6 +31,21 @@ def answer_key(text: str) -> str:
     m = _LETTER.search(text.strip())
     if m:
         return m.group(1).upper()
+    return None
+
+
+def states_answer(text: str) -> bool:
+    """Whether a reply states its answer in a final-answer form, rather than leaving ``answer_key`` to guess
+    (its last number, or its text). A GSM8K reply without one is a weak reply: Mixtral's logged replies
+    without ``####`` are wrong 77% of the time, those with it 32% (``rlrouter.eval.route_scores.cascade_rows``)."""
+    return _stated(text) is not None
+
+
+def answer_key(text: str) -> str:
+    """A short comparable key of an answer (see module docstring)."""
+    stated = _stated(text)
+    if stated is not None:
+        return stated
     nums = _NUMBER.findall(text)
     if nums:
         return nums[-1].replace(",", "").rstrip(".")

@@ -35,7 +35,8 @@ from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, held
 log = logging.getLogger(__name__)
 
 
-JOB_ONLY_TRAIN_FIELDS = ("warmup_demos", "warmup_query_words", "warmup_route", "warmup_answer")
+JOB_ONLY_TRAIN_FIELDS = ("warmup_demos", "warmup_query_words", "warmup_route", "warmup_answer",
+                         "warmup_second_call")
 """``train`` fields the job reads itself (building the demonstrations) and ``RouterR1TrainConfig`` does not take."""
 
 
@@ -92,6 +93,7 @@ def demonstrations(cfg: DictConfig, train: RouterR1TrainConfig, pool: Any, items
                                           query_words=cfg.train.get("warmup_query_words", 24),
                                           route=cfg.train.get("warmup_route", "random"),
                                           answer=cfg.train.get("warmup_answer", "reply"),
+                                          second_call=float(cfg.train.get("warmup_second_call", 0.0)),
                                           info_max_chars=env.get("info_max_chars", 400))]
 
 

@@ -180,7 +180,7 @@ def plot_run(metrics: list[dict[str, Any]], results: dict[str, dict[str, Any]], 
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names)), 3.6))
     bottom = np.zeros(len(names))
     for c in cands:
-        vals = np.array([results[n]["route_share"].get(c, 0.0) for n in names])
+        vals = np.array([(results[n].get("route_share") or {}).get(c, 0.0) for n in names])
         ax.bar(names, vals, bottom=bottom, label=c)
         bottom += vals
     ax.set_ylabel("share of calls"), ax.set_title("route shares"), ax.legend(fontsize=8)
@@ -209,8 +209,9 @@ def plot_run(metrics: list[dict[str, Any]], results: dict[str, dict[str, Any]], 
 
 ROW_LABELS = {"policy_untrained": "policy, untrained", "policy_cold_start": "policy after the cold start (RL step 0)",
               "policy_trained": "policy, trained", "always_cheapest": "always cheapest", "always_strongest":
-              "always strongest", "random": "random", "per_task_rule": "best fixed route per task", "oracle":
-              "oracle (cheapest correct)"}
+              "always strongest", "random": "random", "per_task_rule": "best fixed route per task",
+              "cascade": "cascade (cheapest; strongest too when its reply states no answer)",
+              "oracle": "oracle (cheapest correct)"}
 
 
 def results_table(report: dict[str, Any]) -> str:
@@ -247,6 +248,12 @@ def results_table(report: dict[str, Any]) -> str:
                   f"[{d['lo']:+.3f}, {d['hi']:+.3f}] (paired bootstrap, 95%, {routing['routes']['policy']['n']} "
                   f"questions). The gap, {loss['gap']:+.3f}, is route {loss['route']:+.3f}, format "
                   f"{loss['format']:+.3f}, copying the reply {loss['copy']:+.3f}."]
+        esc = routing.get("policy_escalation")
+        if esc:
+            lines += ["", "After a first call to the cheapest candidate, the policy called the strongest too on "
+                      f"{esc['not_stated']['escalated']} of {esc['not_stated']['n']} questions whose cheap reply "
+                      f"states no final answer and on {esc['stated']['escalated']} of {esc['stated']['n']} whose reply "
+                      "states one (the cascade escalates on all of the first and none of the second)."]
     return "\n".join(lines) + "\n"
 
 

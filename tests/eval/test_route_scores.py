@@ -12,7 +12,9 @@ import pytest
 from rlrouter.eval.route_scores import (
     RouteTable,
     alpha_sweep,
+    cascade_rows,
     cost_bounds,
+    escalation,
     oracle_choice,
     paired_diff,
     per_task_rule,
@@ -160,3 +162,66 @@ def test_cost_bounds_are_the_sqrt_percentiles():
 def test_per_task_rule_breaks_ties_toward_the_cheaper():
     rows = [("t", (1, 1), (0.0001, 0.0001))]
     assert per_task_rule(table(rows), 0.0, BOUNDS) == {"t": "small"}
+
+
+def test_cascade_asks_the_strongest_only_where_the_cheap_reply_states_no_answer():
+    """Rows 0 and 3: the small model's reply states no final answer, so the cascade pays both calls and
+    takes big's outcome; elsewhere it is small's. Rewards by hand on the fixed bounds."""
+    t = table()
+    t.stated = np.array([[1, 0], [1, 1], [1, 1], [1, 0], [1, 1], [1, 1]], dtype=float)
+    alpha = 0.5
+    rows = cascade_rows(t, alpha, BOUNDS)
+    want = [by_hand(1, 0.0401, alpha), by_hand(1, 0.0001, alpha), by_hand(1, 0.0001, alpha),
+            by_hand(1, 0.0010, alpha), by_hand(1, 0.0001, alpha), by_hand(0, 0.0001, alpha)]
+    assert rows.reward.tolist() == pytest.approx(want)
+    assert rows.calls.tolist() == [2, 1, 1, 2, 1, 1] and rows.strong_calls.tolist() == [1, 0, 0, 1, 0, 0]
+    assert rows.cost.tolist() == pytest.approx([0.0401, 0.0001, 0.0001, 0.0010, 0.0001, 0.0001])
+    # no stated column (every reply states an answer): the cascade is always-cheapest
+    plain = cascade_rows(table(), alpha, BOUNDS)
+    assert plain.reward.tolist() == pytest.approx([by_hand(r[1][1], r[2][1], alpha) for r in ROWS])
+    assert table().subset([0, 3]).stated is None and t.subset([0, 3]).stated.tolist() == [[1, 0], [1, 0]]
+
+
+def test_scoreboard_has_the_cascade_and_the_policys_escalation(monkeypatch):
+    import rlrouter.eval.route_scores as rs
+
+    monkeypatch.setattr(rs, "cost_bounds", lambda costs, percentiles=None: BOUNDS)
+    t = table()
+    t.stated = np.array([[1, 0], [1, 1], [1, 1], [1, 0], [1, 1], [1, 1]], dtype=float)
+    alpha = 0.5
+
+    def traj(i, models, answer, cost):
+        text = "".join(f"<think>x</think><search>{m}: q</search><information>r</information>" for m in models)
+        return SimpleNamespace(item={"query": f"q{i}", "ground_truth": ["7"], "source": ROWS[i][0]},
+                               text=text + f"<think>y</think><answer>{answer}</answer>", answer=answer, cost=cost,
+                               routes=[SimpleNamespace(model=m) for m in models])
+
+    # small first everywhere; escalates on row 0 (not stated) and row 1 (stated), not on row 3 (not stated)
+    trajs = [traj(0, ["small", "big"], "7", 0.0401), traj(1, ["small", "big"], "7", 0.0401),
+             traj(2, ["small"], "7", 0.0001), traj(3, ["small"], "5", 0.0001), traj(4, ["big"], "7", 0.0009),
+             traj(5, ["small"], "5", 0.0001)]
+    board = scoreboard(t, t, alpha, trajs=trajs, seed=0, n_boot=200)
+    cascade = cascade_rows(t, alpha, BOUNDS)
+    assert board["routes"]["cascade"]["mean_reward"] == pytest.approx(cascade.reward.mean())
+    assert board["routes"]["cascade"]["strong_share_by_task"] == pytest.approx({"math": 1 / 4, "mcq": 1 / 4})
+    assert board["routes"]["cascade"]["route_share"] == pytest.approx({"big": 2 / 8, "small": 6 / 8})
+    assert all("route_share" in r for r in board["routes"].values())  # the run's route-share plot reads every row
+    assert board["cascade_minus_best_fixed"]["value"] == pytest.approx(
+        cascade.reward.mean() - board["routes"][board["best_fixed"]]["mean_reward"])
+    assert board["policy_minus_cascade"]["value"] == pytest.approx(
+        board["routes"]["policy"]["mean_reward"] - cascade.reward.mean())
+    esc = board["policy_escalation"]
+    assert esc["not_stated"] == {"n": 2, "escalated": 1, "share": 0.5}
+    assert esc["stated"] == {"n": 3, "escalated": 1, "share": pytest.approx(1 / 3)}
+    assert escalation(trajs, table())["not_stated"]["n"] == 0  # no stated column: every reply states one
+
+
+def test_alpha_sweep_scores_the_cascade():
+    t = table()
+    t.stated = np.array([[1, 0], [1, 1], [1, 1], [1, 0], [1, 1], [1, 1]], dtype=float)
+    sweep = alpha_sweep(t, [0.0, 0.5], percentiles=(0.0, 100.0))
+    bounds = tuple(sweep["cost_bounds"])
+    for r in sweep["rows"]:
+        want = cascade_rows(t, r["alpha"], bounds)
+        assert r["cascade_reward"] == pytest.approx(want.reward.mean())
+        assert r["cascade_reward_by_task"]["math"] == pytest.approx(want.reward[:3].mean())

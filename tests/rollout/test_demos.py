@@ -97,3 +97,43 @@ def test_a_demonstrated_search_turn_fits_the_rollout_turn_budget():
     assert RouterR1FormatReward([model])(["q"], [full]) == [0.0]
     # a turn that already fits is unchanged
     assert fit_search_turn(model, "What is 2+2?", WordTok(), budget=20) == search_turn(model, "What is 2+2?")
+
+
+def test_second_call_demonstrations_ask_another_candidate_at_random(shared_data):
+    """With warmup_second_call, that share of demonstrations asks a second candidate (the other one, drawn
+    without looking at the first reply) and answers what the second reply states; the format holds."""
+    from rlrouter.data.sources import gsm8k
+    from rlrouter.rollout.demos import demo_tokens
+
+    pool = _pool()
+    qs = gsm8k(shared_data / "routellm" / "gsm8k")[:60]
+    items = [{"query": q.query, "ground_truth": q.ground_truth} for q in qs]
+    demos = build_demonstrations(items, pool, n=60, seed=1, second_call=0.5)
+    two = [d for d in demos if len(d["calls"]) == 2]
+    assert 15 <= len(two) <= 45 and all(len(d["calls"]) in (1, 2) for d in demos)
+    assert all(d["calls"][0] != d["calls"][1] for d in two)
+    cfg = EnvConfig(prefill="<think>\n")
+    texts = [cfg.prefill + "".join(t for t, _ in d["segments"]) for d in demos]
+    assert RouterR1FormatReward(pool.names)([d["query"] for d in demos], texts) == [0.0] * 60
+    for d in two:
+        assert len(d["segments"]) == 5 and d["segments"][2][0].startswith("<think>I will ask " + d["calls"][1])
+        assert d["answer"] in d["segments"][3][0].replace(",", "")  # the second reply's answer
+    # the second search turn is fitted to the turn budget too (character tokens: a budget of 100)
+
+    class CharTok:
+        chat_template = None
+
+        def encode(self, text, add_special_tokens=False):
+            return [ord(c) for c in text]
+
+        def decode(self, ids, skip_special_tokens=False):
+            return "".join(map(chr, ids))
+
+    t = demo_tokens(two[0], CharTok(), [pool.get(n) for n in pool.names], EnvConfig(max_new_tokens=108))
+    policy = "".join(chr(i) for i, m in zip(t.input_ids, t.loss_mask) if m)
+    assert policy.count("<search>") == 2 and policy.count("</search>") == 2
+    turns = [seg + "</search>" for seg in policy.split("</search>")[:2]]
+    assert all(len(turn) <= 100 for turn in turns) and "..." in turns[1] and turns[1].startswith("<think>I will ask ")
+    assert build_demonstrations(items, pool, n=10, seed=1)[0]["calls"] == [build_demonstrations(items, pool, n=10, seed=1)[0]["model"]]
+    with pytest.raises(ValueError, match="train.warmup_second_call"):
+        build_demonstrations(items, pool, n=2, second_call=1.5)

@@ -22,3 +22,13 @@ def test_vote_and_confidence():
     assert aggregate(responses, scores, "confidence").model == "big"
     with pytest.raises(ValueError, match="no candidate"):
         aggregate({}, {}, "vote")
+
+
+def test_states_answer_tells_a_final_answer_from_a_guess():
+    from rlrouter.selector.aggregate import answer_key, states_answer
+
+    assert states_answer("so 9 * 2 = 18.\n#### 18") and states_answer("\\boxed{3}") and states_answer("B")
+    assert states_answer("Answer: c.")
+    # no final-answer form: answer_key falls back to the last number, which the cascade does not trust
+    assert not states_answer("2 + 1/2 = 2.5 bolts, so about 3") and answer_key("2 + 1/2 = 2.5 bolts, so about 3") == "3"
+    assert not states_answer("")

@@ -51,7 +51,9 @@ def test_results_table_has_reward_and_strong_share_columns_for_every_row():
               "routing": {"alpha": 0.36, "best_fixed": "always_cheapest", "per_task": {"gsm8k": "m", "mmlu": "g"},
                           "policy_minus_best_fixed": {"value": -0.05, "lo": -0.1, "hi": 0.01},
                           "policy_loss": {"gap": 0.05, "route": 0.01, "format": 0.03, "copy": 0.01},
-                          "routes": {"policy": {"n": 32}}}}
+                          "routes": {"policy": {"n": 32}},
+                          "policy_escalation": {"not_stated": {"n": 4, "escalated": 3, "share": 0.75},
+                                                "stated": {"n": 20, "escalated": 2, "share": 0.1}}}}
     table = results_table(report).splitlines()
     assert table[0] == ("| route | format valid | accuracy | mean reward | cost / query | strong share gsm8k "
                         "| strong share mmlu |")
@@ -60,8 +62,9 @@ def test_results_table_has_reward_and_strong_share_columns_for_every_row():
                                                  "| always cheapest", "| oracle (cheapest correct)"]
     assert rows[0].endswith("| 0.100 | 0.00100 | 0.50 | 0.25 |")
     assert all(r.count("|") == 8 for r in rows)
-    assert "Policy minus best fixed route: -0.050 [-0.100, +0.010]" in table[-1]
-    assert "route +0.010, format +0.030, copying the reply +0.010" in table[-1]
+    assert "Policy minus best fixed route: -0.050 [-0.100, +0.010]" in table[-3]
+    assert "route +0.010, format +0.030, copying the reply +0.010" in table[-3]
+    assert "strongest too on 3 of 4 questions whose cheap reply states no final answer and on 2 of 20" in table[-1]
 
 
 def test_held_out_records_keep_each_trajectory_and_why_its_format_failed():
