@@ -200,6 +200,23 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing_eval2000_s30.json", "runs.2.routing.policy_minus_best_fixed",
            lambda d: f"policy - best fixed route **{d['value']:+.3f}\n  [{d['lo']:+.3f}, {d['hi']:+.3f}]**",
            "30 steps on 2,000 held-out"),
+    Figure("docs/benchmarks.md", "routing_casc400.json", "runs.1.routing.cascade_minus_best_fixed",
+           lambda d: f"+{d['value']:.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]** (0.673", "cascade on 400 held-out"),
+    Figure("docs/benchmarks.md", "routing_casc400.json", "runs.1.routing",
+           lambda b: f"asks GPT-4 after **{b['policy_escalation']['not_stated']['escalated']} of the "
+                     f"{b['policy_escalation']['not_stated']['n']}** Mixtral replies that state no answer (and "
+                     f"{b['policy_escalation']['stated']['escalated']} of the {b['policy_escalation']['stated']['n']}",
+           "cascade run: escalation"),
+    Figure("docs/benchmarks.md", "routing_casc400.json", "runs.1.routing.policy_minus_best_fixed",
+           lambda d: f"**{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]** below the best fixed route",
+           "cascade run on 400 held-out"),
+    Figure("docs/benchmarks.md", "routing_casc400.json", "runs.0.held_out_curve",
+           lambda c: "| mean reward | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |",
+           "cascade run: curve"),
+    Figure("README.md", "routing_casc400.json", "runs.1.routing.cascade_minus_best_fixed",
+           lambda d: f"is +{d['value']:.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] above always-Mixtral", "README: cascade"),
+    Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal).most_cascade_gain",
+           lambda g: f"gains **{g['gain']:+.3f}** over the best fixed route at alpha {g['alpha']:g}", "cascade gain"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
 ]
