@@ -185,6 +185,26 @@ def runs_table(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rescored_table(boards: list[dict]) -> str:
+    """``rescore``'s boards: the policy, the best fixed route and the cascade on each run's held-out questions."""
+    lines = ["| run | questions | policy reward | best fixed route | cascade | policy - best fixed [95%] | "
+             "cascade - best fixed [95%] | policy - cascade [95%] | escalates after the cheap reply: no answer / an answer |",
+             "|" + "---|" * 9]
+
+    def ci(d: dict) -> str:
+        return f"{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+
+    for b in boards:
+        esc = b["policy_escalation"]
+        lines.append(f"| {Path(b['run']).name} | {sum(b['tasks'].values())} | {b['policy_mean_reward']:.3f} | "
+                     f"{b['routes'][b['best_fixed']]['mean_reward']:.3f} ({b['best_fixed']}) | "
+                     f"{b['routes']['cascade']['mean_reward']:.3f} | {ci(b['policy_minus_best_fixed'])} | "
+                     f"{ci(b['cascade_minus_best_fixed'])} | {ci(b['policy_minus_cascade'])} | "
+                     f"{esc['not_stated']['escalated']}/{esc['not_stated']['n']} / "
+                     f"{esc['stated']['escalated']}/{esc['stated']['n']} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot_curves(runs: list[dict], path: Path) -> None:
     """Each run's held-out curve side by side: format validity, mean reward (with the run's best fixed route
     as a dotted line) and the strong-call share per task, against the RL step."""
@@ -339,6 +359,53 @@ def evaluate_run(run_dir: str, questions: int, penalties: list[float] | None = N
     return str(score_policy(run, cfg, data, name, env)), selection
 
 
+def rescore(run_dir: str) -> dict:
+    """RUN's held-out questions scored again with today's routes, beside the policy's logged rewards
+    (``held_out.jsonl``: one reward per question, on the run's reference scale): the cascade and every
+    route, the paired intervals of the policy and of the cascade against the best fixed route and of the
+    policy against the cascade, and the policy's escalation. No policy is run; for runs scored before a
+    route was added to the scoreboard."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import yaml
+
+    from rlrouter.data.build import load_router_r1_split
+    from rlrouter.data.io import read_jsonl
+    from rlrouter.eval.route_scores import (cascade_rows, cost_bounds, escalation, fixed_name, fixed_route_rewards,
+                                            paired_diff, route_table, scoreboard)
+    from rlrouter.pool.pool import CandidatePool
+
+    run = Path(run_dir).resolve()
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    data = Path(cfg["data"]["out_dir"])
+    data = data if data.is_absolute() else ROOT / data
+    test, train = load_router_r1_split(data / "test.parquet"), load_router_r1_split(data / "train.parquet")
+    pool = CandidatePool.from_config(cfg["pool"])
+    metric = cfg["reward"].get("metric", "em")
+    table, reference = route_table(pool, test, metric), route_table(pool, train, metric)
+    alpha = float(cfg["reward"]["alpha"])
+    records = {r["query"]: r for _, r in read_jsonl(run / "held_out.jsonl")}
+    missing = [it["query"][:60] for it in test if it["query"] not in records]
+    if missing:
+        raise SystemExit(f"{run}/held_out.jsonl: no trajectory for {len(missing)} test questions, e.g. {missing[0]!r}")
+    rows = [records[it["query"]] for it in test]
+    seed = int((cfg.get("eval") or {}).get("seed", 0))  # the job's bootstrap seed: the same resamples as its report
+    board = scoreboard(table, reference, alpha, seed=seed)
+    bounds = cost_bounds(reference.cost)
+    best = fixed_route_rewards(table, alpha, bounds)[:, table.candidates.index(
+        next(c for c in table.candidates if fixed_name(table, c) == board["best_fixed"]))]
+    policy = np.asarray([r["reward"] for r in rows], dtype=np.float64)
+    cascade = cascade_rows(table, alpha, bounds).reward
+    trajs = [SimpleNamespace(routes=[SimpleNamespace(model=m) for m in r["routes"]]) for r in rows]
+    board.update({"run": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run),
+                  "policy_mean_reward": float(policy.mean()),
+                  "policy_minus_best_fixed": paired_diff(policy, best, seed=seed).to_dict(),
+                  "policy_minus_cascade": paired_diff(policy, cascade, seed=seed).to_dict(),
+                  "policy_escalation": escalation(trajs, table)})
+    return board
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--exclude", nargs="*", default=None,
@@ -349,6 +416,8 @@ def main() -> None:
                          "before --runs")
     ap.add_argument("--evaluate", nargs="*", default=[], help="run folders whose final policy to score on --questions")
     ap.add_argument("--questions", type=int, default=2000)
+    ap.add_argument("--rescore", nargs="*", default=[],
+                    help="held-out run folders (held_out.jsonl) to score again against today's routes (rescore())")
     ap.add_argument("--greedy-penalties", default="",
                     help="comma-separated greedy frequency penalties: --evaluate picks one on the run's own "
                          "training questions (--select-questions of them), then scores the held-out set with it")
@@ -376,9 +445,11 @@ def main() -> None:
     sweeps = {"logs as they are": alpha_sweep(table, ALPHAS), "job mix (tasks equal)": alpha_sweep(balanced(table), ALPHAS)}
     shown = [str(Path(e).resolve().relative_to(ROOT)) if Path(e).resolve().is_relative_to(ROOT) else e for e in exclude]
     kept = json.loads(Path(args.runs_from).read_text())["runs"] if args.runs_from else []
+    rescored = [rescore(r) for r in args.rescore]
     result = {"alphas": ALPHAS, "excluded": shown, "questions": len(items), "sweeps": sweeps,
               "runs": kept + [{**run_entry(r), **({"selection": selections[Path(r).name]}
-                                                   if Path(r).name in selections else {})} for r in runs]}
+                                                   if Path(r).name in selections else {})} for r in runs],
+              **({"rescored": rescored} if rescored else {})}
     for mix, sweep in sweeps.items():
         best = max(sweep["rows"], key=lambda r: r["per_task_rule_reward"] - r["best_fixed_reward"])
         sweep["most_per_task_gain"] = {"alpha": best["alpha"],
@@ -397,6 +468,8 @@ def main() -> None:
     md = "".join(f"### {mix}\n\n{sweep_table(sweep)}\n" for mix, sweep in sweeps.items())
     if result["runs"]:
         md += "### trained runs\n\n" + runs_table(result["runs"])
+    if rescored:
+        md += "### held-out runs scored again\n\n" + rescored_table(rescored)
     (out / f"{args.name}.md").write_text(md)
     print(md)
     plot(result, out / f"{args.name}.png")
