@@ -10,11 +10,11 @@ training questions), so the same call earns the same cost reward whichever route
 
 A fixed route sends each question to one candidate and copies that candidate's reply into a well-formed
 answer: format 0, outcome the logged correctness, cost the call's USD. The oracle takes the cheapest
-candidate the logs show correct (the cheapest of all when none is). The cascade asks the cheapest candidate
-first and the strongest too when the cheap reply states no final answer (``states_answer``): a route that
-reads only what the policy reads, so it measures the question-level signal the policy can see. The per-task rule takes, for each
-task, the fixed route with the best mean reward on the *reference* questions, so it is chosen on one set
-and reported on another.
+candidate the logs show correct (the cheapest of all when none is). The cascade asks the cheapest
+candidate first and the strongest too when the cheap reply states no final answer (``states_answer``): a
+route that reads only what the policy reads, so it measures the question-level signal the policy can see.
+The per-task rule takes, for each task, the fixed route with the best mean reward on the *reference*
+questions, so it is chosen on one set and reported on another.
 """
 
 from __future__ import annotations
@@ -406,7 +406,8 @@ def alpha_sweep(table: RouteTable, alphas: Sequence[float], percentiles: Sequenc
                      "per_task_rule_reward": float(r[idx, rule].mean()),
                      "oracle_reward": float(oracle_r.mean()), "per_question_best_reward": float(best_q.mean()),
                      "cascade_reward": float(cascade.reward.mean()),
-                     "cascade_reward_by_task": {t: float(cascade.reward[tasks == t].mean()) for t in sorted(set(table.tasks))}})
+                     "cascade_reward_by_task": {t: float(cascade.reward[tasks == t].mean())
+                                                for t in sorted(set(table.tasks))}})
     split = [row["alpha"] for row in rows if len({v["best"] for v in row["by_task"].values()}) > 1]
     return {"cost_bounds": list(bounds), "percentiles": list(percentiles), "candidates": table.candidates,
             "strong": table.strong, "tasks": dict(Counter(table.tasks)), "rows": rows,

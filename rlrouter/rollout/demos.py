@@ -12,9 +12,9 @@ What a demonstration may teach is the protocol and copying a reply, not where to
 letter), right or wrong. What the policy can do at test time is copy; the choice of candidate is left to
 RL. With ``second_call`` > 0 that share of demonstrations, drawn at random, then asks another candidate
 (drawn at random too) and answers what that second reply states: the format of a cascade, with no rule of
-when to escalate (the draw ignores the first reply). ``route="optimal"`` (the question's ``optimal_model``, the cheapest candidate the logs show correct)
-and ``answer="gold"`` are the older demonstrations, kept for comparison: they leak the route and an
-answer the policy cannot know.
+when to escalate (the draw ignores the first reply). ``route="optimal"`` (the question's
+``optimal_model``, the cheapest candidate the logs show correct) and ``answer="gold"`` are the older
+demonstrations, kept for comparison: they leak the route and an answer the policy cannot know.
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ def _stated(text: str) -> str | None:
 
 def states_answer(text: str) -> bool:
     """Whether a reply states its answer in a final-answer form, rather than leaving ``answer_key`` to guess
-    (its last number, or its text). A GSM8K reply without one is a weak reply: Mixtral's logged replies
-    without ``####`` are wrong 77% of the time, those with it 32% (``rlrouter.eval.route_scores.cascade_rows``)."""
+    (its last number, or its text). A GSM8K reply without one is a weak reply: 78% of Mixtral's logged
+    GSM8K replies without one are wrong, 32% of those with one (``rlrouter.eval.route_scores.cascade_rows``)."""
     return _stated(text) is not None
 
 
