@@ -175,6 +175,18 @@ def _sweep_table(sweep: dict[str, Any]) -> str:
     return sweep_table(sweep)
 
 
+def _escalation_table(d: dict[str, Any]) -> str:
+    from benchmarks.bench_escalation import markdown
+
+    return markdown(d)
+
+
+def _odds(checkpoint: dict[str, Any]) -> float:
+    from benchmarks.bench_escalation import odds_ratio
+
+    return odds_ratio(checkpoint["summary"])
+
+
 MAKE_RUN = "runs.0"  # bench_routing.py --runs <the make run run> first
 ROUTING_FIGURES = [
     *[Figure("README.md", "routing_make_run.json", MAKE_RUN, _table_row(k), f"make run table line {k}")
@@ -228,6 +240,10 @@ ROUTING_FIGURES = [
                      f"{b['policy_minus_cascade']['hi']:+.3f}] below the cascade, asking GPT-4 after "
                      f"{b['policy_escalation']['not_stated']['escalated']} of the "
                      f"{b['policy_escalation']['not_stated']['n']} Mixtral replies", "30-step policy vs cascade"),
+    Figure("docs/benchmarks.md", "escalation.json", "", _escalation_table, "escalation probe table"),
+    Figure("README.md", "escalation.json", "runs.0.checkpoints",
+           lambda cs: f"answer against one with: {_odds(cs[0]):.1f} after the cold start, {_odds(cs[-1]):.0f} at step "
+                      f"{cs[-1]['step']}", "README: escalation odds"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal).most_cascade_gain",
            lambda g: f"gains **{g['gain']:+.3f}** over the best fixed route at alpha {g['alpha']:g}", "cascade gain"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),

@@ -44,6 +44,11 @@ def search_turn(model: str, sub_query: str) -> str:
     return f"I will ask {model}.</think>\n<search>{model}: {sub_query}</search>"
 
 
+def answer_turn(answer: str) -> str:
+    """The demonstrated last turn: state what the reply says and answer it."""
+    return f"<think>The reply says {answer}.</think>\n<answer>{answer}</answer>"
+
+
 def fit_search_turn(model: str, sub_query: str, tokenizer: Any, budget: int, prefix: str = "") -> str:
     """``search_turn`` with the sub-query cut, word by word, until the turn is at most ``budget`` tokens.
 
@@ -105,8 +110,8 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
             shown = _shown_reply(reply, info_max_chars)
             segments += [("<think>" + search_turn(model2, sub_query), True), (shown, False)]
             calls.append(model2)
-        final = list(it["ground_truth"])[0] if answer == "gold" or not reply.ok else answer_key(_shown_text(shown))
-        segments.append((f"<think>The reply says {final}.</think>\n<answer>{final}</answer>", True))
+        final = list(it["ground_truth"])[0] if answer == "gold" or not reply.ok else answer_key(shown_text(shown))
+        segments.append((answer_turn(final), True))
         demos.append({"query": it["query"], "segments": segments, "model": model, "calls": calls,
                       "sub_query": sub_query, "answer": final})
     return demos
@@ -117,7 +122,7 @@ def _shown_reply(reply: Any, info_max_chars: int) -> str:
     return format_information(reply.text if reply.ok else f"Error: {reply.error}", info_max_chars)
 
 
-def _shown_text(block: str) -> str:
+def shown_text(block: str) -> str:
     """The reply as the policy sees it inside ``<information>``."""
     return block.strip().removeprefix("<information>").removesuffix("</information>")
 

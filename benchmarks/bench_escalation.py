@@ -1,0 +1,205 @@
+"""Does a Router-R1 policy's next move depend on the reply it just read? A teacher-forced probe.
+
+For each held-out GSM8K question, the trajectory is forced up to the first reply: the prompt, a search
+turn to the cheap candidate (as a demonstration writes it, ``rlrouter.rollout.demos``) and that
+candidate's logged reply in ``<information>``, cut as the rollout cuts it. The probe then reads the
+policy's log-probability of its two next moves: escalating (``<think>I will ask <strong>...</search>``,
+the search turn a two-call demonstration writes) and answering (``<think>The reply says <answer
+key>.</think>\\n<answer>...</answer>``). ``P(escalate) = sigmoid(log p(escalate) - log p(answer))``,
+averaged over the questions whose reply states a final answer and over those whose reply does not
+(``rlrouter.selector.aggregate.states_answer``). A policy that reads the reply escalates more where it
+states none; the cascade of ``bench_routing.py`` escalates on all of those and none of the others.
+
+Greedy held-out counts (``report.json``'s ``policy_escalation``) say what the policy did; this says
+how far each checkpoint is from doing otherwise, step by step, without sampling.
+
+    python benchmarks/bench_escalation.py --run outputs/r26_casc [--data outputs/data/heldout_r26_casc_400]
+
+Writes ``benchmarks/results/escalation.json`` and ``.png`` (``--name`` changes the stem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def probe(checkpoint: Path | None, base_model: str, items: list[dict], pool, env_cfg) -> list[dict]:
+    """Each item's log-probs of escalating and of answering after the cheap reply, under ``checkpoint``'s
+    policy (the base model when None)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlrouter.algos.common import token_logprobs
+    from rlrouter.eval.route_scores import cheapest, strongest
+    from rlrouter.models import load_tokenizer, resolve_model
+    from rlrouter.rollout.demos import answer_turn, demo_tokens, search_turn, short_query, shown_text
+    from rlrouter.rollout.parsing import format_information
+    from rlrouter.rollout.policy import merged_policy_dir
+    from rlrouter.selector.aggregate import answer_key, states_answer
+
+    path = merged_policy_dir(checkpoint, base_model) if checkpoint is not None else resolve_model(base_model)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok = load_tokenizer(base_model)
+    cands = [pool.get(n) for n in pool.names]
+    cheap, strong = cheapest(cands), strongest(cands)
+    replies = pool.route_sync([(cheap, it["query"]) for it in items])
+    out = []
+    for it, reply in zip(items, replies):
+        sub_query = short_query(it["query"])
+        shown = format_information(reply.text if reply.ok else f"Error: {reply.error}", env_cfg.info_max_chars)
+        demo = {"query": it["query"], "segments": [(search_turn(cheap, sub_query), True), (shown, False)],
+                "calls": [cheap], "sub_query": sub_query}
+        prefix = demo_tokens(demo, tok, cands, env_cfg).input_ids
+        key = answer_key(shown_text(shown))
+        moves = {"escalate": "<think>" + search_turn(strong, sub_query),
+                 "answer": answer_turn(key)}
+        logp = {}
+        for name, text in moves.items():
+            ids = tok.encode(text, add_special_tokens=False)
+            x = torch.tensor([list(prefix) + ids])
+            with torch.no_grad():
+                lp = token_logprobs(model(x).logits, x)[0, len(prefix):]
+            logp[name] = float(lp.sum())
+        out.append({"query": it["query"], "stated": states_answer(reply.text or "") if reply.ok else False,
+                    "logp_escalate": logp["escalate"], "logp_answer": logp["answer"],
+                    "p_escalate": 1.0 / (1.0 + math.exp(min(50.0, logp["answer"] - logp["escalate"])))})
+    return out
+
+
+def summary(rows: list[dict]) -> dict:
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else float("nan")
+
+    by = {name: [r["p_escalate"] for r in rows if r["stated"] == want] for name, want in
+          (("stated", True), ("not_stated", False))}
+    return {k: {"n": len(v), "mean_p_escalate": mean(v)} for k, v in by.items()} | {
+        "gap": mean(by["not_stated"]) - mean(by["stated"])}
+
+
+def odds_ratio(summary_: dict) -> float:
+    """Odds of escalating after a reply without an answer over the odds after one with an answer (of the
+    mean probabilities); NaN where either is below 0.01 or above 0.99 (a ratio of two near-zeros says nothing)."""
+    a, b = summary_["not_stated"]["mean_p_escalate"], summary_["stated"]["mean_p_escalate"]
+    if not 0.01 <= a <= 0.99 or not 0.01 <= b <= 0.99:
+        return float("nan")
+    return (a / (1 - a)) / (b / (1 - b))
+
+
+def markdown(result: dict) -> str:
+    """One row per probed checkpoint: mean P(escalate) after each kind of reply, and their odds ratio."""
+    lines = ["  | run | RL step | P(escalate): reply states no answer | P(escalate): reply states one | odds ratio |",
+             "  |---|---|---|---|---|"]
+    for run in result["runs"]:
+        for c in run["checkpoints"]:
+            s = c["summary"]
+            r = odds_ratio(s)
+            lines.append(f"  | {Path(run['run']).name} | {c['step']} | {s['not_stated']['mean_p_escalate']:.3f} | "
+                         f"{s['stated']['mean_p_escalate']:.3f} | {'–' if r != r else f'{r:.1f}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for run in result["runs"]:
+        steps = [c["step"] for c in run["checkpoints"]]
+        for name, ls in (("not_stated", "-"), ("stated", "--")):
+            ax.plot(steps, [c["summary"][name]["mean_p_escalate"] for c in run["checkpoints"]], marker="o", ls=ls,
+                    label=f"{Path(run['run']).name}: reply states {'no' if name == 'not_stated' else 'an'} answer")
+    ax.set_xlabel("RL step (0 = after the cold start)"), ax.set_ylabel("mean P(escalate) after the cheap reply")
+    ax.set_title("does the policy's next move depend on the reply? (teacher-forced, held-out GSM8K)", fontsize=9)
+    ax.grid(alpha=0.3), ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", nargs="*", default=[], help="run folders; every saved checkpoint is probed")
+    ap.add_argument("--data", default=None,
+                    help="a data folder whose test split holds the questions (default: the run's own test split)")
+    ap.add_argument("--task", default="gsm8k", help="the task whose questions are probed (its replies can lack an answer)")
+    ap.add_argument("--name", default="escalation")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--limit", type=int, default=0, help="probe only the first N questions (0: all)")
+    ap.add_argument("--stated", type=int, default=40,
+                    help="probe every question whose cheap reply states no answer, and only the first N of those "
+                         "whose reply states one (0: all; each question costs about a second per checkpoint)")
+    ap.add_argument("--steps", default="", help="comma-separated checkpoint steps to probe (default: every one saved)")
+    args = ap.parse_args()
+    if not args.run:  # make bench runs every script without arguments: there is no trained run to probe
+        print("bench_escalation: nothing to probe; give --run <run folder> (a trained Router-R1 run)")
+        return
+    import yaml
+
+    from rlrouter.data.build import load_router_r1_split
+    from rlrouter.eval.route_scores import task_of
+    from rlrouter.pool.pool import CandidatePool
+    from rlrouter.progress import Progress
+    from rlrouter.eval.route_scores import cheapest
+    from rlrouter.rollout.env import EnvConfig
+    from rlrouter.selector.aggregate import states_answer
+
+    t0 = time.perf_counter()
+    runs = []
+    for run_dir in args.run:
+        run = Path(run_dir).resolve()
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        data = Path(args.data or cfg["data"]["out_dir"])
+        data = data if data.is_absolute() else ROOT / data
+        items = [it for it in load_router_r1_split(data / "test.parquet") if task_of(it) == args.task]
+        items = items[:args.limit] if args.limit else items
+        if not items:
+            raise SystemExit(f"--task {args.task}: no such question in {data / 'test.parquet'}")
+        pool = CandidatePool.from_config(cfg["pool"])
+        if args.stated:
+            cheap = cheapest([pool.get(n) for n in pool.names])
+            stated = [r.ok and states_answer(r.text or "") for r in pool.route_sync([(cheap, it["query"]) for it in items])]
+            keep = [i for i, st in enumerate(stated) if not st] + [i for i, st in enumerate(stated) if st][:args.stated]
+            items = [items[i] for i in sorted(keep)]
+        env_cfg = EnvConfig(**{k: v for k, v in cfg["rollout"]["env"].items() if k in EnvConfig.__dataclass_fields__})
+        ckpts = sorted((run / "checkpoints").glob("step_*"))
+        if args.steps:
+            wanted = {int(x) for x in args.steps.split(",")}
+            ckpts = [c for c in ckpts if int(c.name.removeprefix("step_")) in wanted]
+        if not ckpts:
+            raise SystemExit(f"{run}: no checkpoints")
+        entry = {"run": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run),
+                 "data": str(data.relative_to(ROOT)) if data.is_relative_to(ROOT) else str(data),
+                 "questions": len(items), "checkpoints": []}
+        bar = Progress(len(ckpts), f"probe {run.name}", unit="checkpoint")
+        for ck in ckpts:
+            rows = probe(ck, cfg["model"], items, pool, env_cfg)
+            bar.update()
+            entry["checkpoints"].append({"step": int(ck.name.removeprefix("step_")), "summary": summary(rows),
+                                         "rows": rows})
+            s = entry["checkpoints"][-1]["summary"]
+            print(f"{run.name} {ck.name}: P(escalate) reply states no answer {s['not_stated']['mean_p_escalate']:.3f} "
+                  f"(n {s['not_stated']['n']}), states one {s['stated']['mean_p_escalate']:.3f} (n {s['stated']['n']})")
+        bar.close()
+        runs.append(entry)
+    result = {"runs": runs, "seconds": time.perf_counter() - t0}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{args.name}.md").write_text(markdown(result))
+    print(markdown(result))
+    plot(result, out / f"{args.name}.png")
+    print(f"wrote {out / (args.name + '.json')} and .png ({result['seconds']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
