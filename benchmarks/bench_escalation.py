@@ -11,11 +11,13 @@ averaged over the questions whose reply states a final answer and over those who
 states none; the cascade of ``bench_routing.py`` escalates on all of those and none of the others.
 
 Greedy held-out counts (``report.json``'s ``policy_escalation``) say what the policy did; this says
-how far each checkpoint is from doing otherwise, step by step, without sampling.
+how far each checkpoint is from doing otherwise, step by step, without sampling. The two moves are whole
+turns of different lengths, so the level of P(escalate) carries that difference; what the probe reads is
+the contrast between the two kinds of reply (the odds ratio), on the same policy.
 
     python benchmarks/bench_escalation.py --run outputs/r26_casc [--data outputs/data/heldout_r26_casc_400]
 
-Writes ``benchmarks/results/escalation.json`` and ``.png`` (``--name`` changes the stem).
+Writes ``benchmarks/results/escalation.json``, ``.md`` (the table) and ``.png`` (``--name`` changes the stem).
 """
 
 from __future__ import annotations
