@@ -33,22 +33,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def probe(checkpoint: Path | None, base_model: str, items: list[dict], pool, env_cfg) -> list[dict]:
+def probe(checkpoint: Path, base_model: str, items: list[dict], pool, env_cfg) -> list[dict]:
     """Each item's log-probs of escalating and of answering after the cheap reply, under ``checkpoint``'s
-    policy (the base model when None)."""
+    policy."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from rlrouter.algos.common import token_logprobs
     from rlrouter.eval.route_scores import cheapest, strongest
-    from rlrouter.models import load_tokenizer, resolve_model
+    from rlrouter.models import load_tokenizer
     from rlrouter.rollout.demos import answer_turn, demo_tokens, search_turn, short_query, shown_text
     from rlrouter.rollout.parsing import format_information
     from rlrouter.rollout.policy import merged_policy_dir
     from rlrouter.selector.aggregate import answer_key, states_answer
 
-    path = merged_policy_dir(checkpoint, base_model) if checkpoint is not None else resolve_model(base_model)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(merged_policy_dir(checkpoint, base_model), dtype=torch.float32).eval()
     tok = load_tokenizer(base_model)
     cands = [pool.get(n) for n in pool.names]
     cheap, strong = cheapest(cands), strongest(cands)

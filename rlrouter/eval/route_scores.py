@@ -68,6 +68,11 @@ class RouteTable:
     def strong_index(self) -> int:
         return self.candidates.index(self.strong)
 
+    @property
+    def cheap(self) -> str:
+        """The cheapest candidate by price per output token (ties: by name)."""
+        return min(self.candidates, key=lambda c: (self.prices[c], c))
+
     def subset(self, rows: Sequence[int]) -> "RouteTable":
         rows = list(rows)
         return RouteTable([self.tasks[i] for i in rows], self.candidates, self.correct[rows], self.cost[rows],
@@ -173,11 +178,9 @@ def best_fixed(reference: RouteTable, alpha: float, bounds: tuple[float, float])
 
 
 def fixed_name(table: RouteTable, candidate: str) -> str:
-    cands = list(table.candidates)
-    cheap = min(cands, key=lambda c: (table.prices[c], c))
     if candidate == table.strong:
         return "always_strongest"
-    if candidate == cheap:
+    if candidate == table.cheap:
         return "always_cheapest"
     return f"always_{candidate}"
 
@@ -207,7 +210,7 @@ def choice_rows(table: RouteTable, choice: np.ndarray, alpha: float, bounds: tup
 def cascade_rows(table: RouteTable, alpha: float, bounds: tuple[float, float]) -> Rows:
     """Ask the cheapest candidate; when its reply states no final answer, ask the strongest too and copy
     that reply (the cost is both calls'). With one candidate, or every reply stated, it is always-cheapest."""
-    cheap = table.candidates.index(min(table.candidates, key=lambda c: (table.prices[c], c)))
+    cheap = table.candidates.index(table.cheap)
     strong = table.strong_index
     escalate = (table.stated_or_all()[:, cheap] < 0.5) & (strong != cheap)
     outcome = np.where(escalate, table.correct[:, strong], table.correct[:, cheap])
@@ -220,7 +223,7 @@ def escalation(trajs: Sequence[Any], table: RouteTable) -> dict[str, Any]:
     """Does the policy read the reply? Of its trajectories whose first call went to the cheapest candidate,
     the share that then called the strongest, split by whether that cheap reply states a final answer (the
     logged reply to the question). A policy that uses the reply escalates more where it states none."""
-    cheap = min(table.candidates, key=lambda c: (table.prices[c], c))
+    cheap = table.cheap
     stated = table.stated_or_all()[:, table.candidates.index(cheap)]
     out: dict[str, Any] = {}
     for name, want in (("stated", True), ("not_stated", False)):
@@ -279,7 +282,7 @@ def choice_share(table: RouteTable, choice: np.ndarray) -> dict[str, float]:
 
 def rows_share(table: RouteTable, rows: Rows) -> dict[str, float]:
     """Share of calls per candidate of a route that calls the cheapest first and the strongest at times."""
-    cheap = min(table.candidates, key=lambda c: (table.prices[c], c))
+    cheap = table.cheap
     total = float(rows.calls.sum())
     strong = float(rows.strong_calls.sum())
     out = {c: 0.0 for c in table.candidates}
