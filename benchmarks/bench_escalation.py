@@ -62,27 +62,38 @@ def probe(checkpoint: Path, base_model: str, items: list[dict], pool, env_cfg) -
         key = answer_key(shown_text(shown))
         moves = {"escalate": "<think>" + search_turn(strong, sub_query),
                  "answer": answer_turn(key)}
-        logp = {}
-        for name, text in moves.items():
-            ids = tok.encode(text, add_special_tokens=False)
-            x = torch.tensor([list(prefix) + ids])
+        logp, ids = {}, {name: tok.encode(text, add_special_tokens=False) for name, text in moves.items()}
+        # the decision point: the first token where the two moves differ (greedy decoding chooses there)
+        d = next(i for i, (a, b) in enumerate(zip(ids["escalate"], ids["answer"])) if a != b)
+        for name in moves:
+            x = torch.tensor([list(prefix) + ids[name]])
             with torch.no_grad():
-                lp = token_logprobs(model(x).logits, x)[0, len(prefix):]
-            logp[name] = float(lp.sum())
+                logits = model(x).logits
+            logp[name] = float(token_logprobs(logits, x)[0, len(prefix):].sum())
+            if name == "escalate":
+                at = torch.log_softmax(logits[0, len(prefix) + d - 1].float(), -1)
+                first = {"escalate": float(at[ids["escalate"][d]]), "answer": float(at[ids["answer"][d]])}
+                greedy = int(at.argmax()) == ids["escalate"][d]
         out.append({"query": it["query"], "stated": states_answer(reply.text or "") if reply.ok else False,
                     "logp_escalate": logp["escalate"], "logp_answer": logp["answer"],
-                    "p_escalate": 1.0 / (1.0 + math.exp(min(50.0, logp["answer"] - logp["escalate"])))})
+                    "p_escalate": _sigmoid(logp["escalate"] - logp["answer"]),
+                    "p_escalate_first": _sigmoid(first["escalate"] - first["answer"]), "greedy_escalates": greedy})
     return out
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(min(50.0, -x)))
 
 
 def summary(rows: list[dict]) -> dict:
     def mean(xs: list[float]) -> float:
         return sum(xs) / len(xs) if xs else float("nan")
 
-    by = {name: [r["p_escalate"] for r in rows if r["stated"] == want] for name, want in
-          (("stated", True), ("not_stated", False))}
-    return {k: {"n": len(v), "mean_p_escalate": mean(v)} for k, v in by.items()} | {
-        "gap": mean(by["not_stated"]) - mean(by["stated"])}
+    by = {name: [r for r in rows if r["stated"] == want] for name, want in (("stated", True), ("not_stated", False))}
+    out = {k: {"n": len(v), "mean_p_escalate": mean([r["p_escalate"] for r in v]),
+               "mean_p_escalate_first": mean([r["p_escalate_first"] for r in v]),
+               "greedy_escalates": mean([float(r["greedy_escalates"]) for r in v])} for k, v in by.items()}
+    return out | {"gap": out["not_stated"]["mean_p_escalate"] - out["stated"]["mean_p_escalate"]}
 
 
 def odds_ratio(summary_: dict) -> float:
@@ -95,15 +106,27 @@ def odds_ratio(summary_: dict) -> float:
 
 
 def markdown(result: dict) -> str:
-    """One row per probed checkpoint: mean P(escalate) after each kind of reply, and their odds ratio."""
-    lines = ["  | run | RL step | P(escalate): reply states no answer | P(escalate): reply states one | odds ratio |",
-             "  |---|---|---|---|---|"]
+    """One row per probed checkpoint: mean P(escalate) after each kind of reply, and their odds ratio; with
+    the decision point (results written since it is measured), the first differing token's P(escalate) and
+    the share of questions where greedy decoding would take the escalating token there."""
+    first = all("mean_p_escalate_first" in c["summary"]["stated"] for run in result["runs"] for c in run["checkpoints"])
+    head = "  | run | RL step | P(escalate): reply states no answer | P(escalate): reply states one | odds ratio |"
+    rule = "  |---|---|---|---|---|"
+    if first:
+        head += " first token P(escalate): no answer / one | greedy escalates: no answer / one |"
+        rule += "---|---|"
+    lines = [head, rule]
     for run in result["runs"]:
         for c in run["checkpoints"]:
             s = c["summary"]
             r = odds_ratio(s)
-            lines.append(f"  | {Path(run['run']).name} | {c['step']} | {s['not_stated']['mean_p_escalate']:.3f} | "
-                         f"{s['stated']['mean_p_escalate']:.3f} | {'–' if r != r else f'{r:.1f}'} |")
+            line = (f"  | {Path(run['run']).name} | {c['step']} | {s['not_stated']['mean_p_escalate']:.3f} | "
+                    f"{s['stated']['mean_p_escalate']:.3f} | {'–' if r != r else f'{r:.1f}'} |")
+            if first:
+                no, one = s["not_stated"], s["stated"]
+                line += (f" {no['mean_p_escalate_first']:.3f} / {one['mean_p_escalate_first']:.3f} |"
+                         f" {no['greedy_escalates']:.2f} / {one['greedy_escalates']:.2f} |")
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 

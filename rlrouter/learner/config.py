@@ -104,6 +104,10 @@ class RouterR1TrainConfig:
     """Prompts per step across all learner ranks (Router-R1: batch 64)."""
     n_samples: int = 4
     """Trajectories per prompt (GRPO's group size; 1 is plain PPO)."""
+    filter_groups: int = 0
+    """DAPO's dynamic sampling (verl: ``algorithm.filter_groups``): a group whose samples all score the same
+    has zero advantage and teaches nothing but the KL term; up to this many more batches of prompts are
+    drawn and rolled out per step to replace such groups. 0 = off (every drawn group is learned on)."""
     seed: int = 0
     reward: dict[str, Any] = field(default_factory=lambda: {"name": "router_r1", "alpha": 0.3})
     """The reward (``conf/reward/``), built by ``rlrouter.rewards.registry``: ``router_r1`` alone or
@@ -153,6 +157,8 @@ class RouterR1TrainConfig:
             low = 0 if f == "total_steps" else 1
             if not isinstance(getattr(self, f), int) or getattr(self, f) < low:
                 raise ValueError(f"train.{f}: must be an int >= {low}, got {getattr(self, f)!r}")
+        if not isinstance(self.filter_groups, int) or self.filter_groups < 0:
+            raise ValueError(f"train.filter_groups: an int >= 0 (0 = off), got {self.filter_groups!r}")
         if self.sync not in SYNC_TRANSPORTS:
             raise ValueError(f"train.sync: one of {SYNC_TRANSPORTS}, got {self.sync!r}")
         if not self.sync_timeout_s > 0:

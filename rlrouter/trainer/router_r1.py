@@ -89,6 +89,22 @@ def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
     return out
 
 
+def informative_groups(rewards: Sequence[float], group_size: int, tol: float = 1e-6) -> list[bool]:
+    """Per group (contiguous runs of ``group_size`` rewards, item-major as the rollout lays them out):
+    whether its samples score differently. A group whose rewards are all equal has zero GRPO advantage."""
+    if len(rewards) % group_size:
+        raise ValueError(f"{len(rewards)} rewards are not whole groups of {group_size}")
+    return [max(g) - min(g) > tol for g in (rewards[i:i + group_size] for i in range(0, len(rewards), group_size))]
+
+
+def pick_groups(rounds: Sequence[Sequence[bool]], size: int) -> list[tuple[int, int]]:
+    """A step's batch under dynamic sampling: ``size`` (round, group) pairs, the informative groups in the
+    order they were drawn, then, when every round together has too few, round 0's other groups in order."""
+    picked = [(r, g) for r, flags in enumerate(rounds) for g, ok in enumerate(flags) if ok][:size]
+    fill = [(0, g) for g, ok in enumerate(rounds[0]) if not ok]
+    return picked + fill[:size - len(picked)]
+
+
 def trajectory_metrics(trajs: Sequence[Trajectory], scores: Sequence[Any], candidates: Sequence[str]) -> dict:
     """Rollout and reward metrics of one batch (``rollout/...`` and ``reward/...``, docs/metrics.md)."""
     n = max(1, len(trajs))
@@ -241,20 +257,41 @@ class RouterR1Trainer:
         cfg, world = self.cfg, self.learners.world_size
         per_rank = cfg.prompts_per_step // world
         t_step = time.perf_counter()
-        batch = [self.items[i] for i in batch_indices(len(self.items), per_rank * world, step, cfg.seed)]
-        t0 = time.perf_counter()
-        trajs = self.rollout.rollout(batch, cfg.n_samples, cfg.seed * 1_000_003, step)  # item-major
-        t_rollout = time.perf_counter() - t0
-        timing = _rollout_timing(self.rollout)
-        t0 = time.perf_counter()
-        scores = score_trajectories(self.reward, trajs)
-        t_reward = time.perf_counter() - t0
-        # rank r learns on prompts [r * per_rank, (r + 1) * per_rank): whole GRPO groups
-        n = per_rank * cfg.n_samples
-        shards = [[t.tokens for t in trajs[r * n:(r + 1) * n]] for r in range(world)]
-        rewards = [[s.total for s in scores[r * n:(r + 1) * n]] for r in range(world)]
-        learn = self.learners.train_step(shards, rewards, pad_to=max(len(t.tokens) for t in trajs))
-        metrics = {**trajectory_metrics(trajs, scores, self.candidates), **learn}
+        size, group = per_rank * world, cfg.n_samples
+        rounds: list[tuple[list[Trajectory], list[Any]]] = []
+        flags: list[list[bool]] = []
+        t_rollout = t_reward = 0.0
+        timing: dict[str, float] = {}
+        # round 0 is the step's batch; with filter_groups, more batches (other permutations of the data)
+        # until enough groups have reward spread
+        while not rounds or (len(rounds) <= cfg.filter_groups and sum(map(sum, flags)) < size):
+            r = len(rounds)
+            idx = batch_indices(len(self.items), size, step, cfg.seed + 7919 * r)
+            t0 = time.perf_counter()
+            trajs = self.rollout.rollout([self.items[i] for i in idx], group,  # item-major
+                                         cfg.seed * 1_000_003 + 7919 * r, step)
+            t_rollout += time.perf_counter() - t0
+            for k, v in _rollout_timing(self.rollout).items():
+                timing[k] = timing.get(k, 0.0) + v
+            t0 = time.perf_counter()
+            scores = score_trajectories(self.reward, trajs)
+            t_reward += time.perf_counter() - t0
+            rounds.append((trajs, scores))
+            flags.append(informative_groups([s.total for s in scores], group))
+        picked = pick_groups(flags, size) if cfg.filter_groups else [(0, g) for g in range(size)]
+        used = [(rounds[r][0][g * group + j], rounds[r][1][g * group + j]) for r, g in picked for j in range(group)]
+        # rank r learns on groups [r * per_rank, (r + 1) * per_rank): whole GRPO groups
+        n = per_rank * group
+        shards = [[t.tokens for t, _ in used[r * n:(r + 1) * n]] for r in range(world)]
+        rewards = [[s.total for _, s in used[r * n:(r + 1) * n]] for r in range(world)]
+        learn = self.learners.train_step(shards, rewards, pad_to=max(len(t.tokens) for t, _ in used))
+        # the rollout metrics describe the policy: round 0, the batch an unfiltered step draws
+        trajs, scores = rounds[0]
+        metrics = {**trajectory_metrics(trajs, scores, self.candidates), **learn,
+                   "rollout/informative_groups": sum(flags[0]) / len(flags[0])}
+        if cfg.filter_groups:
+            metrics.update({"rollout/sampling_rounds": float(len(rounds)),
+                            "rollout/filled_groups": float(sum(not flags[r][g] for r, g in picked))})
         t0 = time.perf_counter()
         metrics["sync/bytes"] = sync_policy(cfg, self.learners, self.rollout)
         t_sync = time.perf_counter() - t0

@@ -1,6 +1,10 @@
-"""The trainer's data cursor (the batch is a pure function of the step) and its metrics log on resume."""
+"""The trainer's data cursor (the batch is a pure function of the step), its metrics log on resume, and
+dynamic sampling's batch (fake rollout and learners: the step's bookkeeping only)."""
 
 import json
+from types import SimpleNamespace
+
+import pytest
 
 from rlrouter.trainer.router_r1 import batch_indices, cut_metrics
 
@@ -21,3 +25,95 @@ def test_a_resumed_run_drops_the_rows_of_the_steps_it_replays(tmp_path):
     assert [json.loads(x) for x in path.read_text().splitlines()] == rows[:5]
     assert cut_metrics(path, 4) == 0 and [json.loads(x) for x in path.read_text().splitlines()] == rows[:5]
     assert cut_metrics(tmp_path / "missing.jsonl", 3) == 0 and not (tmp_path / "missing.jsonl").exists()
+
+
+def test_informative_groups_and_the_dynamic_sampling_batch():
+    from rlrouter.trainer.router_r1 import informative_groups, pick_groups
+
+    assert informative_groups([1.0, 1.0, 0.5, 1.0, 0.2, 0.2], 2) == [False, True, False]
+    with pytest.raises(ValueError, match="whole groups of 2"):
+        informative_groups([1.0, 1.0, 0.5], 2)
+    # informative groups in draw order across rounds, capped at the batch size
+    assert pick_groups([[False, True, False], [True, True, True]], 3) == [(0, 1), (1, 0), (1, 1)]
+    # too few after every round: round 0's uninformative groups fill the batch, in order
+    assert pick_groups([[False, True, False], [False, False, False]], 3) == [(0, 1), (0, 0), (0, 2)]
+
+
+class _Rollout:
+    """Trajectories whose GRPO group rewards are set by the item: ``spread`` groups score 0 and 1."""
+
+    def __init__(self):
+        self.calls = []
+
+    def rollout(self, items, n_samples, seed, step):
+        self.calls.append((step, seed, [it["id"] for it in items]))
+        return [SimpleNamespace(item=it, sample_index=j, routes=[], answer="a", turns=1, cost=0.0,
+                                tokens=_Tokens((it["id"], j))) for it in items for j in range(n_samples)]
+
+
+class _Tokens:
+    num_policy_tokens = 1
+
+    def __init__(self, id_):
+        self.id = id_
+
+    def __len__(self):
+        return 3
+
+
+class _Learners:
+    world_size = 1
+
+    def __init__(self):
+        self.seen = []
+
+    def train_step(self, shards, rewards, pad_to):
+        self.seen.append((shards, rewards))
+        return {"learner/loss": 0.0}
+
+    def sync_payload(self, *_):
+        return SimpleNamespace(nbytes=0)
+
+
+def _score(reward, trajs):
+    return [SimpleNamespace(total=float(t.sample_index % 2 if t.item["spread"] else 1.0), format=0, outcome=1.0,
+                            cost=None) for t in trajs]
+
+
+@pytest.mark.parametrize("filter_groups", [0, 3])
+def test_a_step_learns_on_informative_groups_only_with_filter_groups(monkeypatch, tmp_path, filter_groups):
+    """Half the prompts give groups with equal rewards. Without dynamic sampling the step learns on the
+    drawn batch as it is; with it, on informative groups drawn over extra rounds, the metrics still
+    describe round 0 (the batch an unfiltered step draws)."""
+    import rlrouter.trainer.router_r1 as tr
+    from rlrouter.learner.config import RouterR1TrainConfig
+
+    monkeypatch.setattr(tr, "score_trajectories", _score)
+    monkeypatch.setattr(tr, "sync_policy", lambda *a: 0.0)
+    items = [{"id": i, "spread": i % 2 == 0} for i in range(40)]
+    cfg = RouterR1TrainConfig(prompts_per_step=4, n_samples=2, filter_groups=filter_groups, out_dir=str(tmp_path),
+                              progress=False)
+    rollout, learners = _Rollout(), _Learners()
+    trainer = tr.RouterR1Trainer(cfg, rollout, learners, ["a", "b"], items)
+    metrics = trainer.train_step(5)
+    (shards,), (rewards,) = learners.seen[0]
+    drawn = rollout.calls[0][2]
+    assert drawn == [items[i]["id"] for i in tr.batch_indices(40, 4, 5, cfg.seed)]  # round 0 is the usual batch
+    assert metrics["rollout/informative_groups"] == sum(items[i]["spread"] for i in drawn) / 4
+    if not filter_groups:
+        assert len(rollout.calls) == 1 and "rollout/sampling_rounds" not in metrics
+        assert [tok.id[0] for tok in shards] == [i for i in drawn for _ in range(2)]
+    else:
+        learned = [tok.id[0] for tok in shards][::2]
+        assert len(learned) == 4 and all(items[i]["spread"] for i in learned)
+        assert all(len(set(rewards[k:k + 2])) == 2 for k in range(0, 8, 2))  # every group has spread
+        assert metrics["rollout/sampling_rounds"] == len(rollout.calls) > 1
+        assert metrics["rollout/filled_groups"] == 0
+        assert len({c[1] for c in rollout.calls}) == len(rollout.calls)  # each round samples with its own seed
+
+
+def test_filter_groups_must_be_a_count():
+    from rlrouter.learner.config import RouterR1TrainConfig
+
+    with pytest.raises(ValueError, match="train.filter_groups"):
+        RouterR1TrainConfig(filter_groups=-1)

@@ -111,6 +111,7 @@ def test_driver_owned_loop_with_two_learner_ranks(ray_cluster, group, items, tmp
     # one cold-start step (sharded over both ranks) moves the weights whatever the sampled rewards are
     cfg = RouterR1TrainConfig(total_steps=2, prompts_per_step=2, n_samples=2, checkpoint_every=2, progress=False,
                               seed=3, warmup_steps=1, warmup_batch=2, warmup_lr=1e-3, out_dir=str(tmp_path / "ddp"),
+                              filter_groups=1,  # dynamic sampling: a second batch when a group's rewards tie
                               learner={"lr": 1e-3, "micro_batch_size": 2})
     learners = LearnerGroup(cfg, ResourceSpec(learner={"num_workers": 2, "num_cpus": 1}), max_failures=0)
     serial0 = group.serial
@@ -129,8 +130,9 @@ def test_driver_owned_loop_with_two_learner_ranks(ray_cluster, group, items, tmp
     # one sync before training and one per step, each pushed by the driver to every worker
     assert group.serial == serial0 + 3 and group.worker_serials() == [group.serial]
     assert group.version == 3  # the learner's version after 1 supervised and 2 RL updates
-    steps = [row["step"] for _, row in read_jsonl(tmp_path / "ddp" / "metrics.jsonl")]
-    assert steps == [1, 2]
+    rows = [row for _, row in read_jsonl(tmp_path / "ddp" / "metrics.jsonl")]
+    assert [row["step"] for row in rows] == [1, 2]
+    assert all(row["rollout/sampling_rounds"] in (1.0, 2.0) and 0 <= row["rollout/filled_groups"] <= 2 for row in rows)
     assert (tmp_path / "ddp" / "warmup.jsonl").exists()
     assert (tmp_path / "ddp" / "checkpoints" / "step_000002" / "trainable.safetensors").exists()
 
