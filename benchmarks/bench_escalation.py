@@ -10,10 +10,16 @@ averaged over the questions whose reply states a final answer and over those who
 (``rlrouter.selector.aggregate.states_answer``). A policy that reads the reply escalates more where it
 states none; the cascade of ``bench_routing.py`` escalates on all of those and none of the others.
 
+The whole-turn probability also carries everything after the choice: the two turns' lengths and, in
+the answer turn, how likely the policy finds the number it would copy (a guess where the reply states
+none). So the probe also reads the decision point, the first token where the two moves differ (``I``
+of "I will ask" against ``The`` of "The reply says", right after ``<think>``): the policy's odds of the
+escalating token against the answering one there, and whether it is the most likely token (what greedy
+decoding would write). A policy that has learned when to escalate differs between the two kinds of reply
+*there*; a contrast in the whole-turn probability alone is the answer turn's content, not a choice.
+
 Greedy held-out counts (``report.json``'s ``policy_escalation``) say what the policy did; this says
-how far each checkpoint is from doing otherwise, step by step, without sampling. The two moves are whole
-turns of different lengths, so the level of P(escalate) carries that difference; what the probe reads is
-the contrast between the two kinds of reply (the odds ratio), on the same policy.
+how far each checkpoint is from doing otherwise, step by step, without sampling.
 
     python benchmarks/bench_escalation.py --run outputs/r26_casc [--data outputs/data/heldout_r26_casc_400]
 

@@ -181,10 +181,9 @@ def _escalation_table(d: dict[str, Any]) -> str:
     return markdown(d)
 
 
-def _odds(checkpoint: dict[str, Any]) -> float:
-    from benchmarks.bench_escalation import odds_ratio
-
-    return odds_ratio(checkpoint["summary"])
+def _first(checkpoint: dict[str, Any]) -> str:
+    s = checkpoint["summary"]
+    return f"{s['not_stated']['mean_p_escalate_first']:.2f} / {s['stated']['mean_p_escalate_first']:.2f}"
 
 
 MAKE_RUN = "runs.0"  # bench_routing.py --runs <the make run run> first
@@ -241,9 +240,16 @@ ROUTING_FIGURES = [
                      f"{b['policy_escalation']['not_stated']['escalated']} of the "
                      f"{b['policy_escalation']['not_stated']['n']} Mixtral replies", "30-step policy vs cascade"),
     Figure("docs/benchmarks.md", "escalation.json", "", _escalation_table, "escalation probe table"),
-    Figure("README.md", "escalation.json", "runs.0.checkpoints",
-           lambda cs: f"answer against one with: {_odds(cs[0]):.1f} after the cold start, {_odds(cs[-1]):.0f} at step "
-                      f"{cs[-1]['step']}", "README: escalation odds"),
+    Figure("README.md", "escalation_decision.json", "runs.0.checkpoints",
+           lambda cs: f"{_first(cs[0])} after the cold start, {_first(cs[-1])} at step\n{cs[-1]['step']};",
+           "README: escalation at the decision point"),
+    Figure("docs/benchmarks.md", "escalation_decision.json", "", _escalation_table, "decision-point probe table"),
+    Figure("docs/benchmarks.md", "escalation_dynamic_sampling.json", "", _escalation_table,
+           "dynamic sampling probe table"),
+    Figure("docs/benchmarks.md", "escalation_dynamic_sampling.json", "seconds",
+           lambda t: f"--steps 24,32 --name escalation_dynamic_sampling`, {t:.0f} s;", "dynamic sampling probe time"),
+    Figure("docs/benchmarks.md", "escalation_decision.json", "seconds",
+           lambda t: f"--steps 0,8,20 --name escalation_decision`, {t:.0f} s;", "decision probe time"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal).most_cascade_gain",
            lambda g: f"gains **{g['gain']:+.3f}** over the best fixed route at alpha {g['alpha']:g}", "cascade gain"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
