@@ -107,7 +107,9 @@ class RouterR1TrainConfig:
     filter_groups: int = 0
     """DAPO's dynamic sampling (verl: ``algorithm.filter_groups``): a group whose samples all score the same
     has zero advantage and teaches nothing but the KL term; up to this many more batches of prompts are
-    drawn and rolled out per step to replace such groups. 0 = off (every drawn group is learned on)."""
+    drawn and rolled out per step to replace such groups. 0 = off (every drawn group is learned on). The
+    extra batches are scored like any (with ``cost_bounds: null`` their costs enter the cost window). Needs
+    ``n_samples`` >= 2: one sample is no group to compare."""
     seed: int = 0
     reward: dict[str, Any] = field(default_factory=lambda: {"name": "router_r1", "alpha": 0.3})
     """The reward (``conf/reward/``), built by ``rlrouter.rewards.registry``: ``router_r1`` alone or
@@ -159,6 +161,9 @@ class RouterR1TrainConfig:
                 raise ValueError(f"train.{f}: must be an int >= {low}, got {getattr(self, f)!r}")
         if not isinstance(self.filter_groups, int) or self.filter_groups < 0:
             raise ValueError(f"train.filter_groups: an int >= 0 (0 = off), got {self.filter_groups!r}")
+        if self.filter_groups and self.n_samples < 2:
+            raise ValueError(f"train.filter_groups={self.filter_groups} needs train.n_samples >= 2 (groups to "
+                             f"compare), got n_samples={self.n_samples}")
         if self.sync not in SYNC_TRANSPORTS:
             raise ValueError(f"train.sync: one of {SYNC_TRANSPORTS}, got {self.sync!r}")
         if not self.sync_timeout_s > 0:

@@ -287,8 +287,9 @@ class RouterR1Trainer:
         learn = self.learners.train_step(shards, rewards, pad_to=max(len(t.tokens) for t, _ in used))
         # the rollout metrics describe the policy: round 0, the batch an unfiltered step draws
         trajs, scores = rounds[0]
-        metrics = {**trajectory_metrics(trajs, scores, self.candidates), **learn,
-                   "rollout/informative_groups": sum(flags[0]) / len(flags[0])}
+        metrics = {**trajectory_metrics(trajs, scores, self.candidates), **learn}
+        if group > 1:  # one sample per prompt (PPO) forms no group
+            metrics["rollout/informative_groups"] = sum(flags[0]) / len(flags[0])
         if cfg.filter_groups:
             metrics.update({"rollout/sampling_rounds": float(len(rounds)),
                             "rollout/filled_groups": float(sum(not flags[r][g] for r, g in picked))})

@@ -117,3 +117,5 @@ def test_filter_groups_must_be_a_count():
 
     with pytest.raises(ValueError, match="train.filter_groups"):
         RouterR1TrainConfig(filter_groups=-1)
+    with pytest.raises(ValueError, match="needs train.n_samples >= 2"):
+        RouterR1TrainConfig(filter_groups=1, n_samples=1)
