@@ -137,20 +137,26 @@ def markdown(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
+    """Mean P(escalate) per checkpoint after each kind of reply: over whole turns and, where measured, at the
+    decision point (a second panel)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for run in result["runs"]:
-        steps = [c["step"] for c in run["checkpoints"]]
-        for name, ls in (("not_stated", "-"), ("stated", "--")):
-            ax.plot(steps, [c["summary"][name]["mean_p_escalate"] for c in run["checkpoints"]], marker="o", ls=ls,
-                    label=f"{Path(run['run']).name}: reply states {'no' if name == 'not_stated' else 'an'} answer")
-    ax.set_xlabel("RL step (0 = after the cold start)"), ax.set_ylabel("mean P(escalate) after the cheap reply")
-    ax.set_title("does the policy's next move depend on the reply? (teacher-forced, held-out GSM8K)", fontsize=9)
-    ax.grid(alpha=0.3), ax.legend(fontsize=7)
+    first = all("mean_p_escalate_first" in c["summary"]["stated"] for run in result["runs"] for c in run["checkpoints"])
+    panels = (("mean_p_escalate", "whole turns"),) + ((("mean_p_escalate_first", "decision point (first token)"),)
+                                                      if first else ())
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4), squeeze=False)
+    for ax, (key, title) in zip(axes[0], panels):
+        for run in result["runs"]:
+            steps = [c["step"] for c in run["checkpoints"]]
+            for name, ls in (("not_stated", "-"), ("stated", "--")):
+                ax.plot(steps, [c["summary"][name][key] for c in run["checkpoints"]], marker="o", ls=ls,
+                        label=f"{Path(run['run']).name}: reply states {'no' if name == 'not_stated' else 'an'} answer")
+        ax.set_xlabel("RL step (0 = after the cold start)"), ax.set_ylabel("mean P(escalate) after the cheap reply")
+        ax.set_title(f"P(escalate), {title} (teacher-forced, held-out GSM8K)", fontsize=9)
+        ax.set_ylim(-0.02, 1.02), ax.grid(alpha=0.3), ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

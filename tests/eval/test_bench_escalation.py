@@ -25,3 +25,11 @@ def test_the_table_of_results_without_the_decision_point_keeps_its_columns():
     s = {"not_stated": {"n": 1, "mean_p_escalate": 0.5}, "stated": {"n": 1, "mean_p_escalate": 0.005}, "gap": 0.495}
     table = markdown({"runs": [{"run": "r", "checkpoints": [{"step": 0, "summary": s}]}]})
     assert table.splitlines()[0].count("|") == 6 and "| r | 0 | 0.500 | 0.005 | – |" in table
+
+
+def test_the_plot_draws_both_readings(tmp_path):
+    from benchmarks.bench_escalation import plot
+
+    rows = [_row(False, 0.6, 0.7, True), _row(True, 0.1, 0.2, False)]
+    plot({"runs": [{"run": "r", "checkpoints": [{"step": 0, "summary": summary(rows)}]}]}, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000
