@@ -189,7 +189,7 @@ def _first(checkpoint: dict[str, Any]) -> str:
 MAKE_RUN = "runs.0"  # bench_routing.py --runs <the make run run> first
 ROUTING_FIGURES = [
     *[Figure("README.md", "routing_make_run.json", MAKE_RUN, _table_row(k), f"make run table line {k}")
-      for k in range(10)],
+      for k in range(11)],
     Figure("README.md", "routing_make_run.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
            lambda d: f"policy minus best fixed route {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]",
            "make run: policy minus best fixed"),
