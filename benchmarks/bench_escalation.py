@@ -48,8 +48,7 @@ def probe(checkpoint: Path, base_model: str, items: list[dict], pool, env_cfg) -
     from rlrouter.algos.common import token_logprobs
     from rlrouter.eval.route_scores import cheapest, strongest
     from rlrouter.models import load_tokenizer
-    from rlrouter.rollout.demos import answer_turn, demo_tokens, search_turn, short_query, shown_text
-    from rlrouter.rollout.parsing import format_information
+    from rlrouter.rollout.demos import answer_turn, demo_tokens, search_turn, short_query, shown_reply, shown_text
     from rlrouter.rollout.policy import merged_policy_dir
     from rlrouter.selector.aggregate import answer_key, states_answer
 
@@ -61,7 +60,7 @@ def probe(checkpoint: Path, base_model: str, items: list[dict], pool, env_cfg) -
     out = []
     for it, reply in zip(items, replies):
         sub_query = short_query(it["query"])
-        shown = format_information(reply.text if reply.ok else f"Error: {reply.error}", env_cfg.info_max_chars)
+        shown = shown_reply(reply, env_cfg.info_max_chars)
         demo = {"query": it["query"], "segments": [(search_turn(cheap, sub_query), True), (shown, False)],
                 "calls": [cheap], "sub_query": sub_query}
         prefix = demo_tokens(demo, tok, cands, env_cfg).input_ids
@@ -111,11 +110,16 @@ def odds_ratio(summary_: dict) -> float:
     return (a / (1 - a)) / (b / (1 - b))
 
 
+def _has_decision_point(result: dict) -> bool:
+    """Whether every checkpoint of a result has the decision-point reading (results written before it lack it)."""
+    return all("mean_p_escalate_first" in c["summary"]["stated"] for run in result["runs"] for c in run["checkpoints"])
+
+
 def markdown(result: dict) -> str:
     """One row per probed checkpoint: mean P(escalate) after each kind of reply, and their odds ratio; with
     the decision point (results written since it is measured), the first differing token's P(escalate) and
     the share of questions where greedy decoding would take the escalating token there."""
-    first = all("mean_p_escalate_first" in c["summary"]["stated"] for run in result["runs"] for c in run["checkpoints"])
+    first = _has_decision_point(result)
     head = "  | run | RL step | P(escalate): reply states no answer | P(escalate): reply states one | odds ratio |"
     rule = "  |---|---|---|---|---|"
     if first:
@@ -144,7 +148,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    first = all("mean_p_escalate_first" in c["summary"]["stated"] for run in result["runs"] for c in run["checkpoints"])
+    first = _has_decision_point(result)
     panels = (("mean_p_escalate", "whole turns"),) + ((("mean_p_escalate_first", "decision point (first token)"),)
                                                       if first else ())
     fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4), squeeze=False)
@@ -182,10 +186,9 @@ def main() -> None:
     import yaml
 
     from rlrouter.data.build import load_router_r1_split
-    from rlrouter.eval.route_scores import task_of
+    from rlrouter.eval.route_scores import cheapest, task_of
     from rlrouter.pool.pool import CandidatePool
     from rlrouter.progress import Progress
-    from rlrouter.eval.route_scores import cheapest
     from rlrouter.rollout.env import EnvConfig
     from rlrouter.selector.aggregate import states_answer
 

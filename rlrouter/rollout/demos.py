@@ -102,12 +102,12 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
     demos = []
     for it, model, reply, model2 in zip(chosen, models, replies, seconds):
         sub_query = short_query(it["query"], query_words)
-        shown = _shown_reply(reply, info_max_chars)
+        shown = shown_reply(reply, info_max_chars)
         segments = [(search_turn(model, sub_query), True), (shown, False)]
         calls = [model]
         if model2 is not None:
             reply = next(later)
-            shown = _shown_reply(reply, info_max_chars)
+            shown = shown_reply(reply, info_max_chars)
             segments += [("<think>" + search_turn(model2, sub_query), True), (shown, False)]
             calls.append(model2)
         final = list(it["ground_truth"])[0] if answer == "gold" or not reply.ok else answer_key(shown_text(shown))
@@ -117,7 +117,7 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
     return demos
 
 
-def _shown_reply(reply: Any, info_max_chars: int) -> str:
+def shown_reply(reply: Any, info_max_chars: int) -> str:
     """A reply's ``<information>`` block, cut as the rollout cuts it."""
     return format_information(reply.text if reply.ok else f"Error: {reply.error}", info_max_chars)
 
