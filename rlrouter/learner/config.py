@@ -110,6 +110,14 @@ class RouterR1TrainConfig:
     drawn and rolled out per step to replace such groups. 0 = off (every drawn group is learned on). The
     extra batches are scored like any (with ``cost_bounds: null`` their costs enter the cost window). Needs
     ``n_samples`` >= 2: one sample is no group to compare."""
+    no_answer_share: float = 0.0
+    """Stratified prompts: this share of each step's prompts is drawn from the training questions whose
+    cheapest candidate's logged reply states no final answer (``states_answer``; the questions where the
+    cascade asks the strong model too), the rest from the others; 0 = the natural mix. Those replies are
+    rare (21 of make run's 512 questions), so in the natural mix the reward barely reaches the choice made
+    after them. The policy sees the reply it conditions on, so drawing the two kinds in other proportions
+    leaves the best policy for each kind unchanged and gives the rare kind more of the gradient. Needs a
+    replay pool (logged replies) and, when > 0, at least one such question."""
     seed: int = 0
     reward: dict[str, Any] = field(default_factory=lambda: {"name": "router_r1", "alpha": 0.3})
     """The reward (``conf/reward/``), built by ``rlrouter.rewards.registry``: ``router_r1`` alone or
@@ -164,6 +172,10 @@ class RouterR1TrainConfig:
         if self.filter_groups and self.n_samples < 2:
             raise ValueError(f"train.filter_groups={self.filter_groups} needs train.n_samples >= 2 (groups to "
                              f"compare), got n_samples={self.n_samples}")
+        if isinstance(self.no_answer_share, bool) or not isinstance(self.no_answer_share, (int, float)) \
+                or not 0.0 <= self.no_answer_share <= 1.0:
+            raise ValueError(f"train.no_answer_share: a share in [0, 1] (0 = the natural mix), "
+                             f"got {self.no_answer_share!r}")
         if self.sync not in SYNC_TRANSPORTS:
             raise ValueError(f"train.sync: one of {SYNC_TRANSPORTS}, got {self.sync!r}")
         if not self.sync_timeout_s > 0:

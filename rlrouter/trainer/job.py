@@ -30,7 +30,7 @@ from rlrouter.rollout.group import RolloutGroup
 from rlrouter.learner.checkpoint import latest_checkpoint
 from rlrouter.storage import RunStorage, list_dirs
 from rlrouter.trainer.report import held_out_records, held_out_summary, plot_held_out, plot_run, results_table, write_train_report
-from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, held_out_reward
+from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, check_no_answer, held_out_reward
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,15 @@ def set_reference(train: RouterR1TrainConfig, pool: Any, items: list[dict[str, A
     return table
 
 
+def no_answer_items(table: Any) -> list[int]:
+    """Indices of the training questions whose cheapest candidate's logged reply states no final answer
+    (``train.no_answer_share``'s stratum); none without a reference table (live candidates)."""
+    if table is None or table.stated is None:
+        return []
+    cheap = table.candidates.index(table.cheap)
+    return [i for i in range(len(table)) if table.stated[i, cheap] < 0.5]
+
+
 def resource_spec(cfg: DictConfig) -> ResourceSpec:
     return ResourceSpec(**to_plain(cfg.resources))
 
@@ -139,6 +148,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     # the learner ranks store checkpoints there themselves, from whichever node they run on
     train.checkpoint_dir = store.checkpoints()
     reference_table = set_reference(train, pool, train_items)
+    no_answer = no_answer_items(reference_table)
+    check_no_answer(train, len(train_items), no_answer)
+    if train.no_answer_share:
+        print(f"prompts: {train.no_answer_share:.2f} of each step's from the {len(no_answer)} of "
+              f"{len(train_items)} training questions whose cheap reply states no final answer")
     scoring = held_out_reward(train)  # alpha, cost window, metric, reference: every held-out evaluation's
     metric = scoring["metric"]
     build_train_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
@@ -162,7 +176,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     demos = demonstrations(cfg, train, pool, train_items, env) if not (train.resume_from or train.init_from) else []
     t0 = time.perf_counter()
     with LearnerGroup(train, resources, max_failures=cfg.learner_failures) as learners:
-        RouterR1Trainer(train, group, learners, candidates, train_items, demos, eval_items=test_items).fit()
+        RouterR1Trainer(train, group, learners, candidates, train_items, demos, eval_items=test_items,
+                        no_answer=no_answer).fit()
     result = learners.result
     report["train_s"] = time.perf_counter() - t0
     if getattr(result, "error", None):

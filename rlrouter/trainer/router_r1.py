@@ -89,6 +89,29 @@ def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
     return out
 
 
+def step_indices(n: int, size: int, step: int, seed: int, focus: Sequence[int] = (), share: float = 0.0) -> list[int]:
+    """A step's prompts (``batch_indices``), stratified when ``share`` > 0: ``round(share * size)`` of them
+    from the items in ``focus``, the rest from the others, each stratum with its own cursor (so a pure
+    function of step too). ``share`` 0 or no ``focus`` is ``batch_indices`` itself."""
+    k = min(size, round(share * size)) if len(focus) else 0
+    if k == 0:
+        return batch_indices(n, size, step, seed)
+    chosen = set(focus)
+    rest = [i for i in range(n) if i not in chosen]
+    if not rest:
+        k = size
+    picked = [focus[i] for i in batch_indices(len(focus), k, step, seed)]
+    return picked + ([rest[i] for i in batch_indices(len(rest), size - k, step, seed)] if k < size else [])
+
+
+def check_no_answer(cfg: RouterR1TrainConfig, n_items: int, no_answer: Sequence[int]) -> None:
+    """``train.no_answer_share`` > 0 needs a stratum to draw from."""
+    if cfg.no_answer_share > 0 and not no_answer:
+        raise ValueError(f"train.no_answer_share={cfg.no_answer_share}: none of the {n_items} training questions "
+                         "has a cheapest-candidate reply without a final answer (or the pool has no logged "
+                         "replies to tell); set it to 0")
+
+
 def informative_groups(rewards: Sequence[float], group_size: int, tol: float = 1e-6) -> list[bool]:
     """Per group (contiguous runs of ``group_size`` rewards, item-major as the rollout lays them out):
     whether its samples score differently. A group whose rewards are all equal has zero GRPO advantage."""
@@ -183,12 +206,15 @@ class RouterR1Trainer:
 
     def __init__(self, cfg: RouterR1TrainConfig, rollout: Rollout, learners: Any, candidates: Sequence[str],
                  items: Sequence[dict[str, Any]], demos: Sequence[Any] = (),
-                 eval_items: Sequence[dict[str, Any]] = ()):
+                 eval_items: Sequence[dict[str, Any]] = (), no_answer: Sequence[int] = ()):
         """``learners``: a ``LearnerGroup`` (Ray Train ranks) or ``LocalLearners`` (this process, no Ray);
         ``rollout``: a ``RolloutGroup`` or a ``LocalRollout``; ``items``: the training prompts;
-        ``demos``: the cold start's demonstrations; ``eval_items``: the held-out prompts."""
+        ``demos``: the cold start's demonstrations; ``eval_items``: the held-out prompts; ``no_answer``:
+        indices of the items whose cheap reply states no final answer (``train.no_answer_share``)."""
+        check_no_answer(cfg, len(items), no_answer)
         self.cfg, self.rollout, self.learners = cfg, rollout, learners
         self.candidates, self.items, self.demos, self.eval_items = candidates, items, demos, eval_items
+        self.no_answer = list(no_answer)
         self.out = Path(cfg.out_dir)
         self.restarts = 0
         self.reward: Any = None
@@ -266,7 +292,7 @@ class RouterR1Trainer:
         # until enough groups have reward spread
         while not rounds or (len(rounds) <= cfg.filter_groups and sum(map(sum, flags)) < size):
             r = len(rounds)
-            idx = batch_indices(len(self.items), size, step, cfg.seed + 7919 * r)
+            idx = step_indices(len(self.items), size, step, cfg.seed + 7919 * r, self.no_answer, cfg.no_answer_share)
             t0 = time.perf_counter()
             trajs = self.rollout.rollout([self.items[i] for i in idx], group,  # item-major
                                          cfg.seed * 1_000_003 + 7919 * r, step)
