@@ -115,9 +115,10 @@ class RouterR1TrainConfig:
     cheapest candidate's logged reply states no final answer (``states_answer``; the questions where the
     cascade asks the strong model too), the rest from the others; 0 = the natural mix. Those replies are
     rare (21 of make run's 512 questions), so in the natural mix the reward barely reaches the choice made
-    after them. The policy sees the reply it conditions on, so drawing the two kinds in other proportions
-    leaves the best policy for each kind unchanged and gives the rare kind more of the gradient. Needs a
-    replay pool (logged replies) and, when > 0, at least one such question."""
+    after them. The choice made after the reply is made with the reply in view, so for it the mix only
+    shifts the gradient; the first call is made before, and a mix rich in questions the cheap model
+    fails makes the strong model pay more there than it does on the natural mix. Needs a replay pool
+    (logged replies) and, when > 0, at least one such question."""
     seed: int = 0
     reward: dict[str, Any] = field(default_factory=lambda: {"name": "router_r1", "alpha": 0.3})
     """The reward (``conf/reward/``), built by ``rlrouter.rewards.registry``: ``router_r1`` alone or

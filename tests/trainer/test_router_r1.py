@@ -119,3 +119,71 @@ def test_filter_groups_must_be_a_count():
         RouterR1TrainConfig(filter_groups=-1)
     with pytest.raises(ValueError, match="needs train.n_samples >= 2"):
         RouterR1TrainConfig(filter_groups=1, n_samples=1)
+
+
+def test_stratified_prompts_draw_their_share_from_the_no_answer_items():
+    from rlrouter.trainer.router_r1 import step_indices
+
+    focus = [3, 7, 11]
+    # no share, or no stratum: the plain cursor, so the default step is unchanged
+    assert [step_indices(20, 4, s, 5) for s in range(6)] == [batch_indices(20, 4, s, 5) for s in range(6)]
+    assert step_indices(20, 4, 2, 5, focus, 0.0) == batch_indices(20, 4, 2, 5)
+    assert step_indices(20, 4, 2, 5, (), 0.5) == batch_indices(20, 4, 2, 5)
+    steps = [step_indices(20, 4, s, 5, focus, 0.5) for s in range(6)]
+    assert steps == [step_indices(20, 4, s, 5, focus, 0.5) for s in range(6)]  # a pure function of step
+    for b in steps:
+        assert sum(i in focus for i in b) == 2 and len(b) == 4
+    firsts = [i for b in steps for i in b[:2]]
+    assert sorted(firsts[:3]) == focus  # the stratum's own cursor: each no-answer item once per its epoch
+    rest = [i for b in steps for i in b[2:]]
+    assert len(set(rest)) == len(rest) == 12  # the other items without repeats within their epoch
+    assert step_indices(20, 4, 1, 5, focus, 1.0) == [focus[i] for i in batch_indices(3, 4, 1, 5)]
+    assert sum(i in focus for i in step_indices(20, 4, 0, 5, focus, 0.3)) == 1  # round(0.3 x 4)
+
+
+def test_stratified_prompts_need_a_share_and_a_stratum():
+    from rlrouter.learner.config import RouterR1TrainConfig
+    from rlrouter.trainer.router_r1 import check_no_answer
+
+    for bad in (-0.1, 1.5, True, "half"):
+        with pytest.raises(ValueError, match="train.no_answer_share"):
+            RouterR1TrainConfig(no_answer_share=bad)
+    check_no_answer(RouterR1TrainConfig(), 10, [])  # off: nothing needed
+    check_no_answer(RouterR1TrainConfig(no_answer_share=0.5), 10, [4])
+    with pytest.raises(ValueError, match=r"no_answer_share=0.5: none of the 10 training questions"):
+        check_no_answer(RouterR1TrainConfig(no_answer_share=0.5), 10, [])
+
+
+def test_the_no_answer_stratum_is_read_from_the_cheap_candidates_logged_replies():
+    import numpy as np
+
+    from rlrouter.eval.route_scores import RouteTable
+    from rlrouter.trainer.job import no_answer_items
+
+    stated = np.array([[1, 0], [0, 1], [1, 1], [0, 0]], dtype=float)  # columns: gpt-4, mixtral (the cheap one)
+    table = RouteTable(["gsm8k"] * 4, ["gpt-4", "mixtral"], np.ones((4, 2)), np.ones((4, 2)), "gpt-4",
+                       {"gpt-4": 30.0, "mixtral": 0.6}, stated)
+    assert no_answer_items(table) == [0, 3]
+    assert no_answer_items(None) == []  # live candidates: no logged replies
+    assert no_answer_items(RouteTable(["a"], ["x"], np.ones((1, 1)), np.ones((1, 1)), "x", {"x": 1.0})) == []
+
+
+def test_a_stratified_step_rolls_out_its_share_of_no_answer_items(monkeypatch, tmp_path):
+    import rlrouter.trainer.router_r1 as tr
+    from rlrouter.learner.config import RouterR1TrainConfig
+
+    monkeypatch.setattr(tr, "score_trajectories", _score)
+    monkeypatch.setattr(tr, "sync_policy", lambda *a: 0.0)
+    items = [{"id": i, "spread": True} for i in range(40)]
+    no_answer = [5, 17, 30]
+    cfg = RouterR1TrainConfig(prompts_per_step=4, n_samples=2, no_answer_share=0.5, out_dir=str(tmp_path),
+                              progress=False)
+    rollout, learners = _Rollout(), _Learners()
+    trainer = tr.RouterR1Trainer(cfg, rollout, learners, ["a", "b"], items, no_answer=no_answer)
+    for step in range(3):
+        trainer.train_step(step)
+    for step, _, drawn in rollout.calls:
+        assert drawn == tr.step_indices(40, 4, step, cfg.seed, no_answer, 0.5)
+        assert sum(i in no_answer for i in drawn) == 2
+    with pytest.raises(ValueError, match="no_answer_share=0.5: none of the 40"):
+        tr.RouterR1Trainer(cfg, rollout, learners, ["a", "b"], items)
