@@ -248,6 +248,26 @@ ROUTING_FIGURES = [
            "dynamic sampling probe table"),
     Figure("docs/benchmarks.md", "escalation_dynamic_sampling.json", "seconds",
            lambda t: f"--steps 24,32 --name escalation_dynamic_sampling`, {t:.0f} s;", "dynamic sampling probe time"),
+    Figure("docs/benchmarks.md", "escalation_no_answer_share.json", "", _escalation_table,
+           "stratified prompts probe table"),
+    Figure("docs/benchmarks.md", "escalation_no_answer_share.json", "seconds",
+           lambda t: f"--name escalation_no_answer_share`, {t:.0f} s;", "stratified prompts probe time"),
+    Figure("docs/benchmarks.md", "routing_eval2000_na50.json", "runs.1",
+           lambda e: f"scores {e['results']['policy_trained']['mean_reward']:.3f}, "
+                     f"{e['routing']['policy_minus_best_fixed']['value']:+.3f} "
+                     f"[{e['routing']['policy_minus_best_fixed']['lo']:+.3f}, "
+                     f"{e['routing']['policy_minus_best_fixed']['hi']:+.3f}] below the best fixed route",
+           "stratified prompts on 2,000 held-out"),
+    Figure("README.md", "routing_eval2000_na50.json", "runs.1.routing",
+           lambda b: f"(strong share {b['routes']['policy']['strong_share_by_task']['gsm8k']:.2f} / "
+                     f"{b['routes']['policy']['strong_share_by_task']['mmlu']:.2f}), "
+                     f"{-b['policy_minus_best_fixed']['value']:.3f} below always-Mixtral on the 2,000",
+           "README: stratified prompts"),
+    Figure("docs/benchmarks.md", "routing_eval2000_na50.json", "runs.0.held_out_curve",
+           lambda c: "| `r27_na50` mean reward | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |",
+           "stratified prompts: curve"),
+    Figure("docs/benchmarks.md", "routing_eval2000_na50.json", "seconds",
+           lambda t: f"--name routing_eval2000_na50`, {t:,.0f} s;", "stratified prompts eval time"),
     Figure("docs/benchmarks.md", "escalation_decision.json", "seconds",
            lambda t: f"--steps 0,8,20 --name escalation_decision`, {t:.0f} s;", "decision probe time"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal).most_cascade_gain",
