@@ -35,6 +35,11 @@ class Figure:
     """A short name for the test id."""
 
 
+def _interval(d: dict[str, Any]) -> str:
+    """A paired difference as the docs write it: value [low, high]."""
+    return f"{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+
+
 def lookup(data: Any, path: str) -> Any:
     for key in filter(None, path.split(".")):
         data = data[int(key)] if isinstance(data, list) else data[key]
@@ -204,9 +209,7 @@ ROUTING_FIGURES = [
            + "; format validity " + ", ".join(f"{r['format_valid']:.3f}" for r in rows), "penalty picked on training"),
     Figure("docs/benchmarks.md", "routing_eval2000_t256_fp.json", "runs.2",
            lambda e: f"| {e['selection']['chosen']:g} | {e['results']['policy_trained']['mean_reward']:.3f} | "
-                     f"{e['routing']['policy_minus_best_fixed']['value']:+.3f} "
-                     f"[{e['routing']['policy_minus_best_fixed']['lo']:+.3f}, "
-                     f"{e['routing']['policy_minus_best_fixed']['hi']:+.3f}] | "
+                     f"{_interval(e['routing']['policy_minus_best_fixed'])} | "
                      f"{e['results']['policy_trained']['format_valid']:.3f} |", "penalty on 2,000 held-out"),
     Figure("docs/benchmarks.md", "routing_eval2000_s30.json", "runs.2.routing.policy_minus_best_fixed",
            lambda d: f"policy - best fixed route **{d['value']:+.3f}\n  [{d['lo']:+.3f}, {d['hi']:+.3f}]**",
@@ -254,9 +257,7 @@ ROUTING_FIGURES = [
            lambda t: f"--name escalation_no_answer_share`, {t:.0f} s;", "stratified prompts probe time"),
     Figure("docs/benchmarks.md", "routing_eval2000_na50.json", "runs.1",
            lambda e: f"scores {e['results']['policy_trained']['mean_reward']:.3f}, "
-                     f"{e['routing']['policy_minus_best_fixed']['value']:+.3f} "
-                     f"[{e['routing']['policy_minus_best_fixed']['lo']:+.3f}, "
-                     f"{e['routing']['policy_minus_best_fixed']['hi']:+.3f}] below the best fixed route",
+                     f"{_interval(e['routing']['policy_minus_best_fixed'])} below the best fixed route",
            "stratified prompts on 2,000 held-out"),
     Figure("README.md", "routing_eval2000_na50.json", "runs.1.routing",
            lambda b: f"(strong share {b['routes']['policy']['strong_share_by_task']['gsm8k']:.2f} / "
