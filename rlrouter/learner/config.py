@@ -119,6 +119,11 @@ class RouterR1TrainConfig:
     shifts the gradient; the first call is made before, and a mix rich in questions the cheap model
     fails makes the strong model pay more there than it does on the natural mix. Needs a replay pool
     (logged replies) and, when > 0, at least one such question."""
+    no_answer_first_call: bool = False
+    """With ``no_answer_share``: those questions' rollouts start after a call to the cheapest candidate.
+    The first turn is written for the policy (``rlrouter.rollout.demos.search_turn``, an observation:
+    neither sampled nor learned on), so they train only the choice made after the reply, and the first
+    call learns from the other questions, the natural mix, alone."""
     seed: int = 0
     reward: dict[str, Any] = field(default_factory=lambda: {"name": "router_r1", "alpha": 0.3})
     """The reward (``conf/reward/``), built by ``rlrouter.rewards.registry``: ``router_r1`` alone or
@@ -177,6 +182,11 @@ class RouterR1TrainConfig:
                 or not 0.0 <= self.no_answer_share <= 1.0:
             raise ValueError(f"train.no_answer_share: a share in [0, 1] (0 = the natural mix), "
                              f"got {self.no_answer_share!r}")
+        if not isinstance(self.no_answer_first_call, bool):
+            raise ValueError(f"train.no_answer_first_call: true or false, got {self.no_answer_first_call!r}")
+        if self.no_answer_first_call and not self.no_answer_share:
+            raise ValueError("train.no_answer_first_call=true needs train.no_answer_share > 0 (the questions "
+                             "whose rollouts start after the cheap call)")
         if self.sync not in SYNC_TRANSPORTS:
             raise ValueError(f"train.sync: one of {SYNC_TRANSPORTS}, got {self.sync!r}")
         if not self.sync_timeout_s > 0:

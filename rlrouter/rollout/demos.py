@@ -64,6 +64,12 @@ def fit_search_turn(model: str, sub_query: str, tokenizer: Any, budget: int, pre
         words, cut = words[:-1], True
 
 
+def with_first_turn(item: dict[str, Any], model: str, query_words: int = 24) -> dict[str, Any]:
+    """``item`` whose rollouts start with the demonstrated first turn to ``model`` (``first_turn``, written
+    for the policy by ``RouterEnv.run``: ``train.no_answer_first_call``)."""
+    return {**item, "first_turn": search_turn(model, short_query(item["query"], query_words))}
+
+
 DEMO_ROUTES = ("random", "optimal")
 DEMO_ANSWERS = ("reply", "gold")
 

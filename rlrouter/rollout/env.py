@@ -227,17 +227,26 @@ class RouterEnv:
                 break
             final = turn == self.cfg.max_turns
             stop = ["</answer>"] if final else ["</search>", "</answer>"]
+            # an item's ``first_turn`` is written for the policy: an observation, neither sampled nor learned on
+            given = {id(t): self.tokenizer.encode(t.item["first_turn"], add_special_tokens=False)
+                     for t in live if turn == 0 and t.item.get("first_turn")}
+            sampled = [t for t in live if id(t) not in given]
             specs = [SamplingSpec(max_tokens=self._budget(t), stop=stop, temperature=temp,
                                   top_p=self.cfg.top_p,
                                   seed=sample_seed(seed, step, t.prompt_index, t.sample_index, turn),
                                   frequency_penalty=self.cfg.greedy_frequency_penalty if temp == 0 else 0.0)
-                     for t in live]
-            outs = self.generate([t.tokens.input_ids for t in live], specs)
+                     for t in sampled]
+            outs = iter(self.generate([t.tokens.input_ids for t in sampled], specs) if sampled else [])
             pending: list[tuple[Trajectory, str, str]] = []
             infos: dict[int, str] = {}
-            for t, out_ids in zip(live, outs):
+            for t in live:
                 t.turns += 1
-                t.tokens.add_policy(out_ids, getattr(out_ids, "logprobs", None))
+                if id(t) in given:
+                    out_ids = given[id(t)]
+                    t.tokens.add_observation(out_ids)
+                else:
+                    out_ids = next(outs)
+                    t.tokens.add_policy(out_ids, getattr(out_ids, "logprobs", None))
                 chunk = self.tokenizer.decode(out_ids, skip_special_tokens=True)
                 t.text += chunk
                 parsed = parse_turn(chunk, allowed[t.prompt_index])

@@ -23,7 +23,7 @@ from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.group import LearnerGroup
 from rlrouter.models import load_tokenizer
 from rlrouter.pool.pool import CandidatePool
-from rlrouter.rollout.demos import build_demonstrations, demo_tokens
+from rlrouter.rollout.demos import build_demonstrations, demo_tokens, with_first_turn
 from rlrouter.engine import EngineConfig
 from rlrouter.rollout.env import EnvConfig
 from rlrouter.rollout.group import RolloutGroup
@@ -150,9 +150,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     reference_table = set_reference(train, pool, train_items)
     no_answer = no_answer_items(reference_table)
     check_no_answer(train, len(train_items), no_answer)
+    if train.no_answer_first_call:  # the stratum's rollouts start after the cheap call
+        for i in no_answer:
+            train_items[i] = with_first_turn(train_items[i], reference_table.cheap,
+                                             cfg.train.get("warmup_query_words", 24))
     if train.no_answer_share:
         print(f"prompts: {train.no_answer_share:.2f} of each step's from the {len(no_answer)} of "
-              f"{len(train_items)} training questions whose cheap reply states no final answer")
+              f"{len(train_items)} training questions whose cheap reply states no final answer"
+              + (", their rollouts starting after the cheap call" if train.no_answer_first_call else ""))
     scoring = held_out_reward(train)  # alpha, cost window, metric, reference: every held-out evaluation's
     metric = scoring["metric"]
     build_train_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work

@@ -137,3 +137,12 @@ def test_second_call_demonstrations_ask_another_candidate_at_random(shared_data)
     assert build_demonstrations(items, pool, n=10, seed=1)[0]["calls"] == [build_demonstrations(items, pool, n=10, seed=1)[0]["model"]]
     with pytest.raises(ValueError, match="train.warmup_second_call"):
         build_demonstrations(items, pool, n=2, second_call=1.5)
+
+
+def test_a_written_first_turn_is_the_demonstrated_search_turn():
+    from rlrouter.rollout.demos import with_first_turn
+
+    item = {"query": "How many legs do 3 spiders have?\nExplain.", "id": 7}
+    out = with_first_turn(item, "mixtral", query_words=4)
+    assert out["first_turn"] == search_turn("mixtral", "How many legs do ...") and "first_turn" not in item
+    assert {k: v for k, v in out.items() if k != "first_turn"} == item

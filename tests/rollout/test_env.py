@@ -201,3 +201,28 @@ def test_a_records_candidate_models_restrict_and_price_its_routes():
     assert t3.cost == pytest.approx((10 * 0.5 + 4 * 1.0) / 1e6)
     with pytest.raises(ValueError, match=r"candidate_models\[0\]\.name 'gpt-9'"):
         env2.run([{"query": "q1", "id": "a", "candidate_models": [{"name": "gpt-9", "cost": 1.0}]}])
+
+
+def test_a_first_turn_written_for_the_policy_is_routed_but_not_learned_on():
+    """``first_turn`` (``train.no_answer_first_call``): the first turn is the item's text, an observation;
+    the policy samples from the reply on, and only those turns are in the loss mask."""
+    given = "I will ask small.</think>\n<search>small: what is 6*7?</search>"
+    t2 = "<think>ok</think><answer>42</answer>"
+    prompts_seen = []
+
+    def generate(prompts, specs):
+        texts = ["".join(chr(i) for i in p) for p in prompts]
+        prompts_seen.extend(texts)
+        return [[ord(c) for c in (t2 if "<information>" in text.split("Question: ")[-1]
+                                  else "x</think><search>big: q</search>")] for text in texts]
+
+    env = RouterEnv(EnvConfig(prefill="<think>", max_turns=2), CharTokenizer(), FakePool(), generate)
+    forced, free = env.run([{"query": "q1", "id": "a", "first_turn": given}, {"query": "q2", "id": "b"}])
+    assert [r.model for r in forced.routes] == ["small"] and forced.answer == "42" and forced.turns == 2
+    info = "\n\n<information>small says 42</information>\n\n"
+    assert forced.text == "<think>" + given + info + t2
+    assert forced.tokens.loss_mask == [0] * forced.tokens.prompt_length + [0] * len(given + info) + [1] * len(t2)
+    assert forced.tokens.num_policy_tokens == len(t2)
+    assert any(p.endswith("Question: q2\n<think>") for p in prompts_seen)  # q2's first turn was sampled,
+    assert not any(p.endswith("Question: q1\n<think>") for p in prompts_seen)  # q1's was not
+    assert [r.model for r in free.routes] == ["big"]  # the other item samples its first turn as before

@@ -148,6 +148,11 @@ def test_stratified_prompts_need_a_share_and_a_stratum():
     for bad in (-0.1, 1.5, True, "half"):
         with pytest.raises(ValueError, match="train.no_answer_share"):
             RouterR1TrainConfig(no_answer_share=bad)
+    with pytest.raises(ValueError, match="no_answer_first_call=true needs train.no_answer_share > 0"):
+        RouterR1TrainConfig(no_answer_first_call=True)
+    with pytest.raises(ValueError, match="train.no_answer_first_call: true or false"):
+        RouterR1TrainConfig(no_answer_share=0.5, no_answer_first_call="yes")
+    RouterR1TrainConfig(no_answer_share=0.5, no_answer_first_call=True)
     check_no_answer(RouterR1TrainConfig(), 10, [])  # off: nothing needed
     check_no_answer(RouterR1TrainConfig(no_answer_share=0.5), 10, [4])
     with pytest.raises(ValueError, match=r"no_answer_share=0.5: none of the 10 training questions"):
