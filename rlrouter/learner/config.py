@@ -117,7 +117,8 @@ class RouterR1TrainConfig:
     rare (21 of make run's 512 questions), so in the natural mix the reward barely reaches the choice made
     after them. The choice made after the reply is made with the reply in view, so for it the mix only
     shifts the gradient; the first call is made before, and a mix rich in questions the cheap model
-    fails makes the strong model pay more there than it does on the natural mix. Needs a replay pool
+    fails makes the strong model pay more there than it does on the natural mix. The step's ``rollout/``
+    and ``reward/`` metrics then describe the stratified batch, not the natural mix. Needs a replay pool
     (logged replies) and, when > 0, at least one such question."""
     no_answer_first_call: bool = False
     """With ``no_answer_share``: those questions' rollouts start after a call to the cheapest candidate.

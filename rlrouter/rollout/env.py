@@ -209,7 +209,8 @@ class RouterEnv:
             index_offset: int = 0, temperature: float | None = None) -> list[Trajectory]:
         """``n_samples`` trajectories per item, laid out item-major (row ``i * n + j``).
 
-        ``temperature`` overrides the config's (0 for greedy evaluation)."""
+        ``temperature`` overrides the config's (0 for greedy evaluation). An item's ``first_turn`` (text)
+        stands in for its first sampled turn, as an observation (``train.no_answer_first_call``)."""
         temp = self.cfg.temperature if temperature is None else temperature
         trajs = []
         allowed: dict[int, list[str]] = {}  # prompt index -> the names its routes may use
