@@ -40,6 +40,11 @@ def _interval(d: dict[str, Any]) -> str:
     return f"{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
 
 
+def _curve_row(label: str) -> Callable[[list[dict[str, Any]]], str]:
+    """A held-out curve's mean rewards as a table row headed ``label``."""
+    return lambda c: f"| {label} | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |"
+
+
 def lookup(data: Any, path: str) -> Any:
     for key in filter(None, path.split(".")):
         data = data[int(key)] if isinstance(data, list) else data[key]
@@ -225,7 +230,7 @@ ROUTING_FIGURES = [
            lambda d: f"**{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]** below the best fixed route",
            "cascade run on 400 held-out"),
     Figure("docs/benchmarks.md", "routing_casc400.json", "runs.0.held_out_curve",
-           lambda c: "| mean reward | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |",
+           _curve_row("mean reward"),
            "cascade run: curve"),
     Figure("README.md", "routing_rescored.json", "rescored.0.cascade_minus_best_fixed",
            lambda d: f"is {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] above always-Mixtral", "README: cascade"),
@@ -265,7 +270,7 @@ ROUTING_FIGURES = [
                      f"{-b['policy_minus_best_fixed']['value']:.3f} below always-Mixtral on the 2,000",
            "README: stratified prompts"),
     Figure("docs/benchmarks.md", "routing_eval2000_na50.json", "runs.0.held_out_curve",
-           lambda c: "| `r27_na50` mean reward | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |",
+           _curve_row("`r27_na50` mean reward"),
            "stratified prompts: curve"),
     Figure("docs/benchmarks.md", "routing_eval2000_na50.json", "seconds",
            lambda t: f"--name routing_eval2000_na50`, {t:,.0f} s;", "stratified prompts eval time"),
@@ -274,7 +279,7 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "escalation_no_answer_first_call.json", "seconds",
            lambda t: f"--name escalation_no_answer_first_call` ({t:.0f} s;", "first call written: probe time"),
     Figure("docs/benchmarks.md", "routing_na50fc.json", "runs.0.held_out_curve",
-           lambda c: "| `r27_na50fc` mean reward | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |",
+           _curve_row("`r27_na50fc` mean reward"),
            "first call written: curve"),
     Figure("docs/benchmarks.md", "escalation_decision.json", "seconds",
            lambda t: f"--steps 0,8,20 --name escalation_decision`, {t:.0f} s;", "decision probe time"),
