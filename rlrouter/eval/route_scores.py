@@ -81,6 +81,11 @@ class RouteTable:
     def stated_or_all(self) -> np.ndarray:
         return np.ones_like(self.correct) if self.stated is None else self.stated
 
+    def cheap_states_none(self) -> np.ndarray:
+        """Per question, whether the cheapest candidate's reply states no final answer (where the cascade
+        escalates; ``train.no_answer_share``'s stratum). All False when the table has no replies to read."""
+        return self.stated_or_all()[:, self.candidates.index(self.cheap)] < 0.5
+
 
 def task_of(item: Mapping[str, Any]) -> str:
     """A question's task: its data source (``gsm8k``, ``mmlu``, ...)."""
@@ -212,7 +217,7 @@ def cascade_rows(table: RouteTable, alpha: float, bounds: tuple[float, float]) -
     that reply (the cost is both calls'). With one candidate, or every reply stated, it is always-cheapest."""
     cheap = table.candidates.index(table.cheap)
     strong = table.strong_index
-    escalate = (table.stated_or_all()[:, cheap] < 0.5) & (strong != cheap)
+    escalate = table.cheap_states_none() & (strong != cheap)
     outcome = np.where(escalate, table.correct[:, strong], table.correct[:, cheap])
     cost = table.cost[:, cheap] + np.where(escalate, table.cost[:, strong], 0.0)
     return Rows(rewards(0.0, outcome, cost, alpha, bounds), outcome, cost, 1.0 + escalate,
@@ -224,11 +229,11 @@ def escalation(trajs: Sequence[Any], table: RouteTable) -> dict[str, Any]:
     the share that then called the strongest, split by whether that cheap reply states a final answer (the
     logged reply to the question). A policy that uses the reply escalates more where it states none."""
     cheap = table.cheap
-    stated = table.stated_or_all()[:, table.candidates.index(cheap)]
+    stated = ~table.cheap_states_none()
     out: dict[str, Any] = {}
     for name, want in (("stated", True), ("not_stated", False)):
         firsts = [t for i, t in enumerate(trajs) if t.routes and t.routes[0].model == cheap
-                  and (stated[i] >= 0.5) == want]
+                  and bool(stated[i]) == want]
         up = sum(any(r.model == table.strong for r in t.routes[1:]) for t in firsts)
         out[name] = {"n": len(firsts), "escalated": up, "share": up / len(firsts) if firsts else 0.0}
     return out

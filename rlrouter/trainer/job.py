@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rlrouter.config import to_plain, typed_config
@@ -117,10 +118,7 @@ def set_reference(train: RouterR1TrainConfig, pool: Any, items: list[dict[str, A
 def no_answer_items(table: Any) -> list[int]:
     """Indices of the training questions whose cheapest candidate's logged reply states no final answer
     (``train.no_answer_share``'s stratum); none without a reference table (live candidates)."""
-    if table is None or table.stated is None:
-        return []
-    cheap = table.candidates.index(table.cheap)
-    return [i for i in range(len(table)) if table.stated[i, cheap] < 0.5]
+    return [] if table is None else [int(i) for i in np.flatnonzero(table.cheap_states_none())]
 
 
 def resource_spec(cfg: DictConfig) -> ResourceSpec:
