@@ -60,7 +60,7 @@ def probe(checkpoint: Path, base_model: str, items: list[dict], pool, env_cfg) -
     out = []
     for it, reply in zip(items, replies):
         sub_query = short_query(it["query"])
-        shown = shown_reply(reply, env_cfg.info_max_chars)
+        shown = shown_reply(reply, env_cfg.info_max_chars, env_cfg.mark_no_answer)
         demo = {"query": it["query"], "segments": [(search_turn(cheap, sub_query), True), (shown, False)],
                 "calls": [cheap], "sub_query": sub_query}
         prefix = demo_tokens(demo, tok, cands, env_cfg).input_ids

@@ -316,8 +316,9 @@ def score_policy(run: Path, cfg: dict, data: Path, out_name: str, env: dict | No
     if cfg["rollout"]["env"].get("prefill", default_prefill) != default_prefill:
         raise SystemExit(f"{run}: rollout.env.prefill differs from the job's default; evaluate it by hand")
     episode = {k: v for k, v in cfg["rollout"]["env"].items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) or k == "replay_query"}
-    cmd += [f"rollout.env.{k}={v}" for k, v in {**episode, **(env or {})}.items()]
+               if isinstance(v, (int, float)) or k == "replay_query"}  # bools too: mark_no_answer
+    cmd += [f"rollout.env.{k}={str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in {**episode, **(env or {})}.items()]
     print("+", " ".join(cmd))
     subprocess.run(cmd, check=True, cwd=ROOT)
     return ROOT / "outputs" / out_name

@@ -188,7 +188,7 @@ def failed_call_error(model: str, reason: str) -> str:
     return f"{ERROR_PREFIX} the call to {model} failed ({reason.strip() or 'no reason given'})."
 
 
-def format_information(text_or_error: str, max_chars: int | None = None) -> str:
+def format_information(text_or_error: str, max_chars: int | None = None, note: str = "") -> str:
     """Wrap a candidate's reply (or an error text) as Router-R1's ``<information>`` block.
 
     The candidate's own protocol tags are defused (``<answer>`` -> ``[answer]``): a reply must not end
@@ -196,13 +196,16 @@ def format_information(text_or_error: str, max_chars: int | None = None) -> str:
     cuts long replies so a small policy's context is not spent on one block. The cut keeps the reply's
     first quarter and its end, joined by " ... ": a reply states its final answer last (on GSM8K, 39% of
     GPT-4's logged replies lost their final number when only their first 400 characters were kept, so a
-    policy that copied the reply copied a wrong number).
+    policy that copied the reply copied a wrong number). ``note`` (the environment's remark on the reply,
+    ``rollout.env.mark_no_answer``) goes on a line of its own at the block's end, after any cut.
     """
     body = _TAG_RE.sub(lambda m: f"[{m.group(1)}{m.group(2)}]", text_or_error.strip())
     if max_chars is not None and len(body) > max_chars:
         head = max_chars // 4
         tail = max_chars - head
         body = body[:head].rstrip() + " ... " + body[len(body) - tail:].lstrip()
+    if note:
+        body += "\n" + note
     return f"\n\n<information>{body}</information>\n\n"
 
 

@@ -18,8 +18,20 @@ from rlrouter.pool.base import Candidate, CandidateResponse
 from rlrouter.protocol import extract_answer, failed_call_error, format_information, parse_turn
 from rlrouter.rollout.parsing import TrajectoryTokens
 from rlrouter.rollout.prompt import build_prompt, render_chat
+from rlrouter.selector.aggregate import states_answer
 
 NO_ROUTE_ERROR = "Error: this turn made no call."
+NO_ANSWER_NOTE = "(The reply above states no final answer.)"
+"""What ``rollout.env.mark_no_answer`` adds to the information block of a reply without a final answer."""
+
+
+def information_block(text_or_error: str, max_chars: int | None, mark_no_answer: bool = False,
+                      reply: bool = True) -> str:
+    """A candidate's reply (``reply``) or an error text as the ``<information>`` block the policy reads;
+    with ``mark_no_answer``, a reply that states no final answer ends with ``NO_ANSWER_NOTE``. The one
+    rendering of a reply used by the rollout, the demonstrations and the escalation probe."""
+    marked = mark_no_answer and reply and not states_answer(text_or_error)
+    return format_information(text_or_error, max_chars, note=NO_ANSWER_NOTE if marked else "")
 
 
 @dataclass
@@ -53,7 +65,17 @@ class EnvConfig:
     2 of 32). Sampled training turns never get it: the learner's log-probs are those of the plain tempered
     distribution."""
 
+    mark_no_answer: bool = False
+    """End a candidate's ``<information>`` with ``NO_ANSWER_NOTE`` when its reply states no final answer
+    (``rlrouter.selector.aggregate.states_answer``: no "####", boxed answer or option letter). The
+    environment reads the reply the way the cascade baseline does and says so beside the choice, so the
+    policy's next move can condition on a few tokens instead of the absence of a pattern in the reply. It
+    says nothing of what to do: whether to ask another candidate is still RL's to learn (demonstrations
+    route at random). Errors are never marked. Off by default."""
+
     def __post_init__(self) -> None:
+        if not isinstance(self.mark_no_answer, bool):
+            raise ValueError(f"rollout.env.mark_no_answer: true or false, got {self.mark_no_answer!r}")
         if self.max_turns < 0:
             raise ValueError(f"rollout.env.max_turns: must be >= 0 (0: one answer-only turn), got {self.max_turns}")
         if self.max_new_tokens < 1:
@@ -240,6 +262,7 @@ class RouterEnv:
             outs = iter(self.generate([t.tokens.input_ids for t in sampled], specs) if sampled else [])
             pending: list[tuple[Trajectory, str, str]] = []
             infos: dict[int, str] = {}
+            replied: set[int] = set()  # trajectories whose information is a candidate's reply
             for t in live:
                 t.turns += 1
                 if id(t) in given:
@@ -276,13 +299,15 @@ class RouterEnv:
                     rec.correct, rec.error = resp.correct, resp.error
                     if resp.ok:
                         infos[id(t)] = resp.text
+                        replied.add(id(t))
                     else:
                         t.protocol_errors += 1
                         infos[id(t)] = failed_call_error(model, resp.error or "")
             for t in live:
                 if t.done or id(t) not in infos:
                     continue
-                block = format_information(infos[id(t)], self.cfg.info_max_chars)
+                block = information_block(infos[id(t)], self.cfg.info_max_chars, self.cfg.mark_no_answer,
+                                          reply=id(t) in replied)
                 t.text += block
                 t.tokens.add_observation(self.tokenizer.encode(block, add_special_tokens=False))
                 if len(t.tokens) >= self.cfg.max_total_tokens:

@@ -95,7 +95,8 @@ def demonstrations(cfg: DictConfig, train: RouterR1TrainConfig, pool: Any, items
                                           route=cfg.train.get("warmup_route", "random"),
                                           answer=cfg.train.get("warmup_answer", "reply"),
                                           second_call=float(cfg.train.get("warmup_second_call", 0.0)),
-                                          info_max_chars=env.get("info_max_chars", 400))]
+                                          info_max_chars=env.get("info_max_chars", 400),
+                                          mark_no_answer=bool(env.get("mark_no_answer", False)))]
 
 
 def set_reference(train: RouterR1TrainConfig, pool: Any, items: list[dict[str, Any]]) -> Any:

@@ -146,3 +146,31 @@ def test_a_written_first_turn_is_the_demonstrated_search_turn():
     out = with_first_turn(item, "mixtral", query_words=4)
     assert out["first_turn"] == search_turn("mixtral", "How many legs do ...") and "first_turn" not in item
     assert {k: v for k, v in out.items() if k != "first_turn"} == item
+
+
+def test_marked_demonstrations_show_the_note_where_the_reply_states_no_answer(shared_data):
+    """Under ``rollout.env.mark_no_answer`` the demonstrations show each reply as the rollout will, note
+    included, and still answer what the reply states (the note is not part of it); the draw is unchanged."""
+    from rlrouter.data.sources import gsm8k
+    from rlrouter.rollout.env import NO_ANSWER_NOTE
+    from rlrouter.selector.aggregate import states_answer
+
+    pool = _pool()
+    qs = gsm8k(shared_data / "routellm" / "gsm8k")[:120]
+    items = [{"query": q.query, "ground_truth": q.ground_truth} for q in qs]
+    plain = build_demonstrations(items, pool, n=120, seed=3, second_call=0.5)
+    marked = build_demonstrations(items, pool, n=120, seed=3, second_call=0.5, mark_no_answer=True)
+    assert [d["calls"] for d in marked] == [d["calls"] for d in plain]
+    assert [d["answer"] for d in marked] == [d["answer"] for d in plain]
+    n_marked = 0
+    for p, m in zip(plain, marked):
+        for (pt, _), (mt, _) in zip(p["segments"], m["segments"]):
+            if mt != pt:  # only an information block gains the note, and only after a reply without an answer
+                assert mt == pt.replace("</information>", "\n" + NO_ANSWER_NOTE + "</information>")
+                n_marked += 1
+            elif "<information>" in pt:
+                assert states_answer(pt)
+    assert n_marked >= 3  # about 1 in 10 of Mixtral's GSM8K replies states no final answer
+    cfg = EnvConfig(prefill="<think>\n")
+    texts = [cfg.prefill + "".join(t for t, _ in d["segments"]) for d in marked]
+    assert RouterR1FormatReward(pool.names)([d["query"] for d in marked], texts) == [0.0] * 120

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from rlrouter.pool.base import Candidate, CandidateResponse
-from rlrouter.rollout.env import EnvConfig, RouterEnv, sample_seed
+from rlrouter.rollout.env import NO_ANSWER_NOTE, EnvConfig, RouterEnv, information_block, sample_seed
 
 
 class CharTokenizer:
@@ -226,3 +226,31 @@ def test_a_first_turn_written_for_the_policy_is_routed_but_not_learned_on():
     assert any(p.endswith("Question: q2\n<think>") for p in prompts_seen)  # q2's first turn was sampled,
     assert not any(p.endswith("Question: q1\n<think>") for p in prompts_seen)  # q1's was not
     assert [r.model for r in free.routes] == ["big"]  # the other item samples its first turn as before
+
+
+def test_mark_no_answer_notes_replies_without_a_final_answer_only():
+    """``rollout.env.mark_no_answer``: the information block of a reply that states no final answer ends
+    with the note; a reply that states one, an error and the default (off) are left as they were."""
+    class Pool(FakePool):
+        async def route(self, calls, **kwargs):
+            out = await super().route(calls, **kwargs)
+            return [CandidateResponse(text="So 6*7 = 42.\n#### 42", cost=r.cost) if m == "big" and r.ok else r
+                    for (m, _), r in zip(calls, out)]
+
+    script = {"q1": ["x</think><search>small: q</search>", "<think>ok</think><answer>42</answer>"],
+              "q2": ["x</think><search>big: q</search>", "<think>ok</think><answer>42</answer>"],
+              "q3": ["x</think><search>nobody: q</search>", "<think>ok</think><answer>42</answer>"]}
+    items = [{"query": q, "id": q} for q in script]
+    marked = RouterEnv(EnvConfig(prefill="<think>", mark_no_answer=True), CharTokenizer(), Pool(), scripted(script))
+    small, big, bad = marked.run(items)
+    assert "<information>small says 42\n" + NO_ANSWER_NOTE + "</information>" in small.text
+    assert "<information>So 6*7 = 42.\n#### 42</information>" in big.text
+    assert NO_ANSWER_NOTE not in bad.text and "<information>" in bad.text  # an error is not a reply
+    assert all(t.answer == "42" for t in (small, big, bad))
+    plain = RouterEnv(EnvConfig(prefill="<think>"), CharTokenizer(), Pool(), scripted(script)).run(items)
+    assert not any(NO_ANSWER_NOTE in t.text for t in plain)
+    assert [t.text.replace("\n" + NO_ANSWER_NOTE, "") for t in (small, big, bad)] == [t.text for t in plain]
+    # the one rendering the demonstrations and the probe use too
+    assert information_block("Error: x", 400, True, reply=False) == "\n\n<information>Error: x</information>\n\n"
+    with pytest.raises(ValueError, match="rollout.env.mark_no_answer"):
+        EnvConfig(mark_no_answer="yes")

@@ -133,6 +133,8 @@ def test_information_is_cut_to_max_chars():
     reply = "Step one. " * 60 + "#### 391"
     assert format_information(reply, max_chars=100).endswith("#### 391</information>\n\n")
     assert format_information("abcd", max_chars=4) == "\n\n<information>abcd</information>\n\n"
+    # the environment's note goes after the cut, on a line of its own, never cut itself
+    assert format_information("abcdefghij", max_chars=4, note="(n)") == "\n\n<information>a ... hij\n(n)</information>\n\n"
 
 
 def test_failed_call_error():
