@@ -23,6 +23,17 @@ how far each checkpoint is from doing otherwise, step by step, without sampling.
 
     python benchmarks/bench_escalation.py --run outputs/r26_casc [--data outputs/data/heldout_r26_casc_400]
 
+``--groups N`` asks what RL's reward says instead: from each checkpoint it samples N trajectories (as a
+GRPO group does, at the run's temperature, ``transformers`` generation) on each of the run's
+``train.no_answer_share`` questions (training questions whose cheap reply states no final answer), each
+starting after the written call to the cheap candidate (``train.no_answer_first_call``), scores them with
+the run's training reward and splits them into those that escalated and those that answered: mean reward,
+format validity, accuracy, the share cut by the trajectory's token budget (``rollout.env.max_total_tokens``)
+and, over groups holding both, the mean reward of escalating minus answering (the sign GRPO's advantage
+gives the escalating turn). ``--env key=value`` changes the run's ``rollout.env`` for the sample.
+
+    python benchmarks/bench_escalation.py --run outputs/r29_mark --steps 4 --groups 6 [--env max_total_tokens=1536]
+
 Writes ``benchmarks/results/escalation.json``, ``.md`` (the table) and ``.png`` (``--name`` changes the stem).
 """
 
@@ -84,6 +95,87 @@ def probe(checkpoint: Path, base_model: str, items: list[dict], pool, env_cfg) -
                     "p_escalate": _sigmoid(logp["escalate"] - logp["answer"]),
                     "p_escalate_first": _sigmoid(first["escalate"] - first["answer"]), "greedy_escalates": greedy})
     return out
+
+
+def sampled_groups(run: Path, checkpoint: Path, n: int, env_changes: dict, seed: int = 1) -> dict:
+    """``n`` sampled trajectories per stratum question from ``checkpoint``, scored with the run's training
+    reward, split by whether they escalated (see the module docstring)."""
+    from omegaconf import OmegaConf
+
+    from rlrouter.config import to_plain
+    from rlrouter.data.build import load_router_r1_split
+    from rlrouter.models import load_tokenizer
+    from rlrouter.pool.pool import CandidatePool
+    from rlrouter.rewards.router_r1 import score_trajectories
+    from rlrouter.rollout.demos import with_first_turn
+    from rlrouter.rollout.env import EnvConfig, RouterEnv
+    from rlrouter.rollout.hf_backend import HFGenerator
+    from rlrouter.rollout.policy import merged_policy_dir
+    from rlrouter.trainer.job import env_config, no_answer_items, set_reference, train_config
+    from rlrouter.trainer.router_r1 import build_train_reward
+
+    cfg = OmegaConf.load(run / "config.yaml")
+    for k, v in env_changes.items():
+        OmegaConf.update(cfg, f"rollout.env.{k}", v)
+    train_path = Path(cfg.data.out_dir) / "train.parquet"
+    items = load_router_r1_split(train_path if train_path.is_absolute() else ROOT / train_path)
+    pool = CandidatePool.from_config(to_plain(cfg.pool))
+    train = train_config(cfg, run, train_path)
+    table = set_reference(train, pool, items)
+    if table is None:
+        raise SystemExit(f"{run}: --groups needs a replay pool (the stratum is read from its logged replies)")
+    stratum = [with_first_turn(items[i], table.cheap, cfg.train.get("warmup_query_words", 24))
+               for i in no_answer_items(table)]
+    env_cfg = EnvConfig(**{k: v for k, v in env_config(cfg, train).items() if k in EnvConfig.__dataclass_fields__})
+    tok = load_tokenizer(cfg.model)
+    gen = HFGenerator(merged_policy_dir(checkpoint, cfg.model), tok, batched=True)
+
+    def generate(prompts: list, specs: list) -> list:  # batches of 24: a batch keeps every step's logits
+        return [o for i in range(0, len(prompts), 24) for o in gen.generate_ids(prompts[i:i + 24], specs[i:i + 24])]
+
+    trajs = RouterEnv(env_cfg, tok, pool, generate).run(stratum, n_samples=n, seed=seed)
+    scores = score_trajectories(build_train_reward(train, pool.names), trajs)
+    rows = [{"question": t.prompt_index, "escalated": len(t.routes) >= 2, "reward": s.total,
+             "format_valid": s.format == 0.0, "correct": s.outcome == 1.0,
+             "budget_cut": len(t.tokens) >= env_cfg.max_total_tokens, "tokens": len(t.tokens)}
+            for t, s in zip(trajs, scores)]
+
+    return {"questions": len(stratum), "samples": n, "env": {"max_total_tokens": env_cfg.max_total_tokens,
+                                                             "mark_no_answer": env_cfg.mark_no_answer},
+            **branch_summary(rows, n), "rows": rows}
+
+
+def branch_summary(rows: list[dict], n: int) -> dict:
+    """Per branch (escalated, answered): count and mean reward, format validity, accuracy, budget cuts and
+    tokens; and over the groups (``n`` consecutive rows, one question) holding both branches, the mean of
+    (mean reward escalating - mean reward answering)."""
+    def part(sel: list[dict]) -> dict:
+        mean = lambda key: sum(float(r[key]) for r in sel) / len(sel) if sel else float("nan")  # noqa: E731
+        return {"n": len(sel), **{k: mean(k) for k in ("reward", "format_valid", "correct", "budget_cut", "tokens")}}
+
+    gaps = []
+    for q in range(0, len(rows), n):
+        g = rows[q:q + n]
+        esc, ans = [r["reward"] for r in g if r["escalated"]], [r["reward"] for r in g if not r["escalated"]]
+        if esc and ans:
+            gaps.append(sum(esc) / len(esc) - sum(ans) / len(ans))
+    return {"escalated": part([r for r in rows if r["escalated"]]),
+            "answered": part([r for r in rows if not r["escalated"]]),
+            "groups_with_both": len(gaps), "escalate_minus_answer": sum(gaps) / len(gaps) if gaps else float("nan")}
+
+
+def groups_markdown(entries: list[dict]) -> str:
+    """One row per (run, checkpoint, budget): each branch's reward, format validity, accuracy and budget cuts."""
+    lines = ["  | run | RL step | token budget | escalated: n, reward, format valid, correct, cut by budget |"
+             " answered: n, reward, format valid, correct, cut by budget | escalate - answer (groups) |",
+             "  |---|---|---|---|---|---|"]
+    for e in entries:
+        g = e["groups"]
+        cell = lambda b: (f"{b['n']}, {b['reward']:.3f}, {b['format_valid']:.2f}, {b['correct']:.2f}, "  # noqa: E731
+                          f"{b['budget_cut']:.2f}")
+        lines.append(f"  | {Path(e['run']).name} | {e['step']} | {g['env']['max_total_tokens']} | {cell(g['escalated'])} | "
+                     f"{cell(g['answered'])} | {g['escalate_minus_answer']:+.3f} ({g['groups_with_both']}) |")
+    return "\n".join(lines) + "\n"
 
 
 def _sigmoid(x: float) -> float:
@@ -179,7 +271,13 @@ def main() -> None:
                     help="probe every question whose cheap reply states no answer, and only the first N of those "
                          "whose reply states one (0: all; each question costs about a second per checkpoint)")
     ap.add_argument("--steps", default="", help="comma-separated checkpoint steps to probe (default: every one saved)")
+    ap.add_argument("--groups", type=int, default=0,
+                    help="instead of the probe: sample N trajectories per no-answer training question (module docstring)")
+    ap.add_argument("--env", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="with --groups: rollout.env changes for the sample (e.g. max_total_tokens=1536)")
     args = ap.parse_args()
+    if args.groups and args.run:
+        return _groups_main(args)
     if not args.run:  # make bench runs every script without arguments: there is no trained run to probe
         print("bench_escalation: nothing to probe; give --run <run folder> (a trained Router-R1 run)")
         return
@@ -238,6 +336,39 @@ def main() -> None:
     print(markdown(result))
     plot(result, out / f"{args.name}.png")
     print(f"wrote {out / (args.name + '.json')} and .png ({result['seconds']:.0f} s)")
+
+
+def _groups_main(args: argparse.Namespace) -> None:
+    import yaml
+
+    changes = {}
+    for kv in args.env:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"--env {kv!r}: expected KEY=VALUE")
+        changes[key] = yaml.safe_load(value)
+    t0 = time.perf_counter()
+    entries = []
+    for run_dir in args.run:
+        run = Path(run_dir).resolve()
+        ckpts = sorted((run / "checkpoints").glob("step_*"))
+        if args.steps:
+            wanted = {int(x) for x in args.steps.split(",")}
+            ckpts = [c for c in ckpts if int(c.name.removeprefix("step_")) in wanted]
+        if not ckpts:
+            raise SystemExit(f"{run}: no checkpoints")
+        for ck in ckpts:
+            g = sampled_groups(run, ck, args.groups, changes)
+            entries.append({"run": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run),
+                            "step": int(ck.name.removeprefix("step_")), "groups": g})
+            print(groups_markdown(entries[-1:]))
+    result = {"mode": "groups", "env_changes": changes, "entries": entries, "seconds": time.perf_counter() - t0}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{args.name}.md").write_text(groups_markdown(entries))
+    print(groups_markdown(entries))
+    print(f"wrote {out / (args.name + '.json')} ({result['seconds']:.0f} s)")
 
 
 if __name__ == "__main__":

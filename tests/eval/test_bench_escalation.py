@@ -33,3 +33,22 @@ def test_the_plot_draws_both_readings(tmp_path):
     rows = [_row(False, 0.6, 0.7, True), _row(True, 0.1, 0.2, False)]
     plot({"runs": [{"run": "r", "checkpoints": [{"step": 0, "summary": summary(rows)}]}]}, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_sampled_groups_split_by_branch_and_compare_within_groups():
+    from benchmarks.bench_escalation import branch_summary, groups_markdown
+
+    def r(esc, reward, valid=True, correct=False, cut=False):
+        return {"escalated": esc, "reward": reward, "format_valid": valid, "correct": correct, "budget_cut": cut,
+                "tokens": 1100 if cut else 800}
+
+    rows = [r(True, 0.7, correct=True), r(True, -1.0, valid=False, cut=True), r(False, 0.0),   # group 1: both
+            r(False, 1.0, correct=True), r(False, 0.0), r(False, 0.0)]                          # group 2: answers only
+    s = branch_summary(rows, 3)
+    assert s["escalated"]["n"] == 2 and math.isclose(s["escalated"]["reward"], -0.15)
+    assert s["escalated"]["format_valid"] == 0.5 and s["escalated"]["budget_cut"] == 0.5
+    assert s["answered"]["n"] == 4 and math.isclose(s["answered"]["reward"], 0.25) and s["answered"]["correct"] == 0.25
+    assert s["groups_with_both"] == 1 and math.isclose(s["escalate_minus_answer"], -0.15 - 0.0)
+    table = groups_markdown([{"run": "outputs/x", "step": 4,
+                              "groups": {**s, "env": {"max_total_tokens": 1024, "mark_no_answer": True}}}])
+    assert "| x | 4 | 1024 | 2, -0.150, 0.50, 0.50, 0.50 | 4, 0.250, 1.00, 0.25, 0.00 | -0.150 (1) |" in table
