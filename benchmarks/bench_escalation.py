@@ -128,12 +128,8 @@ def sampled_groups(run: Path, checkpoint: Path, n: int, env_changes: dict, seed:
                for i in no_answer_items(table)]
     env_cfg = EnvConfig(**{k: v for k, v in env_config(cfg, train).items() if k in EnvConfig.__dataclass_fields__})
     tok = load_tokenizer(cfg.model)
-    gen = HFGenerator(merged_policy_dir(checkpoint, cfg.model), tok, batched=True)
-
-    def generate(prompts: list, specs: list) -> list:  # batches of 24: a batch keeps every step's logits
-        return [o for i in range(0, len(prompts), 24) for o in gen.generate_ids(prompts[i:i + 24], specs[i:i + 24])]
-
-    trajs = RouterEnv(env_cfg, tok, pool, generate).run(stratum, n_samples=n, seed=seed)
+    gen = HFGenerator(merged_policy_dir(checkpoint, cfg.model), tok)  # one request at a time, each its own seed
+    trajs = RouterEnv(env_cfg, tok, pool, gen.generate_ids).run(stratum, n_samples=n, seed=seed)
     scores = score_trajectories(build_train_reward(train, pool.names), trajs)
     rows = [{"question": t.prompt_index, "escalated": len(t.routes) >= 2, "reward": s.total,
              "format_valid": s.format == 0.0, "correct": s.outcome == 1.0,
