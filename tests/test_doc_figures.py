@@ -191,6 +191,18 @@ def _escalation_table(d: dict[str, Any]) -> str:
     return markdown(d)
 
 
+def _groups_table(d: dict[str, Any]) -> str:
+    from benchmarks.bench_escalation import groups_markdown
+
+    return groups_markdown(d["entries"])
+
+
+def _share_row(label: str) -> Callable[[list[dict[str, Any]]], str]:
+    """A held-out curve's strong-call shares (GSM8K / MMLU) as a table row headed ``label``."""
+    return lambda c: f"| {label} | " + " | ".join(
+        f"{m['eval/strong_share/gsm8k']:.2f} / {m['eval/strong_share/mmlu']:.2f}" for m in c) + " |"
+
+
 def _first(checkpoint: dict[str, Any]) -> str:
     s = checkpoint["summary"]
     return f"{s['not_stated']['mean_p_escalate_first']:.2f} / {s['stated']['mean_p_escalate_first']:.2f}"
@@ -281,6 +293,23 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing_na50fc.json", "runs.0.held_out_curve",
            _curve_row("`r27_na50fc` mean reward"),
            "first call written: curve"),
+    Figure("docs/benchmarks.md", "escalation_mark.json", "", _escalation_table, "note at the choice: probe table"),
+    Figure("docs/benchmarks.md", "escalation_mark.json", "seconds",
+           lambda t: f"--name escalation_mark`, {t:.0f} s;", "note at the choice: probe time"),
+    Figure("docs/benchmarks.md", "routing_mark.json", "runs.0.held_out_curve", _curve_row("`r29_mark` mean reward"),
+           "note at the choice: curve"),
+    Figure("docs/benchmarks.md", "routing_mark.json", "runs.0.held_out_curve",
+           _share_row("`r29_mark` strong share GSM8K / MMLU"), "note at the choice: shares"),
+    Figure("docs/benchmarks.md", "routing_mark.json", "runs.1.held_out_curve",
+           _curve_row("`r29_mark_t1536` mean reward"), "1,536-token budget: curve"),
+    Figure("docs/benchmarks.md", "routing_mark.json", "runs.1.held_out_curve",
+           _share_row("`r29_mark_t1536` strong share GSM8K / MMLU"), "1,536-token budget: shares"),
+    Figure("docs/benchmarks.md", "groups_mark_t1536.json", "", _groups_table, "sampled groups table"),
+    Figure("docs/benchmarks.md", "groups_mark_t1536.json", "seconds",
+           lambda t: f"groups_mark_t1536`, {t:,.0f} s,", "sampled groups time"),
+    Figure("docs/benchmarks.md", "groups_mark_t1536.json", "entries.0.groups",
+           lambda g: f"({g['escalate_minus_answer']:+.3f} over the {g['groups_with_both']} groups holding both moves)",
+           "sampled groups: within-group difference"),
     Figure("docs/benchmarks.md", "escalation_decision.json", "seconds",
            lambda t: f"--steps 0,8,20 --name escalation_decision`, {t:.0f} s;", "decision probe time"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal).most_cascade_gain",
