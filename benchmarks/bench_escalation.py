@@ -304,14 +304,8 @@ def main() -> None:
             keep = [i for i, st in enumerate(stated) if not st] + [i for i, st in enumerate(stated) if st][:args.stated]
             items = [items[i] for i in sorted(keep)]
         env_cfg = EnvConfig(**{k: v for k, v in cfg["rollout"]["env"].items() if k in EnvConfig.__dataclass_fields__})
-        ckpts = sorted((run / "checkpoints").glob("step_*"))
-        if args.steps:
-            wanted = {int(x) for x in args.steps.split(",")}
-            ckpts = [c for c in ckpts if int(c.name.removeprefix("step_")) in wanted]
-        if not ckpts:
-            raise SystemExit(f"{run}: no checkpoints")
-        entry = {"run": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run),
-                 "data": str(data.relative_to(ROOT)) if data.is_relative_to(ROOT) else str(data),
+        ckpts = _checkpoints(run, args.steps)
+        entry = {"run": _rel(run), "data": _rel(data),
                  "questions": len(items), "checkpoints": []}
         bar = Progress(len(ckpts), f"probe {run.name}", unit="checkpoint")
         for ck in ckpts:
@@ -334,6 +328,21 @@ def main() -> None:
     print(f"wrote {out / (args.name + '.json')} and .png ({result['seconds']:.0f} s)")
 
 
+def _checkpoints(run: Path, steps: str) -> list[Path]:
+    """RUN's saved checkpoints, only those of STEPS (comma-separated) when given; none is an error."""
+    ckpts = sorted((run / "checkpoints").glob("step_*"))
+    if steps:
+        wanted = {int(x) for x in steps.split(",")}
+        ckpts = [c for c in ckpts if int(c.name.removeprefix("step_")) in wanted]
+    if not ckpts:
+        raise SystemExit(f"{run}: no checkpoints")
+    return ckpts
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def _groups_main(args: argparse.Namespace) -> None:
     import yaml
 
@@ -347,16 +356,9 @@ def _groups_main(args: argparse.Namespace) -> None:
     entries = []
     for run_dir in args.run:
         run = Path(run_dir).resolve()
-        ckpts = sorted((run / "checkpoints").glob("step_*"))
-        if args.steps:
-            wanted = {int(x) for x in args.steps.split(",")}
-            ckpts = [c for c in ckpts if int(c.name.removeprefix("step_")) in wanted]
-        if not ckpts:
-            raise SystemExit(f"{run}: no checkpoints")
-        for ck in ckpts:
+        for ck in _checkpoints(run, args.steps):
             g = sampled_groups(run, ck, args.groups, changes)
-            entries.append({"run": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run),
-                            "step": int(ck.name.removeprefix("step_")), "groups": g})
+            entries.append({"run": _rel(run), "step": int(ck.name.removeprefix("step_")), "groups": g})
             print(groups_markdown(entries[-1:]))
     result = {"mode": "groups", "env_changes": changes, "entries": entries, "seconds": time.perf_counter() - t0}
     out = Path(args.out)
