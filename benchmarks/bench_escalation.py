@@ -133,12 +133,37 @@ def sampled_groups(run: Path, checkpoint: Path, n: int, env_changes: dict, seed:
     scores = score_trajectories(build_train_reward(train, pool.names), trajs)
     rows = [{"question": t.prompt_index, "escalated": len(t.routes) >= 2, "reward": s.total,
              "format_valid": s.format == 0.0, "correct": s.outcome == 1.0,
-             "budget_cut": len(t.tokens) >= env_cfg.max_total_tokens, "tokens": len(t.tokens)}
+             "budget_cut": len(t.tokens) >= env_cfg.max_total_tokens, "tokens": len(t.tokens),
+             "format_error": format_error(t.text, pool.names), "text": t.text}
             for t, s in zip(trajs, scores)]
 
     return {"questions": len(stratum), "samples": n, "env": {"max_total_tokens": env_cfg.max_total_tokens,
                                                              "mark_no_answer": env_cfg.mark_no_answer},
-            **branch_summary(rows, n), "rows": rows}
+            **branch_summary(rows, n), "format_failures": failure_counts(rows), "rows": rows}
+
+
+def format_error(text: str, candidates) -> str | None:
+    """The first format rule ``text`` breaks (``rlrouter.protocol.check_format``), its quoted detail cut
+    off so that equal failures count together; ``None`` when the format is valid."""
+    from rlrouter.protocol import FormatError, check_format
+
+    try:
+        check_format(text, candidates)
+    except FormatError as e:
+        return str(e).split(": '")[0].split(" '")[0]
+    return None
+
+
+def failure_counts(rows: list[dict]) -> dict:
+    """Per branch (escalated, answered): how many trajectories broke each format rule, most first."""
+    out = {}
+    for branch, want in (("escalated", True), ("answered", False)):
+        counts: dict[str, int] = {}
+        for r in rows:
+            if r["escalated"] == want and r.get("format_error"):
+                counts[r["format_error"]] = counts.get(r["format_error"], 0) + 1
+        out[branch] = dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    return out
 
 
 def branch_summary(rows: list[dict], n: int) -> dict:
@@ -171,7 +196,13 @@ def groups_markdown(entries: list[dict]) -> str:
                           f"{b['budget_cut']:.2f}")
         lines.append(f"  | {Path(e['run']).name} | {e['step']} | {g['env']['max_total_tokens']} | {cell(g['escalated'])} | "
                      f"{cell(g['answered'])} | {g['escalate_minus_answer']:+.3f} ({g['groups_with_both']}) |")
-    return "\n".join(lines) + "\n"
+    notes = []
+    for e in entries:
+        fails = e["groups"].get("format_failures") or {}
+        parts = [f"{b}: " + (", ".join(f"{k} {v}" for k, v in c.items()) or "none") for b, c in fails.items()]
+        if parts:
+            notes.append(f"  - {Path(e['run']).name} step {e['step']}, broken format by rule: " + "; ".join(parts))
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
 
 
 def _sigmoid(x: float) -> float:

@@ -23,7 +23,7 @@ import random
 from typing import Any, Sequence
 
 from rlrouter.pool.base import Candidate
-from rlrouter.rollout.env import NO_ANSWER_NOTE, EnvConfig, information_block, prompt_ids
+from rlrouter.rollout.env import LAST_CALL_NOTE, NO_ANSWER_NOTE, EnvConfig, information_block, prompt_ids
 from rlrouter.rollout.parsing import TrajectoryTokens
 from rlrouter.selector.aggregate import answer_key
 
@@ -77,7 +77,7 @@ DEMO_ANSWERS = ("reply", "gold")
 def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, seed: int = 0,
                          query_words: int = 24, route: str = "random", answer: str = "reply",
                          info_max_chars: int = 400, second_call: float = 0.0,
-                         mark_no_answer: bool = False) -> list[dict[str, Any]]:
+                         mark_no_answer: bool = False, last_call: int = 0) -> list[dict[str, Any]]:
     """``n`` demonstrations (dicts with ``query``, ``segments``: [(text, is_policy)]) from real pool calls.
 
     Each demonstrated sub-query is the question's first ``query_words`` words (``short_query``). Short
@@ -85,7 +85,9 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
     closes ``</search>``. With 24 words (cut further to fit the budget), 13 of the 17 held-out failures
     after the cold start were first turns cut by the budget before ``</search>``, the other 4 later
     turns cut the same way. ``route`` and ``answer``: see the module docstring. ``mark_no_answer``: the
-    replies are shown as the rollout shows them under ``rollout.env.mark_no_answer``."""
+    replies are shown as the rollout shows them under ``rollout.env.mark_no_answer``. ``last_call``: the
+    reply to the call of that number (1: the first) ends with the rollout's ``LAST_CALL_NOTE``, as under
+    ``rollout.env.note_last_call`` with ``max_turns`` = ``last_call``; 0: never."""
     if query_words < 1:
         raise ValueError(f"train.warmup_query_words: expected >= 1, got {query_words}")
     if route not in DEMO_ROUTES:
@@ -110,12 +112,12 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
     demos = []
     for it, model, reply, model2 in zip(chosen, models, replies, seconds):
         sub_query = short_query(it["query"], query_words)
-        shown = shown_reply(reply, info_max_chars, mark_no_answer)
+        shown = shown_reply(reply, info_max_chars, mark_no_answer, last_call=last_call == 1)
         segments = [(search_turn(model, sub_query), True), (shown, False)]
         calls = [model]
         if model2 is not None:
             reply = next(later)
-            shown = shown_reply(reply, info_max_chars, mark_no_answer)
+            shown = shown_reply(reply, info_max_chars, mark_no_answer, last_call=last_call == 2)
             segments += [("<think>" + search_turn(model2, sub_query), True), (shown, False)]
             calls.append(model2)
         final = list(it["ground_truth"])[0] if answer == "gold" or not reply.ok else answer_key(shown_text(shown))
@@ -125,16 +127,16 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
     return demos
 
 
-def shown_reply(reply: Any, info_max_chars: int, mark_no_answer: bool = False) -> str:
+def shown_reply(reply: Any, info_max_chars: int, mark_no_answer: bool = False, last_call: bool = False) -> str:
     """A reply's ``<information>`` block, cut (and marked) as the rollout cuts it."""
     return information_block(reply.text if reply.ok else f"Error: {reply.error}", info_max_chars,
-                             mark_no_answer, reply=reply.ok)
+                             mark_no_answer, reply=reply.ok, last_call=last_call)
 
 
 def shown_text(block: str) -> str:
-    """The reply as the policy sees it inside ``<information>`` (without the environment's note)."""
+    """The reply as the policy sees it inside ``<information>`` (without the environment's notes)."""
     inner = block.strip().removeprefix("<information>").removesuffix("</information>")
-    return inner.removesuffix("\n" + NO_ANSWER_NOTE)
+    return inner.removesuffix("\n" + LAST_CALL_NOTE).removesuffix("\n" + NO_ANSWER_NOTE)
 
 
 def demo_tokens(demo: dict[str, Any], tokenizer: Any, candidates: Sequence[Candidate],

@@ -23,15 +23,19 @@ from rlrouter.selector.aggregate import states_answer
 NO_ROUTE_ERROR = "Error: this turn made no call."
 NO_ANSWER_NOTE = "(The reply above states no final answer.)"
 """What ``rollout.env.mark_no_answer`` adds to the information block of a reply without a final answer."""
+LAST_CALL_NOTE = "(No calls are left: the next turn must answer.)"
+"""What ``rollout.env.note_last_call`` adds to the information block that the answer-only turn follows."""
 
 
 def information_block(text_or_error: str, max_chars: int | None, mark_no_answer: bool = False,
-                      reply: bool = True) -> str:
+                      reply: bool = True, last_call: bool = False) -> str:
     """A candidate's reply (``reply``) or an error text as the ``<information>`` block the policy reads;
-    with ``mark_no_answer``, a reply that states no final answer ends with ``NO_ANSWER_NOTE``. The one
+    with ``mark_no_answer``, a reply that states no final answer ends with ``NO_ANSWER_NOTE``; with
+    ``last_call`` (the next turn may only answer), the block ends with ``LAST_CALL_NOTE``. The one
     rendering of a reply used by the rollout, the demonstrations and the escalation probe."""
     marked = mark_no_answer and reply and not states_answer(text_or_error)
-    return format_information(text_or_error, max_chars, note=NO_ANSWER_NOTE if marked else "")
+    notes = [NO_ANSWER_NOTE] * marked + [LAST_CALL_NOTE] * last_call
+    return format_information(text_or_error, max_chars, note="\n".join(notes))
 
 
 @dataclass
@@ -72,10 +76,16 @@ class EnvConfig:
     policy's next move can condition on a few tokens instead of the absence of a pattern in the reply. It
     says nothing of what to do: whether to ask another candidate is still RL's to learn (demonstrations
     route at random). Errors are never marked. Off by default."""
+    note_last_call: bool = False
+    """End the ``<information>`` block after the last call the turn limit allows (``max_turns``) with
+    ``LAST_CALL_NOTE``: the next turn may only answer. A 135M policy does not count its turns; without
+    the note, 27 of the 34 broken two-call trajectories of a cold-started policy called a third time in
+    the answer-only turn (docs/benchmarks.md). Off by default."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mark_no_answer, bool):
-            raise ValueError(f"rollout.env.mark_no_answer: true or false, got {self.mark_no_answer!r}")
+        for key in ("mark_no_answer", "note_last_call"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"rollout.env.{key}: true or false, got {getattr(self, key)!r}")
         if self.max_turns < 0:
             raise ValueError(f"rollout.env.max_turns: must be >= 0 (0: one answer-only turn), got {self.max_turns}")
         if self.max_new_tokens < 1:
@@ -307,7 +317,8 @@ class RouterEnv:
                 if t.done or id(t) not in infos:
                     continue
                 block = information_block(infos[id(t)], self.cfg.info_max_chars, self.cfg.mark_no_answer,
-                                          reply=id(t) in replied)
+                                          reply=id(t) in replied,
+                                          last_call=self.cfg.note_last_call and turn + 1 == self.cfg.max_turns)
                 t.text += block
                 t.tokens.add_observation(self.tokenizer.encode(block, add_special_tokens=False))
                 if len(t.tokens) >= self.cfg.max_total_tokens:

@@ -96,7 +96,8 @@ def demonstrations(cfg: DictConfig, train: RouterR1TrainConfig, pool: Any, items
                                           answer=cfg.train.get("warmup_answer", "reply"),
                                           second_call=float(cfg.train.get("warmup_second_call", 0.0)),
                                           info_max_chars=env.get("info_max_chars", 400),
-                                          mark_no_answer=bool(env.get("mark_no_answer", False)))]
+                                          mark_no_answer=bool(env.get("mark_no_answer", False)),
+                                          last_call=int(env.get("max_turns", 0)) if env.get("note_last_call") else 0)]
 
 
 def set_reference(train: RouterR1TrainConfig, pool: Any, items: list[dict[str, Any]]) -> Any:

@@ -52,3 +52,28 @@ def test_sampled_groups_split_by_branch_and_compare_within_groups():
     table = groups_markdown([{"run": "outputs/x", "step": 4,
                               "groups": {**s, "env": {"max_total_tokens": 1024, "mark_no_answer": True}}}])
     assert "| x | 4 | 1024 | 2, -0.150, 0.50, 0.50, 0.50 | 4, 0.250, 1.00, 0.25, 0.00 | -0.150 (1) |" in table
+
+
+def test_broken_trajectories_are_counted_by_the_rule_they_break():
+    from benchmarks.bench_escalation import failure_counts, format_error, groups_markdown
+
+    names = ["gpt-4", "mixtral"]
+    ok = "<think>a</think>\n<answer>4</answer>"
+    assert format_error(ok, names) is None
+    assert format_error("<think>a</think>\n<answer>4</answer> more", names) == "does not end with </answer>"
+    # the quoted detail is cut off, so that two different unknown names count as one rule
+    assert format_error("<think>a</think><search>llama: q</search><information>x</information>"
+                        "<answer>4</answer>", names) == "unknown candidate"
+    rows = [{"escalated": True, "format_error": "unknown candidate"},
+            {"escalated": True, "format_error": "does not end with </answer>"},
+            {"escalated": True, "format_error": "does not end with </answer>"},
+            {"escalated": True, "format_error": None}, {"escalated": False, "format_error": None}]
+    fails = failure_counts(rows)
+    assert fails == {"escalated": {"does not end with </answer>": 2, "unknown candidate": 1}, "answered": {}}
+    assert list(fails["escalated"]) == ["does not end with </answer>", "unknown candidate"]
+    nan = {k: float("nan") for k in ("reward", "format_valid", "correct", "budget_cut")}
+    entry = {"run": "outputs/x", "step": 0, "groups": {
+        "env": {"max_total_tokens": 1536}, "escalated": {"n": 4, **nan}, "answered": {"n": 1, **nan},
+        "groups_with_both": 0, "escalate_minus_answer": float("nan"), "format_failures": fails}}
+    assert ("x step 0, broken format by rule: escalated: does not end with </answer> 2, unknown candidate 1; "
+            "answered: none") in groups_markdown([entry])

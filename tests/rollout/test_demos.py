@@ -174,3 +174,31 @@ def test_marked_demonstrations_show_the_note_where_the_reply_states_no_answer(sh
     cfg = EnvConfig(prefill="<think>\n")
     texts = [cfg.prefill + "".join(t for t, _ in d["segments"]) for d in marked]
     assert RouterR1FormatReward(pool.names)([d["query"] for d in marked], texts) == [0.0] * 120
+
+
+def test_demonstrations_note_the_last_call_as_the_rollout_does(shared_data):
+    """``last_call=2`` (``rollout.env.note_last_call`` with ``max_turns: 2``): the reply to a second call ends
+    with ``LAST_CALL_NOTE``, a first reply does not; the draw and the answers are unchanged, and the texts
+    still pass the format reward."""
+    from rlrouter.data.sources import gsm8k
+    from rlrouter.rollout.demos import shown_text
+    from rlrouter.rollout.env import LAST_CALL_NOTE
+
+    pool = _pool()
+    qs = gsm8k(shared_data / "routellm" / "gsm8k")[:60]
+    items = [{"query": q.query, "ground_truth": q.ground_truth} for q in qs]
+    plain = build_demonstrations(items, pool, n=60, seed=3, second_call=0.5, mark_no_answer=True)
+    noted = build_demonstrations(items, pool, n=60, seed=3, second_call=0.5, mark_no_answer=True, last_call=2)
+    assert [(d["calls"], d["answer"]) for d in noted] == [(d["calls"], d["answer"]) for d in plain]
+    twos = 0
+    for p, d in zip(plain, noted):
+        infos = [t for t, policy in d["segments"] if not policy]
+        assert LAST_CALL_NOTE not in infos[0]
+        if len(infos) == 2:
+            twos += 1
+            assert infos[1].rstrip().endswith(LAST_CALL_NOTE + "</information>")
+            assert shown_text(infos[1]) == shown_text([t for t, pol in p["segments"] if not pol][1])
+    assert twos >= 10
+    cfg = EnvConfig(prefill="<think>\n")
+    texts = [cfg.prefill + "".join(t for t, _ in d["segments"]) for d in noted]
+    assert RouterR1FormatReward(pool.names)([d["query"] for d in noted], texts) == [0.0] * 60

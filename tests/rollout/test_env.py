@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from rlrouter.pool.base import Candidate, CandidateResponse
-from rlrouter.rollout.env import NO_ANSWER_NOTE, EnvConfig, RouterEnv, information_block, sample_seed
+from rlrouter.rollout.env import LAST_CALL_NOTE, NO_ANSWER_NOTE, EnvConfig, RouterEnv, information_block, sample_seed
 
 
 class CharTokenizer:
@@ -254,3 +254,27 @@ def test_mark_no_answer_notes_replies_without_a_final_answer_only():
     assert information_block("Error: x", 400, True, reply=False) == "\n\n<information>Error: x</information>\n\n"
     with pytest.raises(ValueError, match="rollout.env.mark_no_answer"):
         EnvConfig(mark_no_answer="yes")
+
+
+def test_note_last_call_ends_only_the_block_that_the_answer_only_turn_follows():
+    """``rollout.env.note_last_call``: the information after the last call ``max_turns`` allows ends with
+    ``LAST_CALL_NOTE`` (after the reply's own note); earlier blocks, errors included, and the default do not."""
+    script = {"q1": ["x</think><search>small: q</search>", "<think>y</think><search>nobody: q</search>",
+                     "<think>ok</think><answer>42</answer>"],
+              "q2": ["x</think><search>small: q</search>", "<think>ok</think><answer>42</answer>"]}
+    items = [{"query": q, "id": q} for q in script]
+    env = RouterEnv(EnvConfig(prefill="<think>", max_turns=2, note_last_call=True, mark_no_answer=True,
+                              max_total_tokens=10**6),
+                    CharTokenizer(), FakePool(), scripted(script))
+    two, one = env.run(items)
+    first, second = two.text.split("</information>")[:2]
+    assert first.endswith("small says 42\n" + NO_ANSWER_NOTE) and LAST_CALL_NOTE not in first
+    assert second.endswith("\n" + LAST_CALL_NOTE) and "<information>Error:" in second  # an error block too
+    assert LAST_CALL_NOTE not in one.text and two.answer == one.answer == "42"
+    plain = RouterEnv(EnvConfig(prefill="<think>", max_turns=2, mark_no_answer=True, max_total_tokens=10**6),
+                      CharTokenizer(), FakePool(), scripted(script)).run(items)
+    assert [t.text.replace("\n" + LAST_CALL_NOTE, "") for t in (two, one)] == [t.text for t in plain]
+    assert information_block("#### 3", None, True, last_call=True) == (
+        "\n\n<information>#### 3\n" + LAST_CALL_NOTE + "</information>\n\n")
+    with pytest.raises(ValueError, match="rollout.env.note_last_call"):
+        EnvConfig(note_last_call=1)

@@ -29,6 +29,7 @@ def test_states_answer_tells_a_final_answer_from_a_guess():
 
     assert states_answer("so 9 * 2 = 18.\n#### 18") and states_answer("\\boxed{3}") and states_answer("B")
     assert states_answer("Answer: c.")
+    assert states_answer("he makes $180 * 7 = $1260.\n\n#### $1260") and answer_key("#### $1,260") == "1260"
     # no final-answer form: answer_key falls back to the last number, which the cascade does not trust
     assert not states_answer("2 + 1/2 = 2.5 bolts, so about 3") and answer_key("2 + 1/2 = 2.5 bolts, so about 3") == "3"
     assert not states_answer("")
