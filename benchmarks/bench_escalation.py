@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -134,7 +135,8 @@ def sampled_groups(run: Path, checkpoint: Path, n: int, env_changes: dict, seed:
     rows = [{"question": t.prompt_index, "escalated": len(t.routes) >= 2, "reward": s.total,
              "format_valid": s.format == 0.0, "correct": s.outcome == 1.0,
              "budget_cut": len(t.tokens) >= env_cfg.max_total_tokens, "tokens": len(t.tokens),
-             "format_error": format_error(t.text, pool.names), "text": t.text}
+             "format_error": format_error(t.text, pool.names, len(t.routes)),
+             "late_search": t.text.count("<search>") > env_cfg.max_turns, "text": t.text}
             for t, s in zip(trajs, scores)]
 
     return {"questions": len(stratum), "samples": n, "env": {"max_total_tokens": env_cfg.max_total_tokens,
@@ -142,20 +144,22 @@ def sampled_groups(run: Path, checkpoint: Path, n: int, env_changes: dict, seed:
             **branch_summary(rows, n), "format_failures": failure_counts(rows), "rows": rows}
 
 
-def format_error(text: str, candidates) -> str | None:
-    """The first format rule ``text`` breaks (``rlrouter.protocol.check_format``), its quoted detail cut
-    off so that equal failures count together; ``None`` when the format is valid."""
+def format_error(text: str, candidates, calls: int | None = None) -> str | None:
+    """The first format rule ``text`` breaks (``rlrouter.protocol.check_format``, with the number of
+    ``calls`` the environment ran), its detail cut off so that equal failures count together; ``None``
+    when the format is valid."""
     from rlrouter.protocol import FormatError, check_format
 
     try:
-        check_format(text, candidates)
+        check_format(text, candidates, calls)
     except FormatError as e:
-        return str(e).split(": '")[0].split(" '")[0]
+        return re.sub(r"\d+", "N", str(e).split(": '")[0].split(" '")[0])
     return None
 
 
 def failure_counts(rows: list[dict]) -> dict:
-    """Per branch (escalated, answered): how many trajectories broke each format rule, most first."""
+    """Per branch (escalated, answered): how many trajectories broke each format rule, most first, and
+    (``late_search``) how many wrote a ``<search>`` in the answer-only turn (more than ``max_turns``)."""
     out = {}
     for branch, want in (("escalated", True), ("answered", False)):
         counts: dict[str, int] = {}
@@ -163,6 +167,8 @@ def failure_counts(rows: list[dict]) -> dict:
             if r["escalated"] == want and r.get("format_error"):
                 counts[r["format_error"]] = counts.get(r["format_error"], 0) + 1
         out[branch] = dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    out["late_search"] = {b: sum(1 for r in rows if r["escalated"] == want and r.get("late_search"))
+                          for b, want in (("escalated", True), ("answered", False))}
     return out
 
 
@@ -199,9 +205,13 @@ def groups_markdown(entries: list[dict]) -> str:
     notes = []
     for e in entries:
         fails = e["groups"].get("format_failures") or {}
-        parts = [f"{b}: " + (", ".join(f"{k} {v}" for k, v in c.items()) or "none") for b, c in fails.items()]
+        parts = [f"{b}: " + (", ".join(f"{k} {v}" for k, v in c.items()) or "none") for b, c in fails.items()
+                 if b != "late_search"]
+        late = fails.get("late_search")
         if parts:
-            notes.append(f"  - {Path(e['run']).name} step {e['step']}, broken format by rule: " + "; ".join(parts))
+            notes.append(f"  - {Path(e['run']).name} step {e['step']}, broken format by rule: " + "; ".join(parts)
+                         + (f"; a search in the answer-only turn: escalated {late['escalated']}, answered "
+                            f"{late['answered']}" if late else ""))
     return "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
 
 

@@ -258,7 +258,7 @@ def parse_blocks(text: str) -> list[Block]:
         pos = end + len(end_tag)
 
 
-def check_format(text: str, candidates: Iterable[str] | None) -> None:
+def check_format(text: str, candidates: Iterable[str] | None, calls: int | None = None) -> None:
     """Raise :class:`FormatError` naming the first rule the trajectory breaks.
 
     Rules (after Router-R1's prompt and released reward): starts with ``<think>`` and ends
@@ -266,7 +266,10 @@ def check_format(text: str, candidates: Iterable[str] | None) -> None:
     that is empty or only ``...``; exactly one ``<answer>``, not empty; every ``<search>`` is followed
     by exactly one ``<information>`` and every ``<information>`` answers a ``<search>``; every route
     reads ``model: query`` with a known candidate (:func:`match_name`) and a query that is not a
-    placeholder. Text between blocks is not judged: Router-R1's rules do not forbid it.
+    placeholder. Text between blocks is not judged: Router-R1's rules do not forbid it. ``calls`` (the
+    number of calls the environment ran, when known): no more ``<search>`` blocks than that, so a turn
+    that writes its own ``<search>`` and ``<information>`` (in the answer-only turn, where nothing is
+    called) does not pass as a call and its reply.
     """
     s = text.strip()
     if not s:
@@ -295,6 +298,9 @@ def check_format(text: str, candidates: Iterable[str] | None) -> None:
             raise FormatError("<information> without a <search> before it")
     if answers != 1:
         raise FormatError(f"{answers} <answer> blocks, expected exactly one")
+    searches = sum(b.tag == "search" for b in blocks)
+    if calls is not None and searches > calls:
+        raise FormatError(f"{searches} <search> blocks, {calls} of them called: a <search> the environment did not run")
 
 
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -304,7 +310,7 @@ FORMAT_CHECKS = ("starts with <think>", "a closed, non-empty <think>", "tags bal
                  "<information>", "every <information> right after a <search>")
 
 
-def format_progress(text: str, candidates: Iterable[str] | None) -> float:
+def format_progress(text: str, candidates: Iterable[str] | None, calls: int | None = None) -> float:
     """How far a trajectory is from the protocol, in [0, 1]: 1 exactly when :func:`check_format`
     passes, else the share of :data:`FORMAT_CHECKS` it passes over ``len(FORMAT_CHECKS) + 1`` (so an
     invalid trajectory never reaches 1).
@@ -314,7 +320,7 @@ def format_progress(text: str, candidates: Iterable[str] | None) -> float:
     before any cold start, still gets a graded signal (``RouterR1FormatReward(graded=True)``).
     """
     try:
-        check_format(text, candidates)
+        check_format(text, candidates, calls)
         return 1.0
     except FormatError:
         pass

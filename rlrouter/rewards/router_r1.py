@@ -193,15 +193,18 @@ class RouterR1FormatReward:
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[Reward]:
         n = check_batch(prompts, completions, self.__name__)
         cands = self._candidates.per_sample(kwargs, n)
+        # the calls the environment ran (the env's tool_calls column): a <search> beyond them was not run
+        called = column(kwargs, "tool_calls", n, self.__name__, required=False) or [None] * n
         rewards: list[Reward] = []
         self.last_failures = []
-        for text, known in zip(completions, cands):
+        for text, known, done in zip(completions, cands, called):
+            calls = None if done is None else len(done)
             try:
-                check_format(completion_text(text), known)
+                check_format(completion_text(text), known, calls)
                 rewards.append(0.0)
                 self.last_failures.append(None)
             except FormatError as e:
-                share = format_progress(completion_text(text), known) if self.graded else 0.0
+                share = format_progress(completion_text(text), known, calls) if self.graded else 0.0
                 rewards.append(self.penalty * (1.0 - share))
                 self.last_failures.append(str(e))
         self.last_metrics = {"reward/format": mean_of(rewards)}

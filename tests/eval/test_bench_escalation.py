@@ -65,15 +65,16 @@ def test_broken_trajectories_are_counted_by_the_rule_they_break():
     assert format_error("<think>a</think><search>llama: q</search><information>x</information>"
                         "<answer>4</answer>", names) == "unknown candidate"
     rows = [{"escalated": True, "format_error": "unknown candidate"},
-            {"escalated": True, "format_error": "does not end with </answer>"},
+            {"escalated": True, "format_error": "does not end with </answer>", "late_search": True},
             {"escalated": True, "format_error": "does not end with </answer>"},
             {"escalated": True, "format_error": None}, {"escalated": False, "format_error": None}]
     fails = failure_counts(rows)
-    assert fails == {"escalated": {"does not end with </answer>": 2, "unknown candidate": 1}, "answered": {}}
+    assert fails == {"escalated": {"does not end with </answer>": 2, "unknown candidate": 1}, "answered": {},
+                     "late_search": {"escalated": 1, "answered": 0}}
     assert list(fails["escalated"]) == ["does not end with </answer>", "unknown candidate"]
     nan = {k: float("nan") for k in ("reward", "format_valid", "correct", "budget_cut")}
     entry = {"run": "outputs/x", "step": 0, "groups": {
         "env": {"max_total_tokens": 1536}, "escalated": {"n": 4, **nan}, "answered": {"n": 1, **nan},
         "groups_with_both": 0, "escalate_minus_answer": float("nan"), "format_failures": fails}}
     assert ("x step 0, broken format by rule: escalated: does not end with </answer> 2, unknown candidate 1; "
-            "answered: none") in groups_markdown([entry])
+            "answered: none; a search in the answer-only turn: escalated 1, answered 0") in groups_markdown([entry])

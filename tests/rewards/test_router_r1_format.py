@@ -183,3 +183,19 @@ def test_format_progress_is_one_exactly_for_valid_trajectories():
     assert format_progress(nested, CANDS) <= len(FORMAT_CHECKS) / (len(FORMAT_CHECKS) + 1)
     with pytest.raises(Exception, match="graded"):
         RouterR1FormatReward(CANDS, graded="yes")
+
+
+def test_a_search_the_environment_did_not_run_breaks_the_format():
+    """With the env's ``tool_calls`` column, a ``<search>`` and ``<information>`` the policy wrote itself
+    (in the answer-only turn, where nothing is called) do not pass as a call and its reply; without the
+    column the text alone is judged, as before."""
+    reward = RouterR1FormatReward(CANDS, graded=True)
+    texts = [GOOD_TWO_ROUTES] * 3
+    calls = [["gpt-4", "mixtral-8x7b"], ["gpt-4"], None]
+    rewards = reward(["q"] * 3, texts, tool_calls=calls)
+    assert rewards[0] == 0.0 and rewards[2] == 0.0
+    assert -1.0 < rewards[1] < 0.0  # graded: it breaks one rule of many
+    assert reward.last_failures[1] == "2 <search> blocks, 1 of them called: a <search> the environment did not run"
+    assert fmt([GOOD_TWO_ROUTES])[0] == [0.0]
+    with pytest.raises(FormatError, match="did not run"):
+        check_format(GOOD_TWO_ROUTES, CANDS, calls=0)
