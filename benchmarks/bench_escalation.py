@@ -30,7 +30,9 @@ starting after the written call to the cheap candidate (``train.no_answer_first_
 the run's training reward and splits them into those that escalated and those that answered: mean reward,
 format validity, accuracy, the share cut by the trajectory's token budget (``rollout.env.max_total_tokens``)
 and, over groups holding both, the mean reward of escalating minus answering (the sign GRPO's advantage
-gives the escalating turn). ``--env key=value`` changes the run's ``rollout.env`` for the sample.
+gives the escalating turn). The table's notes count, per branch, the format rule each broken trajectory
+breaks and the trajectories that write a ``<search>`` in the answer-only turn; the JSON keeps every
+trajectory's text. ``--env key=value`` changes the run's ``rollout.env`` for the sample.
 
     python benchmarks/bench_escalation.py --run outputs/r29_mark --steps 4 --groups 6 [--env max_total_tokens=1536]
 
