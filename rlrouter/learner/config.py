@@ -125,6 +125,12 @@ class RouterR1TrainConfig:
     The first turn is written for the policy (``rlrouter.rollout.demos.search_turn``, an observation:
     neither sampled nor learned on), so they train only the choice made after the reply, and the first
     call learns from the other questions, the natural mix, alone."""
+    first_call_share: float = 0.0
+    """This share of the *other* training questions (those whose cheapest candidate's reply states a final
+    answer), drawn once with ``seed``, also start their rollouts after the call to the cheapest candidate,
+    written as under ``no_answer_first_call``. With both, the choice made after the reply is trained on
+    replies that state an answer (where asking again loses) as well as on those that state none, and the
+    first call learns from the rest of the questions alone. 0 = off. Needs a replay pool (logged replies)."""
     seed: int = 0
     reward: dict[str, Any] = field(default_factory=lambda: {"name": "router_r1", "alpha": 0.3})
     """The reward (``conf/reward/``), built by ``rlrouter.rewards.registry``: ``router_r1`` alone or
@@ -188,6 +194,9 @@ class RouterR1TrainConfig:
         if self.no_answer_first_call and not self.no_answer_share:
             raise ValueError("train.no_answer_first_call=true needs train.no_answer_share > 0 (the questions "
                              "whose rollouts start after the cheap call)")
+        if isinstance(self.first_call_share, bool) or not isinstance(self.first_call_share, (int, float)) \
+                or not 0.0 <= self.first_call_share <= 1.0:
+            raise ValueError(f"train.first_call_share: a share in [0, 1] (0 = off), got {self.first_call_share!r}")
         if self.sync not in SYNC_TRANSPORTS:
             raise ValueError(f"train.sync: one of {SYNC_TRANSPORTS}, got {self.sync!r}")
         if not self.sync_timeout_s > 0:

@@ -31,7 +31,8 @@ from rlrouter.rollout.group import RolloutGroup
 from rlrouter.learner.checkpoint import latest_checkpoint
 from rlrouter.storage import RunStorage, list_dirs
 from rlrouter.trainer.report import held_out_records, held_out_summary, plot_held_out, plot_run, results_table, write_train_report
-from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, check_no_answer, held_out_reward
+from rlrouter.trainer.router_r1 import (RouterR1Trainer, build_train_reward, check_no_answer, first_call_items,
+                                       held_out_reward)
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +151,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     reference_table = set_reference(train, pool, train_items)
     no_answer = no_answer_items(reference_table)
     check_no_answer(train, len(train_items), no_answer)
-    if train.no_answer_first_call:  # the stratum's rollouts start after the cheap call
-        for i in no_answer:
-            train_items[i] = with_first_turn(train_items[i], reference_table.cheap,
-                                             cfg.train.get("warmup_query_words", 24))
+    written = first_call_items(train, len(train_items), no_answer, reference_table is not None)
+    for i in written:  # these rollouts start after the cheap call
+        train_items[i] = with_first_turn(train_items[i], reference_table.cheap, cfg.train.get("warmup_query_words", 24))
+    if train.first_call_share:
+        print(f"first call written: {len(written)} of {len(train_items)} training questions start after the "
+              f"call to {reference_table.cheap}")
     if train.no_answer_share:
         print(f"prompts: {train.no_answer_share:.2f} of each step's from the {len(no_answer)} of "
               f"{len(train_items)} training questions whose cheap reply states no final answer"

@@ -112,6 +112,23 @@ def check_no_answer(cfg: RouterR1TrainConfig, n_items: int, no_answer: Sequence[
                          "replies to tell); set it to 0")
 
 
+def first_call_items(cfg: RouterR1TrainConfig, n_items: int, no_answer: Sequence[int],
+                     has_replies: bool = True) -> list[int]:
+    """Indices of the training questions whose rollouts start after the cheap call: the stratum under
+    ``train.no_answer_first_call``, and ``train.first_call_share`` of the others, drawn once with the seed."""
+    if cfg.first_call_share > 0 and not has_replies:
+        raise ValueError(f"train.first_call_share={cfg.first_call_share}: the pool has no logged replies to "
+                         "write the first call from (live candidates); set it to 0")
+    chosen = set(no_answer) if cfg.no_answer_first_call else set()
+    stratum = set(no_answer)
+    others = [i for i in range(n_items) if i not in stratum]
+    k = int(round(cfg.first_call_share * len(others)))
+    if k:
+        rng = np.random.default_rng(cfg.seed + 104729)
+        chosen.update(int(others[j]) for j in rng.choice(len(others), size=k, replace=False))
+    return sorted(chosen)
+
+
 def informative_groups(rewards: Sequence[float], group_size: int, tol: float = 1e-6) -> list[bool]:
     """Per group (contiguous runs of ``group_size`` rewards, item-major as the rollout lays them out):
     whether its samples score differently. A group whose rewards are all equal has zero GRPO advantage."""

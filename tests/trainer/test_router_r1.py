@@ -159,6 +159,26 @@ def test_stratified_prompts_need_a_share_and_a_stratum():
         check_no_answer(RouterR1TrainConfig(no_answer_share=0.5), 10, [])
 
 
+def test_first_call_items_write_the_stratum_and_a_share_of_the_others():
+    from rlrouter.learner.config import RouterR1TrainConfig
+    from rlrouter.trainer.router_r1 import first_call_items
+
+    stratum = [2, 7]
+    assert first_call_items(RouterR1TrainConfig(), 10, stratum) == []
+    assert first_call_items(RouterR1TrainConfig(no_answer_share=0.5, no_answer_first_call=True), 10, stratum) == stratum
+    half = first_call_items(RouterR1TrainConfig(first_call_share=0.5), 10, stratum)
+    assert len(half) == 4 and not set(half) & set(stratum)  # 4 of the 8 others, none of the stratum
+    assert half == first_call_items(RouterR1TrainConfig(first_call_share=0.5), 10, stratum)  # drawn once, seeded
+    both = first_call_items(RouterR1TrainConfig(no_answer_share=0.5, no_answer_first_call=True,
+                                                first_call_share=1.0), 10, stratum)
+    assert both == list(range(10))
+    for bad in (-0.1, 1.5, True, "half"):
+        with pytest.raises(ValueError, match="train.first_call_share"):
+            RouterR1TrainConfig(first_call_share=bad)
+    with pytest.raises(ValueError, match="first_call_share=0.5: the pool has no logged replies"):
+        first_call_items(RouterR1TrainConfig(first_call_share=0.5), 10, [], has_replies=False)
+
+
 def test_the_no_answer_stratum_is_read_from_the_cheap_candidates_logged_replies():
     import numpy as np
 
