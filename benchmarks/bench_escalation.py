@@ -137,7 +137,7 @@ def sampled_groups(run: Path, checkpoint: Path, n: int, env_changes: dict, seed:
     rows = [{"question": t.prompt_index, "escalated": len(t.routes) >= 2, "reward": s.total,
              "format_valid": s.format == 0.0, "correct": s.outcome == 1.0,
              "budget_cut": len(t.tokens) >= env_cfg.max_total_tokens, "tokens": len(t.tokens),
-             "format_error": format_error(t.text, pool.names, len(t.routes)),
+             "format_error": format_rule(s.failure),
              "late_search": t.text.count("<search>") > env_cfg.max_turns, "text": t.text}
             for t, s in zip(trajs, scores)]
 
@@ -146,32 +146,28 @@ def sampled_groups(run: Path, checkpoint: Path, n: int, env_changes: dict, seed:
             **branch_summary(rows, n), "format_failures": failure_counts(rows), "rows": rows}
 
 
-def format_error(text: str, candidates, calls: int | None = None) -> str | None:
-    """The first format rule ``text`` breaks (``rlrouter.protocol.check_format``, with the number of
-    ``calls`` the environment ran), its detail cut off so that equal failures count together; ``None``
-    when the format is valid."""
-    from rlrouter.protocol import FormatError, check_format
-
-    try:
-        check_format(text, candidates, calls)
-    except FormatError as e:
-        return re.sub(r"\d+", "N", str(e).split(": '")[0].split(" '")[0])
-    return None
+def format_rule(reason: str | None) -> str | None:
+    """The format rule a failure reason names (the reward's ``RouterR1Score.failure``, a ``FormatError``
+    message), its quoted detail and numbers cut off so that equal failures count together; ``None`` for
+    none."""
+    return None if reason is None else re.sub(r"\d+", "N", reason.split(": '")[0].split(" '")[0])
 
 
 def failure_counts(rows: list[dict]) -> dict:
-    """Per branch (escalated, answered): how many trajectories broke each format rule, most first, and
-    (``late_search``) how many wrote a ``<search>`` in the answer-only turn (more than ``max_turns``)."""
-    out = {}
-    for branch, want in (("escalated", True), ("answered", False)):
+    """``by_rule``: per branch (escalated, answered), how many trajectories broke each format rule, most
+    first; ``late_search``: per branch, how many wrote a ``<search>`` in the answer-only turn (more than
+    ``max_turns``)."""
+    branches = (("escalated", True), ("answered", False))
+    by_rule = {}
+    for branch, want in branches:
         counts: dict[str, int] = {}
         for r in rows:
             if r["escalated"] == want and r.get("format_error"):
                 counts[r["format_error"]] = counts.get(r["format_error"], 0) + 1
-        out[branch] = dict(sorted(counts.items(), key=lambda kv: -kv[1]))
-    out["late_search"] = {b: sum(1 for r in rows if r["escalated"] == want and r.get("late_search"))
-                          for b, want in (("escalated", True), ("answered", False))}
-    return out
+        by_rule[branch] = dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    return {"by_rule": by_rule,
+            "late_search": {b: sum(1 for r in rows if r["escalated"] == want and r.get("late_search"))
+                            for b, want in branches}}
 
 
 def branch_summary(rows: list[dict], n: int) -> dict:
@@ -207,8 +203,8 @@ def groups_markdown(entries: list[dict]) -> str:
     notes = []
     for e in entries:
         fails = e["groups"].get("format_failures") or {}
-        parts = [f"{b}: " + (", ".join(f"{k} {v}" for k, v in c.items()) or "none") for b, c in fails.items()
-                 if b != "late_search"]
+        parts = [f"{b}: " + (", ".join(f"{k} {v}" for k, v in c.items()) or "none")
+                 for b, c in fails.get("by_rule", {}).items()]
         late = fails.get("late_search")
         if parts:
             notes.append(f"  - {Path(e['run']).name} step {e['step']}, broken format by rule: " + "; ".join(parts)

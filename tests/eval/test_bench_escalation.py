@@ -55,23 +55,30 @@ def test_sampled_groups_split_by_branch_and_compare_within_groups():
 
 
 def test_broken_trajectories_are_counted_by_the_rule_they_break():
-    from benchmarks.bench_escalation import failure_counts, format_error, groups_markdown
+    from benchmarks.bench_escalation import failure_counts, format_rule, groups_markdown
+    from rlrouter.protocol import FormatError, check_format
 
-    names = ["gpt-4", "mixtral"]
-    ok = "<think>a</think>\n<answer>4</answer>"
-    assert format_error(ok, names) is None
-    assert format_error("<think>a</think>\n<answer>4</answer> more", names) == "does not end with </answer>"
+    def reason(text):  # what the format reward stores as the failure (RouterR1Score.failure)
+        try:
+            check_format(text, ["gpt-4", "mixtral"])
+        except FormatError as e:
+            return str(e)
+        return None
+
+    assert format_rule(reason("<think>a</think>\n<answer>4</answer>")) is None
+    assert format_rule(reason("<think>a</think>\n<answer>4</answer> more")) == "does not end with </answer>"
     # the quoted detail is cut off, so that two different unknown names count as one rule
-    assert format_error("<think>a</think><search>llama: q</search><information>x</information>"
-                        "<answer>4</answer>", names) == "unknown candidate"
+    assert format_rule(reason("<think>a</think><search>llama: q</search><information>x</information>"
+                              "<answer>4</answer>")) == "unknown candidate"
     rows = [{"escalated": True, "format_error": "unknown candidate"},
             {"escalated": True, "format_error": "does not end with </answer>", "late_search": True},
             {"escalated": True, "format_error": "does not end with </answer>"},
             {"escalated": True, "format_error": None}, {"escalated": False, "format_error": None}]
     fails = failure_counts(rows)
-    assert fails == {"escalated": {"does not end with </answer>": 2, "unknown candidate": 1}, "answered": {},
+    assert fails == {"by_rule": {"escalated": {"does not end with </answer>": 2, "unknown candidate": 1},
+                                 "answered": {}},
                      "late_search": {"escalated": 1, "answered": 0}}
-    assert list(fails["escalated"]) == ["does not end with </answer>", "unknown candidate"]
+    assert list(fails["by_rule"]["escalated"]) == ["does not end with </answer>", "unknown candidate"]
     nan = {k: float("nan") for k in ("reward", "format_valid", "correct", "budget_cut")}
     entry = {"run": "outputs/x", "step": 0, "groups": {
         "env": {"max_total_tokens": 1536}, "escalated": {"n": 4, **nan}, "answered": {"n": 1, **nan},
