@@ -131,6 +131,10 @@ class RouterR1TrainConfig:
     written as under ``no_answer_first_call``. With both, the choice made after the reply is trained on
     replies that state an answer (where asking again loses) as well as on those that state none, and the
     first call learns from the rest of the questions alone. 0 = off. Needs a replay pool (logged replies)."""
+    rollout_dump: bool = False
+    """Write each step's sampled trajectories (question, stratum, reward parts, format failure, calls, text)
+    to ``<out_dir>/rollouts/step_NNNNNN.jsonl`` (verl: ``trainer.rollout_data_dir``); about 3 KB a
+    trajectory."""
     seed: int = 0
     reward: dict[str, Any] = field(default_factory=lambda: {"name": "router_r1", "alpha": 0.3})
     """The reward (``conf/reward/``), built by ``rlrouter.rewards.registry``: ``router_r1`` alone or
@@ -197,6 +201,8 @@ class RouterR1TrainConfig:
         if isinstance(self.first_call_share, bool) or not isinstance(self.first_call_share, (int, float)) \
                 or not 0.0 <= self.first_call_share <= 1.0:
             raise ValueError(f"train.first_call_share: a share in [0, 1] (0 = off), got {self.first_call_share!r}")
+        if not isinstance(self.rollout_dump, bool):
+            raise ValueError(f"train.rollout_dump: true or false, got {self.rollout_dump!r}")
         if self.sync not in SYNC_TRANSPORTS:
             raise ValueError(f"train.sync: one of {SYNC_TRANSPORTS}, got {self.sync!r}")
         if not self.sync_timeout_s > 0:

@@ -168,6 +168,42 @@ def trajectory_metrics(trajs: Sequence[Trajectory], scores: Sequence[Any], candi
     return m
 
 
+def stratum_metrics(scores: Sequence[Any], calls: Sequence[int], in_stratum: Sequence[bool],
+                    group_size: int) -> dict[str, float]:
+    """Per stratum of ``train.no_answer_share`` (``no_answer``: the cheap reply states no final answer;
+    ``states_answer``: the others): share of trajectories that made two or more calls (``escalated``) and
+    mean reward; and over the stratum's groups (``group_size`` consecutive trajectories) holding both
+    moves, the mean of (mean reward escalating - mean reward not), the sign GRPO gives escalating there."""
+    m: dict[str, float] = {}
+    for name, want in (("no_answer", True), ("states_answer", False)):
+        sel = [k for k, f in enumerate(in_stratum) if f == want]
+        if not sel:
+            continue
+        m[f"rollout/{name}/escalated"] = float(np.mean([calls[k] >= 2 for k in sel]))
+        m[f"rollout/{name}/reward"] = float(np.mean([scores[k].total for k in sel]))
+        gaps = []
+        for g in range(0, len(in_stratum), group_size):
+            ks = [k for k in range(g, min(g + group_size, len(in_stratum))) if in_stratum[k] == want]
+            esc = [scores[k].total for k in ks if calls[k] >= 2]
+            rest = [scores[k].total for k in ks if calls[k] < 2]
+            if esc and rest:
+                gaps.append(np.mean(esc) - np.mean(rest))
+        if gaps:
+            m[f"rollout/{name}/escalate_minus_answer"] = float(np.mean(gaps))
+    return m
+
+
+def rollout_rows(step: int, idx: Sequence[int], trajs: Sequence[Trajectory], scores: Sequence[Any],
+                 group_size: int, no_answer: set[int]) -> list[dict[str, Any]]:
+    """One row per trajectory of a step (``train.rollout_dump``): its training question, sample, stratum,
+    reward parts, format failure, calls and text."""
+    return [{"step": step, "question": int(idx[k // group_size]), "sample": k % group_size,
+             "no_answer": idx[k // group_size] in no_answer, "reward": s.total, "format": s.format,
+             "outcome": s.outcome, "cost": s.cost, "failure": s.failure,
+             "calls": [r.model for r in t.routes], "text": t.text}
+            for k, (t, s) in enumerate(zip(trajs, scores))]
+
+
 def build_train_reward(cfg: RouterR1TrainConfig, candidates: Sequence[str]) -> Any:
     """The run's training reward, built through the registry, with the pool's candidates filled in."""
     filled = resolve_cost_bounds(to_plain(cfg.reward), (cfg.eval_reference or {}).get("cost_bounds"))
@@ -303,6 +339,7 @@ class RouterR1Trainer:
         size, group = per_rank * world, cfg.n_samples
         rounds: list[tuple[list[Trajectory], list[Any]]] = []
         flags: list[list[bool]] = []
+        drawn: list[list[int]] = []  # each round's training questions
         t_rollout = t_reward = 0.0
         timing: dict[str, float] = {}
         # round 0 is the step's batch; with filter_groups, more batches (other permutations of the data)
@@ -310,6 +347,7 @@ class RouterR1Trainer:
         while not rounds or (len(rounds) <= cfg.filter_groups and sum(map(sum, flags)) < size):
             r = len(rounds)
             idx = step_indices(len(self.items), size, step, cfg.seed + 7919 * r, self.no_answer, cfg.no_answer_share)
+            drawn.append(idx)
             t0 = time.perf_counter()
             trajs = self.rollout.rollout([self.items[i] for i in idx], group,  # item-major
                                          cfg.seed * 1_000_003 + 7919 * r, step)
@@ -331,6 +369,14 @@ class RouterR1Trainer:
         # the rollout metrics describe the policy: round 0, the batch an unfiltered step draws
         trajs, scores = rounds[0]
         metrics = {**trajectory_metrics(trajs, scores, self.candidates), **learn}
+        idx0 = drawn[0]
+        if self.no_answer:
+            strata = set(self.no_answer)
+            metrics.update(stratum_metrics(scores, [len(t.routes) for t in trajs],
+                                           [idx0[k // group] in strata for k in range(len(trajs))], group))
+        if cfg.rollout_dump:
+            write_jsonl(self.out / "rollouts" / f"step_{step:06d}.jsonl",
+                        rollout_rows(step, idx0, trajs, scores, group, set(self.no_answer)))
         if group > 1:  # one sample per prompt (PPO) forms no group
             metrics["rollout/informative_groups"] = sum(flags[0]) / len(flags[0])
         if cfg.filter_groups:

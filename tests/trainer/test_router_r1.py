@@ -212,3 +212,33 @@ def test_a_stratified_step_rolls_out_its_share_of_no_answer_items(monkeypatch, t
         assert sum(i in no_answer for i in drawn) == 2
     with pytest.raises(ValueError, match="no_answer_share=0.5: none of the 40"):
         tr.RouterR1Trainer(cfg, rollout, learners, ["a", "b"], items)
+
+
+def test_stratum_metrics_split_escalation_and_its_group_advantage_by_stratum():
+    from types import SimpleNamespace
+
+    from rlrouter.trainer.router_r1 import stratum_metrics
+
+    sc = lambda *r: [SimpleNamespace(total=x) for x in r]  # noqa: E731
+    # two groups of 2: the first from the no-answer stratum (one escalates and wins by 0.5), the second not
+    m = stratum_metrics(sc(0.8, 0.3, 1.0, 0.2), [2, 1, 1, 2], [True, True, False, False], 2)
+    assert m["rollout/no_answer/escalated"] == 0.5 and m["rollout/states_answer/escalated"] == 0.5
+    assert m["rollout/no_answer/reward"] == pytest.approx(0.55)
+    assert m["rollout/no_answer/escalate_minus_answer"] == pytest.approx(0.5)
+    assert m["rollout/states_answer/escalate_minus_answer"] == pytest.approx(-0.8)
+    # a stratum whose groups hold one move only has no gap to report
+    m = stratum_metrics(sc(0.8, 0.3), [1, 1], [True, True], 2)
+    assert "rollout/no_answer/escalate_minus_answer" not in m and "rollout/states_answer/reward" not in m
+
+
+def test_rollout_rows_name_each_trajectorys_question_and_stratum():
+    from types import SimpleNamespace
+
+    from rlrouter.trainer.router_r1 import rollout_rows
+
+    t = lambda *models: SimpleNamespace(routes=[SimpleNamespace(model=m) for m in models], text="x")  # noqa: E731
+    s = SimpleNamespace(total=1.0, format=0.0, outcome=1.0, cost=0.5, failure=None)
+    rows = rollout_rows(3, [7, 2], [t("a"), t("a", "b"), t(), t("b")], [s] * 4, 2, {2})
+    assert [(r["question"], r["sample"], r["no_answer"]) for r in rows] == [(7, 0, False), (7, 1, False),
+                                                                          (2, 0, True), (2, 1, True)]
+    assert rows[1]["calls"] == ["a", "b"] and rows[0]["step"] == 3 and rows[0]["failure"] is None
