@@ -375,8 +375,8 @@ class RouterR1Trainer:
             metrics.update(stratum_metrics(scores, [len(t.routes) for t in trajs],
                                            [idx0[k // group] in strata for k in range(len(trajs))], group))
         if cfg.rollout_dump:
-            write_jsonl(self.out / "rollouts" / f"step_{step:06d}.jsonl",
-                        rollout_rows(step, idx0, trajs, scores, group, set(self.no_answer)))
+            write_jsonl(self.out / "rollouts" / f"step_{step + 1:06d}.jsonl",  # numbered as metrics.jsonl
+                        rollout_rows(step + 1, idx0, trajs, scores, group, set(self.no_answer)))
         if group > 1:  # one sample per prompt (PPO) forms no group
             metrics["rollout/informative_groups"] = sum(flags[0]) / len(flags[0])
         if cfg.filter_groups:
