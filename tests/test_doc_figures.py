@@ -298,6 +298,26 @@ ROUTING_FIGURES = [
            lambda t: f"--name escalation_mark`, {t:.0f} s;", "note at the choice: probe time"),
     Figure("docs/benchmarks.md", "routing_mark.json", "runs.0.held_out_curve", _curve_row("`r29_mark` mean reward"),
            "note at the choice: curve"),
+    Figure("docs/benchmarks.md", "routing_drgrpo400.json", "runs.1.routing",
+           lambda b: f"GPT-4 after {b['policy_escalation']['not_stated']['escalated']} of the "
+                     f"{b['policy_escalation']['not_stated']['n']} Mixtral replies that state no answer and after "
+                     f"{b['policy_escalation']['stated']['escalated']} of the {b['policy_escalation']['stated']['n']} "
+                     f"that state one", "Dr. GRPO: escalation on 400 held-out"),
+    Figure("docs/benchmarks.md", "routing_drgrpo400.json", "runs.1",
+           lambda e: f"Mean reward {e['results']['policy_trained']['mean_reward']:.3f} against always-Mixtral's "
+                     f"{e['routing']['routes']['always_cheapest']['mean_reward']:.3f}: "
+                     f"{_interval(e['routing']['policy_minus_best_fixed'])}", "Dr. GRPO: reward on 400 held-out"),
+    Figure("README.md", "routing_drgrpo400.json", "runs.1.routing",
+           lambda b: f"after {b['policy_escalation']['not_stated']['escalated']} of "
+                     f"{b['policy_escalation']['not_stated']['n']} Mixtral replies that state no answer and "
+                     f"{b['policy_escalation']['stated']['escalated']} of {b['policy_escalation']['stated']['n']} "
+                     f"that state one, a tie with always-Mixtral ({_interval(b['policy_minus_best_fixed'])})",
+           "README: Dr. GRPO on 400 held-out"),
+    Figure("docs/benchmarks.md", "routing_drgrpo400.json", "seconds",
+           lambda t: f"--name routing_drgrpo400`, {t:,.0f} s alone;", "Dr. GRPO eval time"),
+    Figure("docs/benchmarks.md", "escalation_drgrpo.json", "", _escalation_table, "Dr. GRPO: probe table"),
+    Figure("docs/benchmarks.md", "escalation_drgrpo.json", "seconds",
+           lambda t: f"--name escalation_drgrpo`, {t:.0f} s alone;", "Dr. GRPO: probe time"),
     Figure("docs/benchmarks.md", "routing_mark.json", "runs.0.held_out_curve",
            _share_row("`r29_mark` strong share GSM8K / MMLU"), "note at the choice: shares"),
     Figure("docs/benchmarks.md", "routing_mark.json", "runs.1.held_out_curve",
