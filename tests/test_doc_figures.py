@@ -40,6 +40,12 @@ def _interval(d: dict[str, Any]) -> str:
     return f"{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
 
 
+def _escalated(board: dict[str, Any], kind: str, of: str = "of") -> str:
+    """How often a routing board's policy escalated after one kind of cheap reply: "16 of 18"."""
+    e = board["policy_escalation"][kind]
+    return f"{e['escalated']} {of} {e['n']}"
+
+
 def _curve_row(label: str) -> Callable[[list[dict[str, Any]]], str]:
     """A held-out curve's mean rewards as a table row headed ``label``."""
     return lambda c: f"| {label} | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |"
@@ -299,19 +305,16 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing_mark.json", "runs.0.held_out_curve", _curve_row("`r29_mark` mean reward"),
            "note at the choice: curve"),
     Figure("docs/benchmarks.md", "routing_drgrpo400.json", "runs.1.routing",
-           lambda b: f"GPT-4 after {b['policy_escalation']['not_stated']['escalated']} of the "
-                     f"{b['policy_escalation']['not_stated']['n']} Mixtral replies that state no answer and after "
-                     f"{b['policy_escalation']['stated']['escalated']} of the {b['policy_escalation']['stated']['n']} "
-                     f"that state one", "Dr. GRPO: escalation on 400 held-out"),
+           lambda b: f"GPT-4 after {_escalated(b, 'not_stated', 'of the')} Mixtral replies that state no answer "
+                     f"and after {_escalated(b, 'stated', 'of the')} that state one", "Dr. GRPO: escalation on 400 held-out"),
     Figure("docs/benchmarks.md", "routing_drgrpo400.json", "runs.1",
            lambda e: f"Mean reward {e['results']['policy_trained']['mean_reward']:.3f} against always-Mixtral's "
                      f"{e['routing']['routes']['always_cheapest']['mean_reward']:.3f}: "
                      f"{_interval(e['routing']['policy_minus_best_fixed'])}", "Dr. GRPO: reward on 400 held-out"),
     Figure("README.md", "routing_drgrpo400.json", "runs.1.routing",
-           lambda b: f"after {b['policy_escalation']['not_stated']['escalated']} of "
-                     f"{b['policy_escalation']['not_stated']['n']} Mixtral replies that state no answer and "
-                     f"{b['policy_escalation']['stated']['escalated']} of {b['policy_escalation']['stated']['n']} "
-                     f"that state one, a tie with always-Mixtral ({_interval(b['policy_minus_best_fixed'])})",
+           lambda b: f"after {_escalated(b, 'not_stated')} Mixtral replies that state no answer and "
+                     f"{_escalated(b, 'stated')} that state one, a tie with always-Mixtral "
+                     f"({_interval(b['policy_minus_best_fixed'])})",
            "README: Dr. GRPO on 400 held-out"),
     Figure("docs/benchmarks.md", "routing_drgrpo400.json", "seconds",
            lambda t: f"--name routing_drgrpo400`, {t:,.0f} s alone;", "Dr. GRPO eval time"),

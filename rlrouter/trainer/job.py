@@ -152,14 +152,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     no_answer = no_answer_items(reference_table)
     check_no_answer(train, len(train_items), no_answer)
     written = first_call_items(train, len(train_items), no_answer, reference_table is not None)
+    query_words = cfg.train.get("warmup_query_words", 24)
     for i in written:  # these rollouts start after the cheap call
-        train_items[i] = with_first_turn(train_items[i], reference_table.cheap, cfg.train.get("warmup_query_words", 24))
+        train_items[i] = with_first_turn(train_items[i], reference_table.cheap, query_words)
     if cfg.eval.get("first_call_written", False):  # the policy scored as a cascade's second stage
         if reference_table is None:
             raise ValueError("eval.first_call_written=true needs a replay pool (logged replies to write the first "
                              "call from); set it to false")
-        test_items = [with_first_turn(it, reference_table.cheap, cfg.train.get("warmup_query_words", 24))
-                      for it in test_items]
+        test_items = [with_first_turn(it, reference_table.cheap, query_words) for it in test_items]
         print(f"held-out: every question starts after the call to {reference_table.cheap} (eval.first_call_written)")
     if train.first_call_share:
         print(f"first call written: {len(written)} of {len(train_items)} training questions start after the "

@@ -369,14 +369,13 @@ class RouterR1Trainer:
         # the rollout metrics describe the policy: round 0, the batch an unfiltered step draws
         trajs, scores = rounds[0]
         metrics = {**trajectory_metrics(trajs, scores, self.candidates), **learn}
-        idx0 = drawn[0]
-        if self.no_answer:
-            strata = set(self.no_answer)
+        idx0, strata = drawn[0], set(self.no_answer)
+        if strata:
             metrics.update(stratum_metrics(scores, [len(t.routes) for t in trajs],
                                            [idx0[k // group] in strata for k in range(len(trajs))], group))
         if cfg.rollout_dump:
             write_jsonl(self.out / "rollouts" / f"step_{step + 1:06d}.jsonl",  # numbered as metrics.jsonl
-                        rollout_rows(step + 1, idx0, trajs, scores, group, set(self.no_answer)))
+                        rollout_rows(step + 1, idx0, trajs, scores, group, strata))
         if group > 1:  # one sample per prompt (PPO) forms no group
             metrics["rollout/informative_groups"] = sum(flags[0]) / len(flags[0])
         if cfg.filter_groups:
