@@ -263,8 +263,7 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing_rescored.json", "rescored.0",
            lambda b: f"policy is {b['policy_minus_cascade']['value']:+.3f} [{b['policy_minus_cascade']['lo']:+.3f}, "
                      f"{b['policy_minus_cascade']['hi']:+.3f}] below the cascade, asking GPT-4 after "
-                     f"{b['policy_escalation']['not_stated']['escalated']} of the "
-                     f"{b['policy_escalation']['not_stated']['n']} Mixtral replies", "30-step policy vs cascade"),
+                     f"{_escalated(b, 'not_stated', 'of the')} Mixtral replies", "30-step policy vs cascade"),
     Figure("docs/benchmarks.md", "escalation.json", "", _escalation_table, "escalation probe table"),
     Figure("README.md", "escalation_decision.json", "runs.0.checkpoints",
            lambda cs: f"{_first(cs[0])} after the cold start, {_first(cs[-1])} at step\n{cs[-1]['step']};",
