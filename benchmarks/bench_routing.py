@@ -22,7 +22,9 @@ split (``jobs/prepare_data.py`` with a large test size, minus RUN's training que
 training job with ``train.total_steps=0 train.init_from=<RUN's last checkpoint>`` on it, at RUN's alpha
 and with RUN's training questions as the reference cost scale. The new run folder (``RUN_heldout<N>``)
 joins ``--runs``. Enough questions for the paired interval of policy minus best fixed route to be
-narrow: at 32 it spans about +-0.2.
+narrow: at 32 it spans about +-0.2. ``--unread SPLIT ...`` leaves out the questions of those test splits
+(an earlier evaluation's ``outputs/data/heldout_*/test.parquet``): a choice made after reading them is then
+scored on questions it never saw (``RUN_heldout<N>_unread``).
 
 ``--greedy-penalties 0,0.3,0.6`` (with ``--evaluate``) first picks the greedy frequency penalty
 (``rollout.env.greedy_frequency_penalty``) on ``--select-questions`` of RUN's own training questions, by
@@ -40,6 +42,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -254,25 +257,34 @@ def _balanced(rows: list[dict], n: int) -> list[dict]:
     return [r for t in sorted(by_task) for r in by_task[t][:n // 2]]
 
 
-def heldout_split(run: Path, cfg: dict, questions: int) -> Path:
-    """A data folder whose test split is ``questions`` logged questions RUN never trained on (tasks equal)
-    and whose train split is RUN's (the reference cost scale)."""
+def unseen(rows: list[dict], seen: set[str], n: int) -> list[dict]:
+    """``n`` of ``rows`` (tasks equal, ``_balanced``) whose normalized question is not in ``seen``."""
+    from rlrouter.data.logged import normalize_prompt
+
+    return _balanced([r for r in rows if normalize_prompt(r["query"]) not in seen], n)
+
+
+def heldout_split(run: Path, cfg: dict, questions: int, unread: Sequence[str] = ()) -> Path:
+    """A data folder whose test split is ``questions`` logged questions RUN never trained on (tasks equal),
+    none of them in the test splits ``unread`` (an earlier evaluation's questions), and whose train split is
+    RUN's (the reference cost scale)."""
     import subprocess
 
     from datasets import Dataset
 
     from rlrouter.data.build import load_router_r1_split
-    from rlrouter.data.logged import normalize_prompt
 
     train_path = Path(cfg["data"]["out_dir"]) / "train.parquet"
-    seen = {normalize_prompt(it["query"]) for it in load_router_r1_split(train_path)}
-    data = ROOT / "outputs" / "data" / f"heldout_{run.name}_{questions}"
+    read = excluded_prompts(list(unread))
+    seen = excluded_prompts([str(train_path)]) | read
+    data = ROOT / "outputs" / "data" / (f"heldout_{run.name}_{questions}" + ("_unread" if unread else ""))
     if not (data / "test.parquet").exists():
         # seed 0's shuffle puts the run's own test questions first; the run's training questions are removed
         subprocess.run([sys.executable, str(ROOT / "jobs" / "prepare_data.py"), "data.train_size=2",
-                        f"data.test_size={2 * (questions // 2 + 300)}", f"data.out_dir={data}"], check=True, cwd=ROOT)
-        rows = [r for r in load_router_r1_split(data / "test.parquet") if normalize_prompt(r["query"]) not in seen]
-        Dataset.from_list(_balanced(rows, questions)).to_parquet(str(data / "test.parquet"))
+                        f"data.test_size={2 * ((questions + len(read)) // 2 + 300)}", f"data.out_dir={data}"],
+                       check=True, cwd=ROOT)
+        rows = unseen(load_router_r1_split(data / "test.parquet"), seen, questions)
+        Dataset.from_list(rows).to_parquet(str(data / "test.parquet"))
         Dataset.from_list(load_router_r1_split(train_path)).to_parquet(str(data / "train.parquet"))
     return data
 
@@ -342,7 +354,7 @@ def choose_penalty(run: Path, cfg: dict, penalties: list[float], questions: int)
 
 
 def evaluate_run(run_dir: str, questions: int, penalties: list[float] | None = None,
-                 select_questions: int = 256) -> tuple[str, dict | None]:
+                 select_questions: int = 256, unread: Sequence[str] = ()) -> tuple[str, dict | None]:
     """Score RUN's final policy on ``questions`` held-out logged questions (module docstring); with
     ``penalties``, at the greedy frequency penalty ``choose_penalty`` picks on RUN's training questions.
     Returns the new run folder and the selection (None without ``penalties``)."""
@@ -353,9 +365,9 @@ def evaluate_run(run_dir: str, questions: int, penalties: list[float] | None = N
     run = Path(run_dir).resolve()
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     selection = choose_penalty(run, cfg, penalties, select_questions) if penalties else None
-    data = heldout_split(run, cfg, questions)
+    data = heldout_split(run, cfg, questions, unread)
     n = len(load_router_r1_split(data / "test.parquet"))
-    env, name = None, f"{run.name}_heldout{n}"
+    env, name = None, f"{run.name}_heldout{n}" + ("_unread" if unread else "")
     if selection is not None:
         env, name = {"greedy_frequency_penalty": selection["chosen"]}, f"{name}_fp{selection['chosen']:g}"
     return str(score_policy(run, cfg, data, name, env)), selection
@@ -418,6 +430,9 @@ def main() -> None:
                          "before --runs")
     ap.add_argument("--evaluate", nargs="*", default=[], help="run folders whose final policy to score on --questions")
     ap.add_argument("--questions", type=int, default=2000)
+    ap.add_argument("--unread", nargs="*", default=[],
+                    help="with --evaluate: test splits (parquet) whose questions the held-out split leaves out, "
+                         "e.g. those an earlier evaluation read")
     ap.add_argument("--rescore", nargs="*", default=[],
                     help="held-out run folders (held_out.jsonl) to score again against today's routes (rescore())")
     ap.add_argument("--greedy-penalties", default="",
@@ -434,7 +449,8 @@ def main() -> None:
 
     t0 = time.perf_counter()
     penalties = [float(x) for x in args.greedy_penalties.split(",")] if args.greedy_penalties else None
-    evaluated = [evaluate_run(r, args.questions, penalties, args.select_questions) for r in args.evaluate]
+    evaluated = [evaluate_run(r, args.questions, penalties, args.select_questions, args.unread)
+                 for r in args.evaluate]
     runs = list(args.runs) + [r for r, _ in evaluated]
     selections = {Path(r).name: sel for r, sel in evaluated if sel is not None}
     exclude = args.exclude
