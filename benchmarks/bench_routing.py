@@ -11,7 +11,10 @@ alpha from 0 to 1: each task's best fixed route, the best fixed route, the per-t
 strongest too when the cheap reply states no final answer: what a policy that reads its
 ``<information>`` could do). Two mixes: the logs as they are (90% MMLU) and
 the training job's mix (GSM8K and MMLU in equal numbers). The questions of ``--exclude`` (a run's test
-split) are left out, so the alpha chosen here is not chosen on the questions a run reports on.
+split) are left out, so the alpha chosen here is not chosen on the questions a run reports on. At alpha
+0.36, 0.5 and 0.6 it also gives what a second call after the cheap reply is worth against copying it, per
+task and kind of reply (``route_scores.escalation_value``), on the job mix and on the default job's
+training questions at their own cost window: the choice a reply-reading policy learns, and its signal.
 
 ``--runs`` adds each run's held-out ``routing`` block (``report.json``: the policy and the routes on the
 run's test questions) to the JSON and to the accuracy-against-cost plot: the cost knob.
@@ -48,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 ALPHAS = [round(0.02 * i, 2) for i in range(51)]
+ESCALATION_ALPHAS = [0.36, 0.5, 0.6]
 
 
 def logged_items(exclude: set[str]) -> list[dict]:
@@ -163,6 +167,18 @@ def sweep_table(sweep: dict) -> str:
             cells.append(f"{r['cascade_reward']:.3f} ({r['cascade_reward'] - r['best_fixed_reward']:+.4f})")
         cells.append(f"{r['oracle_reward']:.3f} ({head_q:+.3f})")
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def escalation_table(values: dict) -> str:
+    """Escalate minus answer after the cheap reply, per question set, alpha, task and kind of reply."""
+    lines = ["| questions | alpha | task | cheap reply | n | escalate - answer (se) |", "|---|---|---|---|---|---|"]
+    for name, by_alpha in values.items():
+        for alpha, by_task in by_alpha.items():
+            for task, kinds in by_task.items():
+                for kind, v in kinds.items():
+                    lines.append(f"| {name} | {float(alpha):g} | {task} | {kind.replace('_', ' ')} | {v['n']} | "
+                                 f"{v['mean']:+.3f} ({v['se']:.3f}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -444,7 +460,8 @@ def main() -> None:
     args = ap.parse_args()
     from omegaconf import OmegaConf
 
-    from rlrouter.eval.route_scores import alpha_sweep, route_table
+    from rlrouter.data.build import load_router_r1_split
+    from rlrouter.eval.route_scores import alpha_sweep, cost_bounds, escalation_value, route_table
     from rlrouter.pool.pool import CandidatePool
 
     t0 = time.perf_counter()
@@ -461,13 +478,21 @@ def main() -> None:
     items = logged_items(excluded_prompts(exclude))
     table = route_table(pool, items)
     sweeps = {"logs as they are": alpha_sweep(table, ALPHAS), "job mix (tasks equal)": alpha_sweep(balanced(table), ALPHAS)}
+    # what a second call after the cheap reply is worth: on the sweep's mix, and on the default job's training
+    # questions at their own cost window (the training reward's)
+    sets = {"job mix (tasks equal)": balanced(table)}
+    train_split = ROOT / "outputs" / "data" / "gsm8k_mmlu_n512-128_s0" / "train.parquet"
+    if train_split.exists():
+        sets["make run's training questions"] = route_table(pool, load_router_r1_split(train_split))
+    values = {name: {str(a): escalation_value(t, a, cost_bounds(t.cost)) for a in ESCALATION_ALPHAS}
+              for name, t in sets.items()}
     shown = [str(Path(e).resolve().relative_to(ROOT)) if Path(e).resolve().is_relative_to(ROOT) else e for e in exclude]
     kept = json.loads(Path(args.runs_from).read_text())["runs"] if args.runs_from else []
     rescored = [rescore(r) for r in args.rescore]
     result = {"alphas": ALPHAS, "excluded": shown, "questions": len(items), "sweeps": sweeps,
               "runs": kept + [{**run_entry(r), **({"selection": selections[Path(r).name]}
                                                    if Path(r).name in selections else {})} for r in runs],
-              **({"rescored": rescored} if rescored else {})}
+              "escalation_value": values, **({"rescored": rescored} if rescored else {})}
     for mix, sweep in sweeps.items():
         best = max(sweep["rows"], key=lambda r: r["per_task_rule_reward"] - r["best_fixed_reward"])
         sweep["most_per_task_gain"] = {"alpha": best["alpha"],
@@ -484,6 +509,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
     md = "".join(f"### {mix}\n\n{sweep_table(sweep)}\n" for mix, sweep in sweeps.items())
+    md += "### a second call after the cheap reply\n\n" + escalation_table(values) + "\n"
     if result["runs"]:
         md += "### trained runs\n\n" + runs_table(result["runs"])
     if rescored:

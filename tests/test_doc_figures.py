@@ -46,6 +46,28 @@ def _escalated(board: dict[str, Any], kind: str, of: str = "of") -> str:
     return f"{e['escalated']} {of} {e['n']}"
 
 
+def _esc(cell: dict[str, Any]) -> str:
+    """A second call's worth after one kind of cheap reply: "-0.053 (se 0.032"; the caller closes it."""
+    return f"{cell['mean']:+.3f} (se {cell['se']:.3f}"
+
+
+def _second_call_036(v: dict[str, Any]) -> str:
+    """What the r37 paragraph quotes at alpha 0.36: make run's training questions, then the sweep's job mix."""
+    a, mix = v["make run's training questions"]["0.36"], v["job mix (tasks equal)"]["0.36"]
+    per_task = mix["gsm8k"]["stated"]["n"] + mix["gsm8k"]["not_stated"]["n"]
+    return (f"by {_esc(a['gsm8k']['stated'])}) a question on GSM8K ({a['gsm8k']['stated']['n']} questions) and "
+            f"{_esc(a['mmlu']['stated'])}) on MMLU ({a['mmlu']['stated']['n']} questions), and after a reply that "
+            f"states no answer by {_esc(a['gsm8k']['not_stated'])}, {a['gsm8k']['not_stated']['n']} questions); "
+            f"on the sweep's job mix ({per_task:,} questions a task) {mix['gsm8k']['stated']['mean']:+.3f}, "
+            f"{mix['mmlu']['stated']['mean']:+.3f} and {mix['gsm8k']['not_stated']['mean']:+.3f}.")
+
+
+def _second_call_050(v: dict[str, Any]) -> str:
+    b = v["make run's training questions"]["0.5"]
+    return (f"At alpha 0.5 the training questions give {_esc(b['gsm8k']['stated'])}) on GSM8K, "
+            f"{_esc(b['mmlu']['stated'])}) on MMLU and {_esc(b['gsm8k']['not_stated'])}) after no answer")
+
+
 def _curve_row(label: str) -> Callable[[list[dict[str, Any]]], str]:
     """A held-out curve's mean rewards as a table row headed ``label``."""
     return lambda c: f"| {label} | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |"
@@ -265,6 +287,10 @@ ROUTING_FIGURES = [
                      f"{b['policy_minus_cascade']['hi']:+.3f}] below the cascade, asking GPT-4 after "
                      f"{_escalated(b, 'not_stated', 'of the')} Mixtral replies", "30-step policy vs cascade"),
     Figure("docs/benchmarks.md", "escalation.json", "", _escalation_table, "escalation probe table"),
+    Figure("docs/benchmarks.md", "routing.json", "escalation_value", _second_call_036,
+           "a second call's worth at alpha 0.36"),
+    Figure("docs/benchmarks.md", "routing.json", "escalation_value", _second_call_050,
+           "a second call's worth at alpha 0.5"),
     Figure("README.md", "escalation_decision.json", "runs.0.checkpoints",
            lambda cs: f"{_first(cs[0])} after the cold start, {_first(cs[-1])} at step\n{cs[-1]['step']};",
            "README: escalation at the decision point"),
@@ -322,6 +348,17 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing_first_call.json", "runs.1.held_out_curve",
            _curve_row("`r33_casc` held-out reward (first call written)"), "first call written for all: curve"),
     Figure("docs/benchmarks.md", "escalation_drgrpo.json", "", _escalation_table, "Dr. GRPO: probe table"),
+    Figure("docs/benchmarks.md", "routing_first_call.json", "runs.4",
+           lambda r: f"{r['wall_s']:,.0f} s alone, settings fixed before it ran",
+           "Dr. GRPO resumed with fewer stratum prompts: time"),
+    Figure("docs/benchmarks.md", "routing_first_call.json", "runs",
+           lambda rs: (lambda b, before: f"asks GPT-4 after {b['policy_escalation']['stated']['escalated']} of the "
+                       f"{b['policy_escalation']['stated']['n']} stated replies at step 36 "
+                       f"({before['policy_escalation']['stated']['escalated']} at step 24), "
+                       f"{b['routes']['policy']['mean_reward']:.3f} against always-Mixtral's "
+                       f"{b['routes'][b['best_fixed']]['mean_reward']:.3f} ({_interval(b['policy_minus_best_fixed'])};"
+                       )(rs[4]["routing"], rs[3]["routing"]),
+           "Dr. GRPO resumed with fewer stratum prompts: 32 held-out"),
     Figure("docs/benchmarks.md", "escalation_drgrpo.json", "seconds",
            lambda t: f"--name escalation_drgrpo`, {t:.0f} s alone;", "Dr. GRPO: probe time"),
     Figure("docs/benchmarks.md", "routing_mark.json", "runs.0.held_out_curve",

@@ -224,6 +224,28 @@ def cascade_rows(table: RouteTable, alpha: float, bounds: tuple[float, float]) -
                 escalate.astype(np.float64), np.ones(len(table)))
 
 
+def escalation_value(table: RouteTable, alpha: float, bounds: tuple[float, float]) -> dict[str, Any]:
+    """What asking the strongest after the cheapest candidate's reply is worth, against copying that reply:
+    per task and kind of cheap reply (``stated``: it states a final answer; ``not_stated``), the number of
+    questions and the mean and standard error of (both calls' cost, the strongest's outcome) minus (the cheap
+    call's cost and outcome) under the reward. The step a policy that reads the reply chooses, and how much
+    signal each question carries for it."""
+    cheap, strong = table.candidates.index(table.cheap), table.strong_index
+    answer = rewards(0.0, table.correct[:, cheap], table.cost[:, cheap], alpha, bounds)
+    escalate = rewards(0.0, table.correct[:, strong], table.cost[:, cheap] + table.cost[:, strong], alpha, bounds)
+    gain, none = escalate - answer, table.cheap_states_none()
+    tasks = np.asarray(table.tasks)
+    out: dict[str, Any] = {}
+    for task in sorted(set(table.tasks)):
+        out[task] = {}
+        for kind, mask in (("stated", ~none), ("not_stated", none)):
+            g = gain[(tasks == task) & mask]
+            if g.size:
+                out[task][kind] = {"n": int(g.size), "mean": float(g.mean()),
+                                   "se": float(g.std(ddof=1) / math.sqrt(g.size)) if g.size > 1 else float("nan")}
+    return out
+
+
 def escalation(trajs: Sequence[Any], table: RouteTable) -> dict[str, Any]:
     """Does the policy read the reply? Of its trajectories whose first call went to the cheapest candidate,
     the share that then called the strongest, split by whether that cheap reply states a final answer (the

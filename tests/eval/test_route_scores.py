@@ -15,6 +15,7 @@ from rlrouter.eval.route_scores import (
     cascade_rows,
     cost_bounds,
     escalation,
+    escalation_value,
     oracle_choice,
     paired_diff,
     per_task_rule,
@@ -180,6 +181,23 @@ def test_cascade_asks_the_strongest_only_where_the_cheap_reply_states_no_answer(
     plain = cascade_rows(table(), alpha, BOUNDS)
     assert plain.reward.tolist() == pytest.approx([by_hand(r[1][1], r[2][1], alpha) for r in ROWS])
     assert table().subset([0, 3]).stated is None and t.subset([0, 3]).stated.tolist() == [[1, 0], [1, 0]]
+
+
+def test_escalation_value_splits_by_task_and_reply_against_hand_computed_rewards():
+    """Both calls' cost and big's outcome, minus small's cost and outcome, per task and kind of small reply."""
+    t = table()
+    t.stated = np.array([[1, 0], [1, 1], [1, 1], [1, 0], [1, 1], [1, 1]], dtype=float)
+    alpha = 0.5
+    v = escalation_value(t, alpha, BOUNDS)
+    gains = [by_hand(r[1][0], r[2][0] + r[2][1], alpha) - by_hand(r[1][1], r[2][1], alpha) for r in ROWS]
+    assert v["math"]["not_stated"]["n"] == 1 and v["math"]["not_stated"]["mean"] == pytest.approx(gains[0])
+    assert math.isnan(v["math"]["not_stated"]["se"])
+    assert v["math"]["stated"]["n"] == 2 and v["math"]["stated"]["mean"] == pytest.approx(np.mean(gains[1:3]))
+    assert v["math"]["stated"]["se"] == pytest.approx(np.std(gains[1:3], ddof=1) / math.sqrt(2))
+    assert v["mcq"]["stated"]["mean"] == pytest.approx(np.mean(gains[4:6]))
+    assert v["mcq"]["not_stated"]["mean"] == pytest.approx(gains[3]) and gains[3] > 0 > gains[1]
+    # no stated column: every reply states an answer, so there is no not_stated cell
+    assert set(escalation_value(table(), alpha, BOUNDS)["math"]) == {"stated"}
 
 
 def test_scoreboard_has_the_cascade_and_the_policys_escalation(monkeypatch):
