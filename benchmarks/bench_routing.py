@@ -427,12 +427,13 @@ def rescore(run_dir: str) -> dict:
         next(c for c in table.candidates if fixed_name(table, c) == board["best_fixed"]))]
     policy = np.asarray([r["reward"] for r in rows], dtype=np.float64)
     cascade = cascade_rows(table, alpha, bounds).reward
-    trajs = [SimpleNamespace(routes=[SimpleNamespace(model=m) for m in r["routes"]]) for r in rows]
+    trajs = [SimpleNamespace(routes=[SimpleNamespace(model=m) for m in r["routes"]], answer=r.get("answer"),
+                             item={"ground_truth": list(it["ground_truth"])}) for r, it in zip(rows, test)]
     board.update({"run": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run),
                   "policy_mean_reward": float(policy.mean()),
                   "policy_minus_best_fixed": paired_diff(policy, best, seed=seed).to_dict(),
                   "policy_minus_cascade": paired_diff(policy, cascade, seed=seed).to_dict(),
-                  "policy_escalation": escalation(trajs, table)})
+                  "policy_escalation": escalation(trajs, table, metric)})
     return board
 
 

@@ -246,33 +246,39 @@ def escalation_value(table: RouteTable, alpha: float, bounds: tuple[float, float
     return out
 
 
-def escalation(trajs: Sequence[Any], table: RouteTable) -> dict[str, Any]:
+def escalation(trajs: Sequence[Any], table: RouteTable, metric: str = "em") -> dict[str, Any]:
     """Does the policy read the reply? Of its trajectories whose first call went to the cheapest candidate,
     the share that then called the strongest, split by whether that cheap reply states a final answer (the
-    logged reply to the question). A policy that uses the reply escalates more where it states none."""
+    logged reply to the question). A policy that uses the reply escalates more where it states none.
+    ``strong_right``: escalations where the logs show the strongest right; ``miscopied``: of those, the ones
+    whose final answer is wrong anyway (the strongest's reply not copied back)."""
     cheap = table.cheap
     stated = ~table.cheap_states_none()
     out: dict[str, Any] = {}
     for name, want in (("stated", True), ("not_stated", False)):
-        firsts = [t for i, t in enumerate(trajs) if t.routes and t.routes[0].model == cheap
+        firsts = [i for i, t in enumerate(trajs) if t.routes and t.routes[0].model == cheap
                   and bool(stated[i]) == want]
-        up = sum(any(r.model == table.strong for r in t.routes[1:]) for t in firsts)
-        out[name] = {"n": len(firsts), "escalated": up, "share": up / len(firsts) if firsts else 0.0}
+        ups = [i for i in firsts if any(r.model == table.strong for r in trajs[i].routes[1:])]
+        right = [i for i in ups if table.correct[i, table.strong_index] >= 0.5]
+        out[name] = {"n": len(firsts), "escalated": len(ups), "share": len(ups) / len(firsts) if firsts else 0.0,
+                     "strong_right": len(right),
+                     "miscopied": sum(trajectory_outcome(trajs[i], metric) < 0.5 for i in right)}
     return out
+
+
+def trajectory_outcome(t: Any, metric: str = "em") -> float:
+    """A trajectory's answer scored against its question's gold answers (0 without an answer)."""
+    if t.answer is None:
+        return 0.0
+    golds = list(t.item["ground_truth"])
+    return exact_match(t.answer, golds) if metric == "em" else best_f1(t.answer, golds)
 
 
 def policy_rows(trajs: Sequence[Any], candidates: Sequence[str], strong: str, alpha: float,
                 bounds: tuple[float, float], metric: str = "em") -> Rows:
     """The policy's trajectories (one per question) under the same reward and cost scale as the routes."""
     fmt = RouterR1FormatReward(list(candidates))([t.item["query"] for t in trajs], [t.text for t in trajs])
-    outcome = []
-    for t in trajs:
-        golds = list(t.item["ground_truth"])
-        if t.answer is None:
-            outcome.append(0.0)
-        else:
-            outcome.append(exact_match(t.answer, golds) if metric == "em" else best_f1(t.answer, golds))
-    outcome_a = np.asarray(outcome, dtype=np.float64)
+    outcome_a = np.asarray([trajectory_outcome(t, metric) for t in trajs], dtype=np.float64)
     fmt_a = np.asarray(fmt, dtype=np.float64)
     cost = np.asarray([t.cost for t in trajs], dtype=np.float64)
     calls = np.asarray([len(t.routes) for t in trajs], dtype=np.float64)
@@ -375,7 +381,7 @@ def scoreboard(table: RouteTable, reference: RouteTable, alpha: float, trajs: Se
         out["policy_minus_best_fixed"] = paired_diff(p, routes[best].reward, n_boot, seed=seed).to_dict()
         out["policy_minus_per_task_rule"] = paired_diff(p, routes["per_task_rule"].reward, n_boot, seed=seed).to_dict()
         out["policy_minus_cascade"] = paired_diff(p, routes["cascade"].reward, n_boot, seed=seed).to_dict()
-        out["policy_escalation"] = escalation(trajs, table)
+        out["policy_escalation"] = escalation(trajs, table, metric)
     out["per_task_minus_best_fixed"] = paired_diff(routes["per_task_rule"].reward, routes[best].reward, n_boot,
                                                    seed=seed).to_dict()
     out["cascade_minus_best_fixed"] = paired_diff(routes["cascade"].reward, routes[best].reward, n_boot,

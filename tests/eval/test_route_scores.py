@@ -229,8 +229,16 @@ def test_scoreboard_has_the_cascade_and_the_policys_escalation(monkeypatch):
     assert board["policy_minus_cascade"]["value"] == pytest.approx(
         board["routes"]["policy"]["mean_reward"] - cascade.reward.mean())
     esc = board["policy_escalation"]
-    assert esc["not_stated"] == {"n": 2, "escalated": 1, "share": 0.5}
-    assert esc["stated"] == {"n": 3, "escalated": 1, "share": pytest.approx(1 / 3)}
+    assert esc["not_stated"] == {"n": 2, "escalated": 1, "share": 0.5, "strong_right": 1, "miscopied": 0}
+    assert esc["stated"] == {"n": 3, "escalated": 1, "share": pytest.approx(1 / 3), "strong_right": 1, "miscopied": 0}
+    # row 0: big was right (the logs) and the policy escalated, but answered 5: big's reply not copied back
+    trajs[0] = traj(0, ["small", "big"], "5", 0.0401)
+    assert escalation(trajs, t)["not_stated"] == {"n": 2, "escalated": 1, "share": 0.5, "strong_right": 1,
+                                                  "miscopied": 1}
+    # row 2 escalating where big is wrong in the logs: not counted as strong_right
+    trajs[2] = traj(2, ["small", "big"], "7", 0.0401)
+    assert escalation(trajs, t)["stated"] == {"n": 3, "escalated": 2, "share": pytest.approx(2 / 3),
+                                              "strong_right": 1, "miscopied": 0}
     assert escalation(trajs, table())["not_stated"]["n"] == 0  # no stated column: every reply states one
 
 
