@@ -178,7 +178,7 @@ def escalation_table(values: dict) -> str:
             for task, kinds in by_task.items():
                 for kind, v in kinds.items():
                     lines.append(f"| {name} | {float(alpha):g} | {task} | {kind.replace('_', ' ')} | {v['n']} | "
-                                 f"{v['mean']:+.3f} ({v['se']:.3f}) |")
+                                 f"{v['mean']:+.3f} ({'–' if v['se'] is None else format(v['se'], '.3f')}) |")
     return "\n".join(lines) + "\n"
 
 

@@ -242,7 +242,7 @@ def escalation_value(table: RouteTable, alpha: float, bounds: tuple[float, float
             g = gain[(tasks == task) & mask]
             if g.size:
                 out[task][kind] = {"n": int(g.size), "mean": float(g.mean()),
-                                   "se": float(g.std(ddof=1) / math.sqrt(g.size)) if g.size > 1 else float("nan")}
+                                   "se": float(g.std(ddof=1) / math.sqrt(g.size)) if g.size > 1 else None}
     return out
 
 

@@ -191,7 +191,7 @@ def test_escalation_value_splits_by_task_and_reply_against_hand_computed_rewards
     v = escalation_value(t, alpha, BOUNDS)
     gains = [by_hand(r[1][0], r[2][0] + r[2][1], alpha) - by_hand(r[1][1], r[2][1], alpha) for r in ROWS]
     assert v["math"]["not_stated"]["n"] == 1 and v["math"]["not_stated"]["mean"] == pytest.approx(gains[0])
-    assert math.isnan(v["math"]["not_stated"]["se"])
+    assert v["math"]["not_stated"]["se"] is None  # one question: no standard error
     assert v["math"]["stated"]["n"] == 2 and v["math"]["stated"]["mean"] == pytest.approx(np.mean(gains[1:3]))
     assert v["math"]["stated"]["se"] == pytest.approx(np.std(gains[1:3], ddof=1) / math.sqrt(2))
     assert v["mcq"]["stated"]["mean"] == pytest.approx(np.mean(gains[4:6]))
