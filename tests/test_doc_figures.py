@@ -43,7 +43,7 @@ def _interval(d: dict[str, Any]) -> str:
 def _escalated(board: dict[str, Any], kind: str, of: str = "of") -> str:
     """How often a routing board's policy escalated after one kind of cheap reply: "16 of 18"."""
     e = board["policy_escalation"][kind]
-    return f"{e['escalated']} {of} {e['n']}"
+    return f"{e['escalated']:,} {of} {e['n']:,}"
 
 
 def _esc(cell: dict[str, Any]) -> str:
@@ -348,6 +348,38 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing_first_call.json", "runs.1.held_out_curve",
            _curve_row("`r33_casc` held-out reward (first call written)"), "first call written for all: curve"),
     Figure("docs/benchmarks.md", "escalation_drgrpo.json", "", _escalation_table, "Dr. GRPO: probe table"),
+    Figure("docs/benchmarks.md", "routing_drgrpo400_rescored.json", "rescored.0.policy_escalation",
+           lambda e: f"After the {e['not_stated']['escalated']} no-answer replies it escalated on, GPT-4 was right on "
+                     f"{e['not_stated']['strong_right']} and the policy's answer was wrong on "
+                     f"{e['not_stated']['miscopied']} of them; after stated replies, on {e['stated']['miscopied']} of "
+                     f"{e['stated']['strong_right']}.", "Dr. GRPO on 400: GPT-4's reply not copied back"),
+    Figure("docs/benchmarks.md", "routing_drgrpo1600.json", "runs.1.selection.scored",
+           lambda sc: f"by mean reward ({', '.join(format(x['mean_reward'], '.3f') for x in sc)}: "
+                      f"{max(sc, key=lambda x: (x['mean_reward'], -x['penalty']))['penalty']:g} wins)",
+           "Dr. GRPO on 1,600: the penalty picked on training questions"),
+    Figure("docs/benchmarks.md", "routing_drgrpo1600.json", "",
+           lambda d: f"--name routing_drgrpo1600` ({d['seconds']:,.0f} s alone, {d['runs'][1]['wall_s']:,.0f} s of it the 1,600;",
+           "Dr. GRPO on 1,600: time"),
+    Figure("docs/benchmarks.md", "routing_drgrpo1600.json", "runs.1.routing",
+           lambda b: f"asks GPT-4 after {_escalated(b, 'not_stated', 'of the')} Mixtral replies that state no answer and "
+                     f"after {_escalated(b, 'stated', 'of the')} that state one "
+                     f"({b['policy_escalation']['stated']['share']:.0%}); format validity "
+                     f"{b['routes']['policy']['format_valid']:.3f}, accuracy {b['routes']['policy']['accuracy']:.3f} "
+                     f"(always-Mixtral {b['routes'][b['best_fixed']]['accuracy']:.3f}). Mean reward "
+                     f"{b['routes']['policy']['mean_reward']:.3f} against always-Mixtral's "
+                     f"{b['routes'][b['best_fixed']]['mean_reward']:.3f}: {_interval(b['policy_minus_best_fixed'])}, "
+                     f"a tie again, and {_interval(b['policy_minus_cascade'])} against the cascade, which is "
+                     f"{_interval(b['cascade_minus_best_fixed'])} above always-Mixtral on the same questions. Of the "
+                     f"escalations where GPT-4 was right, the answer was still wrong on "
+                     f"{b['policy_escalation']['not_stated']['miscopied']} of {b['policy_escalation']['not_stated']['strong_right']} "
+                     f"(no-answer replies) and {b['policy_escalation']['stated']['miscopied']} of "
+                     f"{b['policy_escalation']['stated']['strong_right']} (stated)",
+           "Dr. GRPO on 1,600 unread held-out"),
+    Figure("README.md", "routing_drgrpo1600.json", "runs.1.routing",
+           lambda b: f"after {_escalated(b, 'not_stated', 'of the')} no-answer replies and "
+                     f"{_escalated(b, 'stated', 'of the')} others: {_interval(b['policy_minus_best_fixed'])}, still a "
+                     f"tie, where the cascade is {_interval(b['cascade_minus_best_fixed'])}.",
+           "README: Dr. GRPO on 1,600 unread held-out"),
     Figure("docs/benchmarks.md", "routing_first_call.json", "runs.4",
            lambda r: f"{r['wall_s']:,.0f} s alone, settings fixed before it ran",
            "Dr. GRPO resumed with fewer stratum prompts: time"),
