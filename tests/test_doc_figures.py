@@ -380,6 +380,12 @@ ROUTING_FIGURES = [
                      f"{_escalated(b, 'stated', 'of the')} others: {_interval(b['policy_minus_best_fixed'])}, still a "
                      f"tie, where the cascade is {_interval(b['cascade_minus_best_fixed'])}.",
            "README: Dr. GRPO on 1,600 unread held-out"),
+    Figure("README.md", "routing_drgrpo1600.json", "runs.1.routing",
+           lambda b: f"asks GPT-4 after {b['policy_escalation']['not_stated']['escalated']} of "
+                     f"{b['policy_escalation']['not_stated']['n']} such replies but also after "
+                     f"{b['policy_escalation']['stated']['share']:.0%} of the others, and ties the route "
+                     f"({_interval(b['policy_minus_best_fixed'])} on 1,600 unread",
+           "README headline: Dr. GRPO on 1,600 unread held-out"),
     Figure("docs/benchmarks.md", "routing_first_call.json", "runs.4",
            lambda r: f"{r['wall_s']:,.0f} s alone, settings fixed before it ran",
            "Dr. GRPO resumed with fewer stratum prompts: time"),
