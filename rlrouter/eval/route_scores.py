@@ -30,9 +30,8 @@ import numpy as np
 from rlrouter.eval.bootstrap import Interval, _interval
 from rlrouter.rewards.router_r1 import (
     RouterR1FormatReward,
-    best_f1,
+    answer_score,
     combine,
-    exact_match,
     scale_cost,
 )
 from rlrouter.selector.aggregate import states_answer
@@ -114,7 +113,7 @@ def outcome_of(response: Any, golds: list[str], metric: str = "em") -> float:
         return float(response.correct)
     if not response.ok:
         return 0.0
-    return exact_match(response.text, golds) if metric == "em" else best_f1(response.text, golds)
+    return answer_score(response.text, golds, metric)
 
 
 def cost_bounds(costs: np.ndarray, percentiles: Sequence[float] = PERCENTILES) -> tuple[float, float]:
@@ -270,8 +269,7 @@ def trajectory_outcome(t: Any, metric: str = "em") -> float:
     """A trajectory's answer scored against its question's gold answers (0 without an answer)."""
     if t.answer is None:
         return 0.0
-    golds = list(t.item["ground_truth"])
-    return exact_match(t.answer, golds) if metric == "em" else best_f1(t.answer, golds)
+    return answer_score(t.answer, list(t.item["ground_truth"]), metric)
 
 
 def policy_rows(trajs: Sequence[Any], candidates: Sequence[str], strong: str, alpha: float,

@@ -101,6 +101,11 @@ def best_f1(prediction: str, golds: Sequence[str]) -> float:
     return max((token_f1(prediction, g) for g in golds), default=0.0)
 
 
+def answer_score(answer: str, golds: Sequence[str], metric: str = "em") -> float:
+    """An answer against the gold answers under the outcome metric: ``em`` (exact match) or ``f1`` (best token F1)."""
+    return exact_match(answer, golds) if metric == "em" else best_f1(answer, golds)
+
+
 def _golds(value: Any, i: int) -> list[str]:
     if isinstance(value, str):
         return [value]
@@ -235,12 +240,7 @@ class RouterR1OutcomeReward:
                 continue
             golds = _golds(gt, i)
             answer = extract_answer(completion_text(text))
-            if answer is None:
-                rewards.append(0.0)
-            elif self.metric == "em":
-                rewards.append(exact_match(answer, golds))
-            else:
-                rewards.append(best_f1(answer, golds))
+            rewards.append(0.0 if answer is None else answer_score(answer, golds, self.metric))
         self.last_metrics = {"reward/outcome": mean_of(rewards)}
         return rewards
 
