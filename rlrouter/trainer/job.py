@@ -32,7 +32,7 @@ from rlrouter.learner.checkpoint import latest_checkpoint
 from rlrouter.storage import RunStorage, list_dirs
 from rlrouter.trainer.report import held_out_records, held_out_summary, plot_held_out, plot_run, results_table, write_train_report
 from rlrouter.trainer.router_r1 import (RouterR1Trainer, build_train_reward, check_no_answer, first_call_items,
-                                       held_out_reward)
+                                       held_out_reward, rl_items)
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if train.first_call_share:
         print(f"first call written: {len(written)} of {len(train_items)} training questions start after the "
               f"call to {reference_table.cheap}")
+    if train.sources:
+        print(f"RL prompts: only the {len(rl_items(train, train_items))} training questions of {list(train.sources)} "
+              "(train.sources)")
     if train.no_answer_share:
         print(f"prompts: {train.no_answer_share:.2f} of each step's from the {len(no_answer)} of "
               f"{len(train_items)} training questions whose cheap reply states no final answer"

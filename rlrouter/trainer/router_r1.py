@@ -104,6 +104,19 @@ def step_indices(n: int, size: int, step: int, seed: int, focus: Sequence[int] =
     return picked + ([rest[i] for i in batch_indices(len(rest), size - k, step, seed)] if k < size else [])
 
 
+def rl_items(cfg: RouterR1TrainConfig, items: Sequence[dict[str, Any]]) -> list[int]:
+    """Indices of the training questions RL draws its prompts from: those of ``train.sources`` (all when
+    empty). A source no question has is an error naming the sources there are."""
+    if not cfg.sources:
+        return list(range(len(items)))
+    have = sorted({str(it.get("source", "")) for it in items})
+    missing = [s for s in cfg.sources if s not in have]
+    if missing:
+        raise ValueError(f"train.sources: no training question has source {missing} "
+                         f"(the training split's sources: {have})")
+    return [i for i, it in enumerate(items) if it.get("source") in cfg.sources]
+
+
 def check_no_answer(cfg: RouterR1TrainConfig, n_items: int, no_answer: Sequence[int]) -> None:
     """``train.no_answer_share`` > 0 needs a stratum to draw from."""
     if cfg.no_answer_share > 0 and not no_answer:
@@ -268,6 +281,12 @@ class RouterR1Trainer:
         self.cfg, self.rollout, self.learners = cfg, rollout, learners
         self.candidates, self.items, self.demos, self.eval_items = candidates, items, demos, eval_items
         self.no_answer = list(no_answer)
+        self.rl_items = rl_items(cfg, items)  # train.sources
+        position = {i: k for k, i in enumerate(self.rl_items)}
+        self._focus = [position[i] for i in self.no_answer if i in position]  # the stratum among them
+        if cfg.no_answer_share > 0 and not self._focus:
+            raise ValueError(f"train.no_answer_share={cfg.no_answer_share}: none of the questions of "
+                             f"train.sources={list(cfg.sources)} has a cheap reply without a final answer")
         self.out = Path(cfg.out_dir)
         self.restarts = 0
         self.reward: Any = None
@@ -346,7 +365,8 @@ class RouterR1Trainer:
         # until enough groups have reward spread
         while not rounds or (len(rounds) <= cfg.filter_groups and sum(map(sum, flags)) < size):
             r = len(rounds)
-            idx = step_indices(len(self.items), size, step, cfg.seed + 7919 * r, self.no_answer, cfg.no_answer_share)
+            idx = [self.rl_items[k] for k in step_indices(len(self.rl_items), size, step, cfg.seed + 7919 * r,
+                                                          self._focus, cfg.no_answer_share)]
             drawn.append(idx)
             t0 = time.perf_counter()
             trajs = self.rollout.rollout([self.items[i] for i in idx], group,  # item-major

@@ -214,6 +214,40 @@ def test_a_stratified_step_rolls_out_its_share_of_no_answer_items(monkeypatch, t
         tr.RouterR1Trainer(cfg, rollout, learners, ["a", "b"], items)
 
 
+def test_rl_prompts_come_only_from_the_sources_named(monkeypatch, tmp_path):
+    """train.sources: every drawn prompt is one of those sources' questions, the no-answer stratum keeps
+    its share among them; an unknown source or a stratum outside them is an error naming it."""
+    import rlrouter.trainer.router_r1 as tr
+    from rlrouter.learner.config import RouterR1TrainConfig
+
+    monkeypatch.setattr(tr, "score_trajectories", _score)
+    monkeypatch.setattr(tr, "sync_policy", lambda *a: 0.0)
+    items = [{"id": i, "spread": True, "source": "gsm8k" if i % 3 == 0 else "mmlu"} for i in range(30)]
+    no_answer = [3, 9, 10]  # 10 is an mmlu question: outside the stratum once sources=[gsm8k]
+    cfg = RouterR1TrainConfig(prompts_per_step=4, n_samples=2, sources=["gsm8k"], no_answer_share=0.5,
+                              out_dir=str(tmp_path), progress=False)
+    assert tr.rl_items(cfg, items) == list(range(0, 30, 3))
+    assert tr.rl_items(RouterR1TrainConfig(), items) == list(range(30))
+    rollout, learners = _Rollout(), _Learners()
+    trainer = tr.RouterR1Trainer(cfg, rollout, learners, ["a", "b"], items, no_answer=no_answer)
+    for step in range(4):
+        trainer.train_step(step)
+    seen = set()
+    for _, _, drawn in rollout.calls:
+        assert all(items[i]["source"] == "gsm8k" for i in drawn)
+        assert sum(i in (3, 9) for i in drawn) == 2 and 10 not in drawn
+        seen.update(drawn)
+    assert len(seen) > 4  # the cursor walks over the gsm8k questions, not one batch again
+    with pytest.raises(ValueError, match=r"no training question has source \['gsm'\].*'gsm8k', 'mmlu'"):
+        tr.rl_items(RouterR1TrainConfig(sources=["gsm"]), items)
+    with pytest.raises(ValueError, match=r"none of the questions of train.sources=\['mmlu'\]"):
+        tr.RouterR1Trainer(RouterR1TrainConfig(sources=["mmlu"], no_answer_share=0.5, out_dir=str(tmp_path)),
+                           rollout, learners, ["a", "b"], items, no_answer=[3, 9])
+    for bad in ("gsm8k", [""], [1]):
+        with pytest.raises(ValueError, match="train.sources"):
+            RouterR1TrainConfig(sources=bad)
+
+
 def test_stratum_metrics_split_escalation_and_its_group_advantage_by_stratum():
     from types import SimpleNamespace
 
