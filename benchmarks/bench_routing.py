@@ -221,6 +221,21 @@ def rescored_table(boards: list[dict]) -> str:
                      f"{ci(b['cascade_minus_best_fixed'])} | {ci(b['policy_minus_cascade'])} | "
                      f"{esc['not_stated']['escalated']}/{esc['not_stated']['n']} / "
                      f"{esc['stated']['escalated']}/{esc['stated']['n']} |")
+    by_task = [b for b in boards if "policy_by_task" in b]
+    if by_task:
+        lines += ["", "| run | task | policy reward | escalates after the cheap reply: no answer / an answer | "
+                      "policy - other run [95%] |", "|" + "---|" * 5]
+        for b in by_task:
+            vs = b.get("versus")
+            for task, t in b["policy_by_task"].items():
+                e = t["escalation"]
+                lines.append(f"| {Path(b['run']).name} | {task} | {t['mean_reward']:.3f} | "
+                             f"{e['not_stated']['escalated']}/{e['not_stated']['n']} / "
+                             f"{e['stated']['escalated']}/{e['stated']['n']} | |")
+            if vs:
+                lines.append(f"| {Path(b['run']).name} | all | {b['policy_mean_reward']:.3f} | | "
+                             f"{ci(vs['policy_minus_versus'])} against {Path(vs['run']).name} "
+                             f"({vs['mean_reward']:.3f}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -389,11 +404,25 @@ def evaluate_run(run_dir: str, questions: int, penalties: list[float] | None = N
     return str(score_policy(run, cfg, data, name, env)), selection
 
 
-def rescore(run_dir: str) -> dict:
+def held_out_rows(run: Path, test: list[dict]) -> list[dict]:
+    """RUN's ``held_out.jsonl`` records (one per question) in the order of ``test``'s questions; a question
+    without one is an error naming it."""
+    from rlrouter.data.io import read_jsonl
+
+    records = {r["query"]: r for _, r in read_jsonl(run / "held_out.jsonl")}
+    missing = [it["query"][:60] for it in test if it["query"] not in records]
+    if missing:
+        raise SystemExit(f"{run}/held_out.jsonl: no trajectory for {len(missing)} test questions, e.g. {missing[0]!r}")
+    return [records[it["query"]] for it in test]
+
+
+def rescore(run_dir: str, versus: str | None = None) -> dict:
     """RUN's held-out questions scored again with today's routes, beside the policy's logged rewards
     (``held_out.jsonl``: one reward per question, on the run's reference scale): the cascade and every
     route, the paired intervals of the policy and of the cascade against the best fixed route and of the
-    policy against the cascade, and the policy's escalation. No policy is run; for runs scored before a
+    policy against the cascade, the policy's mean reward per task and its escalation, in all and per task.
+    ``versus``: another held-out run on the same questions (another policy, e.g. the one before a change):
+    the paired interval of this policy minus that one. No policy is run; for runs scored before a
     route was added to the scoreboard."""
     from types import SimpleNamespace
 
@@ -401,7 +430,6 @@ def rescore(run_dir: str) -> dict:
     import yaml
 
     from rlrouter.data.build import load_router_r1_split
-    from rlrouter.data.io import read_jsonl
     from rlrouter.eval.route_scores import (cascade_rows, cost_bounds, escalation, fixed_name, fixed_route_rewards,
                                             paired_diff, route_table, scoreboard)
     from rlrouter.pool.pool import CandidatePool
@@ -415,11 +443,7 @@ def rescore(run_dir: str) -> dict:
     metric = cfg["reward"].get("metric", "em")
     table, reference = route_table(pool, test, metric), route_table(pool, train, metric)
     alpha = float(cfg["reward"]["alpha"])
-    records = {r["query"]: r for _, r in read_jsonl(run / "held_out.jsonl")}
-    missing = [it["query"][:60] for it in test if it["query"] not in records]
-    if missing:
-        raise SystemExit(f"{run}/held_out.jsonl: no trajectory for {len(missing)} test questions, e.g. {missing[0]!r}")
-    rows = [records[it["query"]] for it in test]
+    rows = held_out_rows(run, test)
     seed = int((cfg.get("eval") or {}).get("seed", 0))  # the job's bootstrap seed: the same resamples as its report
     board = scoreboard(table, reference, alpha, seed=seed)
     bounds = cost_bounds(reference.cost)
@@ -433,7 +457,17 @@ def rescore(run_dir: str) -> dict:
                   "policy_mean_reward": float(policy.mean()),
                   "policy_minus_best_fixed": paired_diff(policy, best, seed=seed).to_dict(),
                   "policy_minus_cascade": paired_diff(policy, cascade, seed=seed).to_dict(),
-                  "policy_escalation": escalation(trajs, table, metric)})
+                  "policy_escalation": escalation(trajs, table, metric),
+                  "policy_by_task": {task: {"mean_reward": float(policy[[t == task for t in table.tasks]].mean()),
+                                            "escalation": escalation([trajs[i] for i in idx], table.subset(idx), metric)}
+                                     for task in sorted(set(table.tasks))
+                                     for idx in [[i for i, t in enumerate(table.tasks) if t == task]]}})
+    if versus:
+        other = Path(versus).resolve()
+        theirs = np.asarray([r["reward"] for r in held_out_rows(other, test)], dtype=np.float64)
+        board["versus"] = {"run": str(other.relative_to(ROOT)) if other.is_relative_to(ROOT) else str(other),
+                           "mean_reward": float(theirs.mean()),
+                           "policy_minus_versus": paired_diff(policy, theirs, seed=seed).to_dict()}
     return board
 
 
@@ -452,6 +486,9 @@ def main() -> None:
                          "e.g. those an earlier evaluation read")
     ap.add_argument("--rescore", nargs="*", default=[],
                     help="held-out run folders (held_out.jsonl) to score again against today's routes (rescore())")
+    ap.add_argument("--versus", nargs="*", default=[],
+                    help="with --rescore: one held-out run per rescored run, on the same questions (another policy): "
+                         "the paired interval of the rescored policy minus it")
     ap.add_argument("--greedy-penalties", default="",
                     help="comma-separated greedy frequency penalties: --evaluate picks one on the run's own "
                          "training questions (--select-questions of them), then scores the held-out set with it")
@@ -489,7 +526,9 @@ def main() -> None:
               for name, t in sets.items()}
     shown = [str(Path(e).resolve().relative_to(ROOT)) if Path(e).resolve().is_relative_to(ROOT) else e for e in exclude]
     kept = json.loads(Path(args.runs_from).read_text())["runs"] if args.runs_from else []
-    rescored = [rescore(r) for r in args.rescore]
+    if args.versus and len(args.versus) != len(args.rescore):
+        raise SystemExit(f"--versus: one held-out run per --rescore run ({len(args.rescore)}), got {len(args.versus)}")
+    rescored = [rescore(r, v) for r, v in zip(args.rescore, args.versus or [None] * len(args.rescore))]
     result = {"alphas": ALPHAS, "excluded": shown, "questions": len(items), "sweeps": sweeps,
               "runs": kept + [{**run_entry(r), **({"selection": selections[Path(r).name]}
                                                    if Path(r).name in selections else {})} for r in runs],

@@ -30,3 +30,39 @@ def test_unseen_is_short_when_a_task_runs_out():
     got = unseen(_rows(), seen, 6)
     assert [r["query"] for r in got] == ["gsm8k question 8?", "gsm8k question 9?", "mmlu question 0?",
                                          "mmlu question 1?", "mmlu question 2?"]
+
+
+def test_held_out_rows_follow_the_test_order_and_name_a_missing_question(tmp_path):
+    import json
+
+    import pytest
+
+    from benchmarks.bench_routing import held_out_rows
+
+    recs = [{"query": q, "reward": r} for q, r in (("b?", 0.5), ("a?", 1.0))]
+    (tmp_path / "held_out.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert [r["reward"] for r in held_out_rows(tmp_path, [{"query": "a?"}, {"query": "b?"}])] == [1.0, 0.5]
+    with pytest.raises(SystemExit, match=r"no trajectory for 1 test questions, e.g. 'c\?'"):
+        held_out_rows(tmp_path, [{"query": "a?"}, {"query": "c?"}])
+
+
+def test_rescored_table_shows_each_tasks_escalation_and_the_other_run():
+    from benchmarks.bench_routing import rescored_table
+
+    ci = {"value": 0.01, "lo": -0.002, "hi": 0.02}
+    esc = {"stated": {"n": 10, "escalated": 3}, "not_stated": {"n": 2, "escalated": 2}}
+    board = {"run": "outputs/new_heldout", "tasks": {"gsm8k": 6, "mmlu": 6}, "policy_mean_reward": 0.66,
+             "best_fixed": "always_cheapest", "routes": {"always_cheapest": {"mean_reward": 0.65},
+                                                        "cascade": {"mean_reward": 0.67}},
+             "policy_minus_best_fixed": ci, "cascade_minus_best_fixed": ci, "policy_minus_cascade": ci,
+             "policy_escalation": esc,
+             "policy_by_task": {"gsm8k": {"mean_reward": 0.6, "escalation": esc},
+                                "mmlu": {"mean_reward": 0.7, "escalation": {"stated": {"n": 6, "escalated": 1},
+                                                                            "not_stated": {"n": 0, "escalated": 0}}}},
+             "versus": {"run": "outputs/old_heldout", "mean_reward": 0.65, "policy_minus_versus": ci}}
+    md = rescored_table([board])
+    assert "| new_heldout | gsm8k | 0.600 | 2/2 / 3/10 | |" in md
+    assert "| new_heldout | mmlu | 0.700 | 0/0 / 1/6 | |" in md
+    assert "+0.010 [-0.002, +0.020] against old_heldout (0.650)" in md
+    del board["policy_by_task"], board["versus"]
+    assert "| task |" not in rescored_table([board])  # older boards: the one table as before
