@@ -32,7 +32,9 @@ scored on questions it never saw (``RUN_heldout<N>_unread``).
 ``--greedy-penalties 0,0.3,0.6`` (with ``--evaluate``) first picks the greedy frequency penalty
 (``rollout.env.greedy_frequency_penalty``) on ``--select-questions`` of RUN's own training questions, by
 mean reward, then scores the held-out questions once with it (``RUN_heldout<N>_fp<penalty>``); the JSON
-keeps the choice and each candidate's scores under the run's ``selection``.
+keeps the choice and each candidate's scores under the run's ``selection``. ``--steps 36,40,48`` makes the
+choice over those checkpoints of RUN too (each penalty at each step; default: the last checkpoint only), and
+the held-out questions are scored once with the chosen one (``..._step<N>``).
 
 Writes ``benchmarks/results/routing.json`` and ``routing.png`` (``--name`` changes the stem).
 """
@@ -336,23 +338,36 @@ def training_split(run: Path, cfg: dict, questions: int) -> Path:
     return data
 
 
-def score_policy(run: Path, cfg: dict, data: Path, out_name: str, env: dict | None = None) -> Path:
-    """Run the training job with ``train.total_steps=0`` from RUN's last checkpoint on DATA's test split: the
-    episode as RUN trained it (turn budget, turns, reply length), at RUN's alpha, ``env`` overriding
-    ``rollout.env`` keys. Returns the new run folder."""
+def checkpoint(run: Path, step: int | None = None) -> Path:
+    """RUN's checkpoint of ``step`` (None: its last); a step RUN has no checkpoint of is an error naming those
+    it has."""
+    ckpts = sorted((run / "checkpoints").glob("step_*"))
+    if not ckpts:
+        raise SystemExit(f"{run}: no checkpoints")
+    if step is None:
+        return ckpts[-1]
+    want = run / "checkpoints" / f"step_{step:06d}"
+    if want not in ckpts:
+        raise SystemExit(f"{run}: no checkpoint of step {step} (it has {[int(c.name[5:]) for c in ckpts]})")
+    return want
+
+
+def score_policy(run: Path, cfg: dict, data: Path, out_name: str, env: dict | None = None,
+                 step: int | None = None) -> Path:
+    """Run the training job with ``train.total_steps=0`` from RUN's checkpoint of ``step`` (None: the last) on
+    DATA's test split: the episode as RUN trained it (turn budget, turns, reply length), at RUN's alpha,
+    ``env`` overriding ``rollout.env`` keys. Returns the new run folder."""
     import subprocess
 
     import yaml
 
     from rlrouter.data.build import load_router_r1_split
 
-    ckpts = sorted((run / "checkpoints").glob("step_*"))
-    if not ckpts:
-        raise SystemExit(f"{run}: no checkpoints")
+    start = checkpoint(run, step)
     n = len(load_router_r1_split(data / "test.parquet"))
     alpha = cfg["reward"].get("alpha", cfg["reward"].get("params", {}).get("alpha"))
     cmd = [sys.executable, str(ROOT / "jobs" / "train_router_r1.py"), f"run_name={out_name}", f"data.out_dir={data}",
-           f"train.init_from={ckpts[-1]}", "train.total_steps=0", "train.eval_every=0", f"eval.num_questions={n}",
+           f"train.init_from={start}", "train.total_steps=0", "train.eval_every=0", f"eval.num_questions={n}",
            "eval.untrained=false", f"reward.alpha={alpha}", f"model={cfg['model']}",
            f"eval.first_call_written={str(cfg.get('eval', {}).get('first_call_written', False)).lower()}"]
     # the prefill is passed only by being the job's default
@@ -368,24 +383,36 @@ def score_policy(run: Path, cfg: dict, data: Path, out_name: str, env: dict | No
     return ROOT / "outputs" / out_name
 
 
-def choose_penalty(run: Path, cfg: dict, penalties: list[float], questions: int) -> dict:
-    """Score RUN's final policy on ``questions`` of its own training questions at each greedy frequency
-    penalty (``rollout.env.greedy_frequency_penalty``); the one with the highest mean reward there wins
-    (ties: the smaller). No held-out question is read."""
+def choose_penalty(run: Path, cfg: dict, penalties: list[float], questions: int,
+                   steps: Sequence[int] | None = None) -> dict:
+    """Score RUN's policy on ``questions`` of its own training questions at each greedy frequency penalty
+    (``rollout.env.greedy_frequency_penalty``) and, with ``steps``, at each of those checkpoints (else the
+    last); the highest mean reward there wins (ties: the smaller penalty, then the later step). No held-out
+    question is read."""
     data = training_split(run, cfg, questions)
     scored = []
-    for fp in penalties:
-        out = score_policy(run, cfg, data, f"{run.name}_select{questions}_fp{fp:g}", {"greedy_frequency_penalty": fp})
-        policy = json.loads((out / "report.json").read_text())["results"]["policy_trained"]
-        scored.append({"penalty": fp, "mean_reward": policy["mean_reward"], "format_valid": policy["format_valid"],
-                       "accuracy": policy["accuracy"], "run": str(out.relative_to(ROOT))})
-        print(f"select: penalty {fp:g}: reward {policy['mean_reward']:.3f}, format valid {policy['format_valid']:.3f}")
-    best = max(scored, key=lambda r: (r["mean_reward"], -r["penalty"]))
-    return {"questions": questions, "on": "the run's training questions", "scored": scored, "chosen": best["penalty"]}
+    for step in steps or [None]:
+        for fp in penalties:
+            name = f"{run.name}_select{questions}_fp{fp:g}" + (f"_step{step}" if step is not None else "")
+            out = score_policy(run, cfg, data, name, {"greedy_frequency_penalty": fp}, step)
+            report = json.loads((out / "report.json").read_text())
+            policy = report["results"]["policy_trained"]
+            scored.append({"penalty": fp, **({"step": step} if step is not None else {}),
+                           "mean_reward": policy["mean_reward"], "format_valid": policy["format_valid"],
+                           "accuracy": policy["accuracy"],
+                           "run": str(out.relative_to(ROOT) if out.is_relative_to(ROOT) else out),
+                           **({"escalation": report["routing"]["policy_escalation"]}
+                              if "policy_escalation" in report.get("routing", {}) else {})})
+            print(f"select: penalty {fp:g}" + (f", step {step}" if step is not None else "")
+                  + f": reward {policy['mean_reward']:.3f}, format valid {policy['format_valid']:.3f}")
+    best = max(scored, key=lambda r: (r["mean_reward"], -r["penalty"], r.get("step", 0)))
+    return {"questions": questions, "on": "the run's training questions", "scored": scored, "chosen": best["penalty"],
+            **({"chosen_step": best["step"]} if steps else {})}
 
 
 def evaluate_run(run_dir: str, questions: int, penalties: list[float] | None = None,
-                 select_questions: int = 256, unread: Sequence[str] = ()) -> tuple[str, dict | None]:
+                 select_questions: int = 256, unread: Sequence[str] = (),
+                 steps: Sequence[int] | None = None) -> tuple[str, dict | None]:
     """Score RUN's final policy on ``questions`` held-out logged questions (module docstring); with
     ``penalties``, at the greedy frequency penalty ``choose_penalty`` picks on RUN's training questions.
     Returns the new run folder and the selection (None without ``penalties``)."""
@@ -395,13 +422,17 @@ def evaluate_run(run_dir: str, questions: int, penalties: list[float] | None = N
 
     run = Path(run_dir).resolve()
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    selection = choose_penalty(run, cfg, penalties, select_questions) if penalties else None
+    if steps and not penalties:
+        raise SystemExit("--steps: the checkpoint is chosen with the penalty; give --greedy-penalties too")
+    selection = choose_penalty(run, cfg, penalties, select_questions, steps) if penalties else None
     data = heldout_split(run, cfg, questions, unread)
     n = len(load_router_r1_split(data / "test.parquet"))
     env, name = None, f"{run.name}_heldout{n}" + ("_unread" if unread else "")
     if selection is not None:
         env, name = {"greedy_frequency_penalty": selection["chosen"]}, f"{name}_fp{selection['chosen']:g}"
-    return str(score_policy(run, cfg, data, name, env)), selection
+    step = selection.get("chosen_step") if selection else None
+    name += f"_step{step}" if step is not None else ""
+    return str(score_policy(run, cfg, data, name, env, step)), selection
 
 
 def held_out_rows(run: Path, test: list[dict]) -> list[dict]:
@@ -493,6 +524,9 @@ def main() -> None:
                     help="comma-separated greedy frequency penalties: --evaluate picks one on the run's own "
                          "training questions (--select-questions of them), then scores the held-out set with it")
     ap.add_argument("--select-questions", type=int, default=256)
+    ap.add_argument("--steps", default="",
+                    help="comma-separated checkpoint steps: --greedy-penalties' choice is made over them too "
+                         "(default: the last checkpoint)")
     ap.add_argument("--name", default="routing")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args()
@@ -504,7 +538,8 @@ def main() -> None:
 
     t0 = time.perf_counter()
     penalties = [float(x) for x in args.greedy_penalties.split(",")] if args.greedy_penalties else None
-    evaluated = [evaluate_run(r, args.questions, penalties, args.select_questions, args.unread)
+    steps = [int(x) for x in args.steps.split(",")] if args.steps else None
+    evaluated = [evaluate_run(r, args.questions, penalties, args.select_questions, args.unread, steps)
                  for r in args.evaluate]
     runs = list(args.runs) + [r for r, _ in evaluated]
     selections = {Path(r).name: sel for r, sel in evaluated if sel is not None}

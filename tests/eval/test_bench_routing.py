@@ -66,3 +66,47 @@ def test_rescored_table_shows_each_tasks_escalation_and_the_other_run():
     assert "+0.010 [-0.002, +0.020] against old_heldout (0.650)" in md
     del board["policy_by_task"], board["versus"]
     assert "| task |" not in rescored_table([board])  # older boards: the one table as before
+
+
+def test_checkpoint_is_the_last_or_the_step_named(tmp_path):
+    import pytest
+
+    from benchmarks.bench_routing import checkpoint
+
+    with pytest.raises(SystemExit, match="no checkpoints"):
+        checkpoint(tmp_path)
+    for s in (4, 8, 12):
+        (tmp_path / "checkpoints" / f"step_{s:06d}").mkdir(parents=True)
+    assert checkpoint(tmp_path).name == "step_000012"
+    assert checkpoint(tmp_path, 8).name == "step_000008"
+    with pytest.raises(SystemExit, match=r"no checkpoint of step 6 \(it has \[4, 8, 12\]\)"):
+        checkpoint(tmp_path, 6)
+
+
+def test_the_choice_is_made_over_penalties_and_checkpoints_on_training_questions(monkeypatch, tmp_path):
+    """Each (step, penalty) scored once on the training split; the best mean reward wins, ties to the
+    smaller penalty; without steps the choice is the penalty alone, as before."""
+    import json
+
+    import benchmarks.bench_routing as br
+
+    reward = {(36, 0.0): 0.70, (36, 0.6): 0.71, (48, 0.0): 0.72, (48, 0.6): 0.72, (None, 0.0): 0.5, (None, 0.6): 0.6}
+    calls = []
+
+    def score(run, cfg, data, name, env, step=None):
+        calls.append((step, env["greedy_frequency_penalty"], str(data)))
+        out = tmp_path / name
+        out.mkdir()
+        (out / "report.json").write_text(json.dumps(
+            {"results": {"policy_trained": {"mean_reward": reward[(step, env["greedy_frequency_penalty"])],
+                                            "format_valid": 1.0, "accuracy": 0.7}}}))
+        return out
+
+    monkeypatch.setattr(br, "score_policy", score)
+    monkeypatch.setattr(br, "training_split", lambda run, cfg, q: "TRAIN")
+    got = br.choose_penalty(tmp_path, {}, [0.0, 0.6], 256, [36, 48])
+    assert calls == [(36, 0.0, "TRAIN"), (36, 0.6, "TRAIN"), (48, 0.0, "TRAIN"), (48, 0.6, "TRAIN")]
+    assert (got["chosen"], got["chosen_step"]) == (0.0, 48)
+    assert [r["step"] for r in got["scored"]] == [36, 36, 48, 48]
+    got = br.choose_penalty(tmp_path / "run2", {}, [0.0, 0.6], 256)
+    assert got["chosen"] == 0.6 and "chosen_step" not in got
