@@ -279,7 +279,43 @@ def run_entry(run_dir: str) -> dict:
     return {"run": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run), "alpha": routing["alpha"],
             "routing": routing, "results": report.get("results", {}),
             "held_out_curve": report.get("held_out_curve", []), "wall_s": report.get("wall_s"),
-            "train_s": report.get("train_s")}
+            "train_s": report.get("train_s"), "escalation_curve": escalation_curve(run / "metrics.jsonl")}
+
+
+ESCALATION_KEYS = ("rollout/no_answer/escalated", "rollout/states_answer/escalated")
+
+
+def escalation_curve(metrics: Path) -> list[dict]:
+    """Per RL step of a run trained with ``train.no_answer_share``, the share of its sampled trajectories that
+    asked a second candidate after a cheap reply that states no answer and after one that states one
+    (the trainer's stratum metrics); [] for runs without them."""
+    if not metrics.exists():
+        return []
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return [{"step": r["step"], **{k: r[k] for k in ESCALATION_KEYS if k in r}}
+            for r in rows if any(k in r for k in ESCALATION_KEYS)]
+
+
+def plot_escalation(runs: list[dict], path: Path) -> None:
+    """The runs' training escalation side by side: after a cheap reply that states no answer (where asking
+    again pays) and after one that states an answer (where it costs), against the RL step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    for k, run in enumerate(r for r in runs if r.get("escalation_curve")):
+        rows = run["escalation_curve"]
+        for a, key in zip(ax, ESCALATION_KEYS):
+            pts = [(m["step"], m[key]) for m in rows if key in m]
+            a.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", color=f"C{k}", label=Path(run["run"]).name)
+    for a, title in zip(ax, ("after a reply that states no answer", "after a reply that states one")):
+        a.set_title(f"sampled: asked the strong model too, {title}", fontsize=9)
+        a.set_xlabel("RL step"), a.set_ylim(-0.05, 1.05), a.grid(alpha=0.3), a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _balanced(rows: list[dict], n: int) -> list[dict]:
@@ -594,6 +630,8 @@ def main() -> None:
     plot(result, out / f"{args.name}.png")
     if result["runs"]:
         plot_curves(result["runs"], out / f"{args.name}_curves.png")
+        if any(r.get("escalation_curve") for r in result["runs"]):
+            plot_escalation(result["runs"], out / f"{args.name}_escalation.png")
     print(f"wrote {out / (args.name + '.json')} and .png ({result['seconds']:.1f} s)")
 
 

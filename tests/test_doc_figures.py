@@ -417,6 +417,36 @@ ROUTING_FIGURES = [
            lambda g: f"gains **{g['gain']:+.3f}** over the best fixed route at alpha {g['alpha']:g}", "cascade gain"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
+    # r39: RL's prompts from GSM8K alone (train.sources)
+    Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.0",
+           lambda r: f"train.sources=[gsm8k] train.total_steps=48\"`; {r['wall_s']:,.0f} s alone;", "GSM8K only: time"),
+    Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.0.routing",
+           lambda b: f"({_escalated(b, 'stated')} stated replies, {_escalated(b, 'not_stated')} without an answer: "
+                     f"{b['routes']['policy']['mean_reward']:.3f}, the cascade's figure there)"
+           if abs(b["routes"]["policy"]["mean_reward"] - b["routes"]["cascade"]["mean_reward"]) < 5e-4 else "differs",
+           "GSM8K only: 32 held-out"),
+    Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.1.selection",
+           lambda sel: f"(the greedy penalty's choice, 0 and 0.6 tied at {sel['scored'][0]['mean_reward']:.3f}"
+           if [x["penalty"] for x in sel["scored"]] == [0, 0.6] and sel["chosen"] == 0
+           and round(sel["scored"][0]["mean_reward"], 3) == round(sel["scored"][1]["mean_reward"], 3) else "differs",
+           "GSM8K only: penalty choice"),
+    Figure("docs/benchmarks.md", "routing_gsm1600.json", "",
+           lambda d: f"--name routing_gsm1600` ({d['seconds']:,.0f} s alone;", "GSM8K only on 1,600: time"),
+    Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.1.routing",
+           lambda b: f"It asks GPT-4 after {_escalated(b, 'not_stated', 'of the')} replies that state no answer and "
+                     f"{_escalated(b, 'stated', 'of the')} that state one; format validity "
+                     f"{b['routes']['policy']['format_valid']:.3f}, accuracy {b['routes']['policy']['accuracy']:.3f}. "
+                     f"Mean reward {b['routes']['policy']['mean_reward']:.3f} against always-Mixtral's "
+                     f"{b['routes'][b['best_fixed']]['mean_reward']:.3f}: {_interval(b['policy_minus_best_fixed'])}, "
+                     f"{_interval(b['policy_minus_cascade'])} against the cascade",
+           "GSM8K only on 1,600"),
+    Figure("docs/benchmarks.md", "routing_gsm1600_rescored.json", "rescored.0.versus",
+           lambda v: f"{_interval(v['policy_minus_versus'])} against `r35_s24` on the same questions"
+           if v["run"].endswith("r35_s24_heldout1600_unread_fp0") else "other run",
+           "GSM8K only against r35_s24 on the 1,600"),
+    Figure("docs/benchmarks.md", "escalation_gsm.json", "", _escalation_table, "GSM8K only: probe table"),
+    Figure("docs/benchmarks.md", "escalation_gsm.json", "seconds",
+           lambda t: f"--name escalation_gsm`, {t:.0f} s alone;", "GSM8K only: probe time"),
 ]
 
 def _lockbox_tables(d: dict[str, Any]) -> str:

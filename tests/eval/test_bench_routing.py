@@ -110,3 +110,20 @@ def test_the_choice_is_made_over_penalties_and_checkpoints_on_training_questions
     assert [r["step"] for r in got["scored"]] == [36, 36, 48, 48]
     got = br.choose_penalty(tmp_path / "run2", {}, [0.0, 0.6], 256)
     assert got["chosen"] == 0.6 and "chosen_step" not in got
+
+
+def test_escalation_curve_reads_the_stratum_metrics_of_each_step(tmp_path):
+    import json
+
+    from benchmarks.bench_routing import escalation_curve, plot_escalation
+
+    rows = [{"step": 0, "eval/mean_reward": 0.6},
+            {"step": 1, "rollout/no_answer/escalated": 0.5, "rollout/states_answer/escalated": 0.25},
+            {"step": 2, "rollout/states_answer/escalated": 0.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = escalation_curve(tmp_path / "metrics.jsonl")
+    assert got == [{"step": 1, "rollout/no_answer/escalated": 0.5, "rollout/states_answer/escalated": 0.25},
+                   {"step": 2, "rollout/states_answer/escalated": 0.0}]
+    assert escalation_curve(tmp_path / "missing.jsonl") == []
+    plot_escalation([{"run": "outputs/a", "escalation_curve": got}, {"run": "outputs/b"}], tmp_path / "e.png")
+    assert (tmp_path / "e.png").stat().st_size > 0
