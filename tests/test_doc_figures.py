@@ -447,6 +447,38 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "escalation_gsm.json", "", _escalation_table, "GSM8K only: probe table"),
     Figure("docs/benchmarks.md", "escalation_gsm.json", "seconds",
            lambda t: f"--name escalation_gsm`, {t:.0f} s alone;", "GSM8K only: probe time"),
+    # r40: r39 resumed with half its prompts from the no-answer stratum
+    Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "runs.0",
+           lambda r: f"the rest as `r39_gsm`; {r['wall_s']:,.0f} s alone;", "r40: time"),
+    Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "runs.0.routing",
+           lambda b: f"at step 60 it asks GPT-4 after {b['policy_escalation']['stated']['escalated']} of the 31 stated replies"
+           if b["policy_escalation"]["stated"]["n"] == 31 else "differs", "r40: 32 held-out"),
+    Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "runs.1.routing",
+           lambda b: f"it asks after {_escalated(b, 'not_stated')} no-answer replies and "
+                     f"{b['policy_escalation']['stated']['escalated']} of {b['policy_escalation']['stated']['n']} "
+                     f"stated ones: {b['routes']['policy']['mean_reward']:.3f}, {_interval(b['policy_minus_best_fixed'])} "
+                     f"above always-Mixtral", "r40: 256 training questions"),
+    Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "runs.2.routing",
+           lambda b: f"it asks GPT-4 after {_escalated(b, 'not_stated', 'of the')} replies that state no answer and "
+                     f"{_escalated(b, 'stated', 'of the')} that state one "
+                     f"({b['policy_escalation']['stated']['share']:.0%}); format validity "
+                     f"{b['routes']['policy']['format_valid']:.3f}, accuracy {b['routes']['policy']['accuracy']:.3f}. "
+                     f"Mean reward {b['routes']['policy']['mean_reward']:.3f} against always-Mixtral's "
+                     f"{b['routes'][b['best_fixed']]['mean_reward']:.3f}: {_interval(b['policy_minus_best_fixed'])}, "
+                     f"the first interval of a policy here that excludes 0, and level with the cascade "
+                     f"({_interval(b['policy_minus_cascade'])})", "r40 on the 1,600"),
+    Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "rescored.0.versus",
+           lambda v: f"{_interval(v['policy_minus_versus'])} against `r35_s24` on the same questions"
+           if v["run"].endswith("r35_s24_heldout1600_unread_fp0") else "other run", "r40 against r35_s24"),
+    Figure("README.md", "routing_gsm_na50_1600.json", "runs.2.routing",
+           lambda b: f"asks GPT-4 after {b['policy_escalation']['not_stated']['escalated']} of the "
+                     f"{b['policy_escalation']['not_stated']['n']} and {_escalated(b, 'stated', 'of the')} others "
+                     f"and scores {_interval(b['policy_minus_best_fixed'])} above always-Mixtral",
+           "README: r40 on the 1,600"),
+    Figure("README.md", "routing_gsm1600.json", "runs.1.routing",
+           lambda b: f"removed them ({_escalated(b, 'stated')}) and most of the needed ones with them "
+                     f"({_escalated(b, 'not_stated')}; {_interval(b['policy_minus_best_fixed'])})",
+           "README: r39 on the 1,600"),
 ]
 
 def _lockbox_tables(d: dict[str, Any]) -> str:
