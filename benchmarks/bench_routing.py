@@ -524,11 +524,11 @@ def rescore(run_dir: str, versus: str | None = None) -> dict:
                   "policy_mean_reward": float(policy.mean()),
                   "policy_minus_best_fixed": paired_diff(policy, best, seed=seed).to_dict(),
                   "policy_minus_cascade": paired_diff(policy, cascade, seed=seed).to_dict(),
-                  "policy_escalation": escalation(trajs, table, metric),
-                  "policy_by_task": {task: {"mean_reward": float(policy[[t == task for t in table.tasks]].mean()),
-                                            "escalation": escalation([trajs[i] for i in idx], table.subset(idx), metric)}
-                                     for task in sorted(set(table.tasks))
-                                     for idx in [[i for i, t in enumerate(table.tasks) if t == task]]}})
+                  "policy_escalation": escalation(trajs, table, metric), "policy_by_task": {}})
+    for task in sorted(set(table.tasks)):
+        idx = [i for i, t in enumerate(table.tasks) if t == task]
+        board["policy_by_task"][task] = {"mean_reward": float(policy[idx].mean()),
+                                         "escalation": escalation([trajs[i] for i in idx], table.subset(idx), metric)}
     if versus:
         other = Path(versus).resolve()
         theirs = np.asarray([r["reward"] for r in held_out_rows(other, test)], dtype=np.float64)
