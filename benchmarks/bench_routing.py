@@ -238,6 +238,28 @@ def rescored_table(boards: list[dict]) -> str:
                 lines.append(f"| {Path(b['run']).name} | all | {b['policy_mean_reward']:.3f} | | "
                              f"{ci(vs['policy_minus_versus'])} against {Path(vs['run']).name} "
                              f"({vs['mean_reward']:.3f}) |")
+    signal = [b for b in boards if "policy_signal" in b]
+    if signal:
+        lines += ["", "Which stated cheap replies the policy escalates on (`escalation_signal`): the cheap model's "
+                      "logged accuracy and the share only the strong one got right, escalated / kept; the logged "
+                      "escalation gain of those escalated against all stated replies.", "",
+                  "| run | task | escalated / kept | cheap right | strong only right | kept - escalated, cheap right [95%] | "
+                  "gain: escalated / all | escalated - all [95%] |", "|" + "---|" * 8]
+
+        def num(v: float | None) -> str:
+            return "–" if v is None else f"{v:.3f}"
+
+        def interval(d: dict) -> str:
+            return "–" if d["value"] != d["value"] else ci(d)  # nan: nothing escalated
+
+        for b in signal:
+            for task, sg in [("all", b["policy_signal"])] + [(k, v["signal"]) for k, v in b["policy_by_task"].items()
+                                                             if "signal" in v]:
+                e, k, a = sg["escalated"], sg["kept"], sg["all"]
+                lines.append(f"| {Path(b['run']).name} | {task} | {e['n']} / {k['n']} | {num(e['cheap_right'])} / "
+                             f"{num(k['cheap_right'])} | {num(e['strong_only_right'])} / {num(k['strong_only_right'])} | "
+                             f"{interval(sg['cheap_right_kept_minus_escalated'])} | {num(e['gain'])} / {num(a['gain'])} | "
+                             f"{interval(sg['gain_escalated_minus_all'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -333,12 +355,19 @@ def unseen(rows: list[dict], seen: set[str], n: int) -> list[dict]:
     return _balanced([r for r in rows if normalize_prompt(r["query"]) not in seen], n)
 
 
+def heldout_counts(usable: dict[str, int], want: int) -> dict[str, int]:
+    """Test questions to ask of each source: ``want``, or all but one of a source that has fewer (the one
+    goes to the throwaway train split)."""
+    return {k: min(want, n - 1) for k, n in usable.items()}
+
+
 def heldout_split(run: Path, cfg: dict, questions: int, unread: Sequence[str] = ()) -> Path:
     """A data folder whose test split is ``questions`` logged questions RUN never trained on (tasks equal),
     none of them in the test splits ``unread`` (an earlier evaluation's questions), and whose train split is
     RUN's (the reference cost scale)."""
     import subprocess
 
+    import yaml
     from datasets import Dataset
 
     from rlrouter.data.build import load_router_r1_split
@@ -348,10 +377,16 @@ def heldout_split(run: Path, cfg: dict, questions: int, unread: Sequence[str] = 
     seen = excluded_prompts([str(train_path)]) | read
     data = ROOT / "outputs" / "data" / (f"heldout_{run.name}_{questions}" + ("_unread" if unread else ""))
     if not (data / "test.parquet").exists():
-        # seed 0's shuffle puts the run's own test questions first; the run's training questions are removed
-        subprocess.run([sys.executable, str(ROOT / "jobs" / "prepare_data.py"), "data.train_size=2",
-                        f"data.test_size={2 * ((questions + len(read)) // 2 + 300)}", f"data.out_dir={data}"],
-                       check=True, cwd=ROOT)
+        # seed 0's shuffle puts the run's own test questions first; the run's training questions are removed.
+        # Each task asks for what it needs, or all it has (GSM8K has 1,319): the shuffle of each source is
+        # the same whatever the counts.
+        prepare = [sys.executable, str(ROOT / "jobs" / "prepare_data.py"), "data.train_size=2", f"data.out_dir={data}"]
+        subprocess.run(prepare + ["data.test_size=2"], check=True, cwd=ROOT)
+        usable = {k: v["usable"] for k, v in json.loads((data / "stats.json").read_text())["sources"].items()}
+        counts = heldout_counts(usable, (questions + len(read)) // 2 + 300)
+        names = [s["name"] for s in yaml.safe_load((ROOT / "conf" / "data" / "default.yaml").read_text())["sources"]]
+        subprocess.run(prepare + [f"data.test_size={sum(counts.values())}"]
+                       + [f"data.sources.{names.index(k)}.weight={n}" for k, n in counts.items()], check=True, cwd=ROOT)
         rows = unseen(load_router_r1_split(data / "test.parquet"), seen, questions)
         Dataset.from_list(rows).to_parquet(str(data / "test.parquet"))
         Dataset.from_list(load_router_r1_split(train_path)).to_parquet(str(data / "train.parquet"))
@@ -497,8 +532,8 @@ def rescore(run_dir: str, versus: str | None = None) -> dict:
     import yaml
 
     from rlrouter.data.build import load_router_r1_split
-    from rlrouter.eval.route_scores import (cascade_rows, cost_bounds, escalation, fixed_name, fixed_route_rewards,
-                                            paired_diff, route_table, scoreboard)
+    from rlrouter.eval.route_scores import (cascade_rows, cost_bounds, escalation, escalation_signal, fixed_name,
+                                            fixed_route_rewards, paired_diff, route_table, scoreboard)
     from rlrouter.pool.pool import CandidatePool
 
     run = Path(run_dir).resolve()
@@ -524,11 +559,14 @@ def rescore(run_dir: str, versus: str | None = None) -> dict:
                   "policy_mean_reward": float(policy.mean()),
                   "policy_minus_best_fixed": paired_diff(policy, best, seed=seed).to_dict(),
                   "policy_minus_cascade": paired_diff(policy, cascade, seed=seed).to_dict(),
-                  "policy_escalation": escalation(trajs, table, metric), "policy_by_task": {}})
+                  "policy_escalation": escalation(trajs, table, metric),
+                  "policy_signal": escalation_signal(trajs, table, alpha, bounds, seed=seed), "policy_by_task": {}})
     for task in sorted(set(table.tasks)):
         idx = [i for i, t in enumerate(table.tasks) if t == task]
+        sub, sub_trajs = table.subset(idx), [trajs[i] for i in idx]
         board["policy_by_task"][task] = {"mean_reward": float(policy[idx].mean()),
-                                         "escalation": escalation([trajs[i] for i in idx], table.subset(idx), metric)}
+                                         "escalation": escalation(sub_trajs, sub, metric),
+                                         "signal": escalation_signal(sub_trajs, sub, alpha, bounds, seed=seed)}
     if versus:
         other = Path(versus).resolve()
         theirs = np.asarray([r["reward"] for r in held_out_rows(other, test)], dtype=np.float64)

@@ -223,16 +223,22 @@ def cascade_rows(table: RouteTable, alpha: float, bounds: tuple[float, float]) -
                 escalate.astype(np.float64), np.ones(len(table)))
 
 
+def escalation_gain(table: RouteTable, alpha: float, bounds: tuple[float, float]) -> np.ndarray:
+    """Per question: the reward of asking the strongest after the cheapest candidate (both calls' cost, the
+    strongest's outcome) minus that of copying the cheap reply."""
+    cheap, strong = table.candidates.index(table.cheap), table.strong_index
+    answer = rewards(0.0, table.correct[:, cheap], table.cost[:, cheap], alpha, bounds)
+    escalate = rewards(0.0, table.correct[:, strong], table.cost[:, cheap] + table.cost[:, strong], alpha, bounds)
+    return escalate - answer
+
+
 def escalation_value(table: RouteTable, alpha: float, bounds: tuple[float, float]) -> dict[str, Any]:
     """What asking the strongest after the cheapest candidate's reply is worth, against copying that reply:
     per task and kind of cheap reply (``stated``: it states a final answer; ``not_stated``), the number of
     questions and the mean and standard error of (both calls' cost, the strongest's outcome) minus (the cheap
     call's cost and outcome) under the reward. The step a policy that reads the reply chooses, and how much
     signal each question carries for it."""
-    cheap, strong = table.candidates.index(table.cheap), table.strong_index
-    answer = rewards(0.0, table.correct[:, cheap], table.cost[:, cheap], alpha, bounds)
-    escalate = rewards(0.0, table.correct[:, strong], table.cost[:, cheap] + table.cost[:, strong], alpha, bounds)
-    gain, none = escalate - answer, table.cheap_states_none()
+    gain, none = escalation_gain(table, alpha, bounds), table.cheap_states_none()
     tasks = np.asarray(table.tasks)
     out: dict[str, Any] = {}
     for task in sorted(set(table.tasks)):
@@ -263,6 +269,48 @@ def escalation(trajs: Sequence[Any], table: RouteTable, metric: str = "em") -> d
                      "strong_right": len(right),
                      "miscopied": sum(trajectory_outcome(trajs[i], metric) < 0.5 for i in right)}
     return out
+
+
+def escalation_signal(trajs: Sequence[Any], table: RouteTable, alpha: float, bounds: tuple[float, float],
+                      n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
+    """Does the policy pick *which* stated replies to escalate on? Of its trajectories whose first call went to
+    the cheapest candidate and whose cheap reply states a final answer (where escalating costs on average),
+    those it escalated on against those it kept: the cheap candidate's logged accuracy, the share only the
+    strongest got right, and the logged escalation gain (both calls' reward with the strongest's outcome
+    minus the cheap call's reward, ``escalation_value``). ``cheap_right_kept_minus_escalated`` > 0: it
+    escalates where the cheap reply is more often wrong, a per-question signal beyond the kind of reply;
+    ``gain_escalated_minus_all``: what its choice is worth per escalation over escalating on as many stated
+    replies at random. Percentile bootstrap intervals over those questions (each resample redraws them and
+    recomputes both groups)."""
+    cheap, strong = table.candidates.index(table.cheap), table.strong_index
+    stated = ~table.cheap_states_none()
+    idx = [i for i, t in enumerate(trajs) if t.routes and t.routes[0].model == table.cheap and bool(stated[i])]
+    esc = np.asarray([any(r.model == table.strong for r in trajs[i].routes[1:]) for i in idx], dtype=bool)
+    idx_a = np.asarray(idx, dtype=np.int64)
+    right = table.correct[idx_a, cheap] >= 0.5
+    only = (table.correct[idx_a, strong] >= 0.5) & ~right
+    gain = escalation_gain(table, alpha, bounds)[idx_a]
+
+    def stats(e: np.ndarray, r: np.ndarray, g: np.ndarray) -> tuple[float, float]:
+        if not e.any():
+            return float("nan"), float("nan")
+        kept = float(r[~e].mean()) - float(r[e].mean()) if (~e).any() else float("nan")
+        return kept, float(g[e].mean()) - float(g.mean())
+
+    def group(mask: np.ndarray) -> dict[str, Any]:
+        n = int(mask.sum())
+        return {"n": n, "cheap_right": float(right[mask].mean()) if n else None,
+                "strong_only_right": float(only[mask].mean()) if n else None,
+                "gain": float(gain[mask].mean()) if n else None}
+
+    point = stats(esc, right.astype(np.float64), gain)
+    rng = np.random.default_rng(seed)
+    draws = [stats(esc[r], right[r].astype(np.float64), gain[r])
+             for r in (rng.integers(0, len(idx), size=len(idx)) for _ in range(n_boot if idx else 0))]
+    d = np.asarray(draws, dtype=np.float64).reshape(-1, 2)
+    return {"escalated": group(esc), "kept": group(~esc), "all": group(np.ones(len(idx), dtype=bool)),
+            "cheap_right_kept_minus_escalated": _interval(point[0], d[:, 0], level).to_dict(),
+            "gain_escalated_minus_all": _interval(point[1], d[:, 1], level).to_dict()}
 
 
 def trajectory_outcome(t: Any, metric: str = "em") -> float:

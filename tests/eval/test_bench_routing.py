@@ -64,7 +64,20 @@ def test_rescored_table_shows_each_tasks_escalation_and_the_other_run():
     assert "| new_heldout | gsm8k | 0.600 | 2/2 / 3/10 | |" in md
     assert "| new_heldout | mmlu | 0.700 | 0/0 / 1/6 | |" in md
     assert "+0.010 [-0.002, +0.020] against old_heldout (0.650)" in md
-    del board["policy_by_task"], board["versus"]
+    group = {"n": 3, "cheap_right": 0.5, "strong_only_right": 0.25, "gain": -0.02}
+    nan = {"value": float("nan"), "lo": float("nan"), "hi": float("nan")}
+    signal = {"escalated": group, "kept": {**group, "n": 7, "cheap_right": 0.75}, "all": {**group, "gain": -0.06},
+              "cheap_right_kept_minus_escalated": ci, "gain_escalated_minus_all": ci}
+    board["policy_signal"] = signal
+    board["policy_by_task"]["gsm8k"]["signal"] = {**signal, "escalated": {"n": 0, "cheap_right": None,
+                                                                          "strong_only_right": None, "gain": None},
+                                                  "cheap_right_kept_minus_escalated": nan,
+                                                  "gain_escalated_minus_all": nan}
+    md = rescored_table([board])
+    assert ("| new_heldout | all | 3 / 7 | 0.500 / 0.750 | 0.250 / 0.250 | +0.010 [-0.002, +0.020] | -0.020 / -0.060 | "
+            "+0.010 [-0.002, +0.020] |") in md
+    assert "| new_heldout | gsm8k | 0 / 7 | – / 0.750 | – / 0.250 | – | – / -0.060 | – |" in md  # nothing escalated
+    del board["policy_by_task"], board["versus"], board["policy_signal"]
     assert "| task |" not in rescored_table([board])  # older boards: the one table as before
 
 
@@ -127,3 +140,11 @@ def test_escalation_curve_reads_the_stratum_metrics_of_each_step(tmp_path):
     assert escalation_curve(tmp_path / "missing.jsonl") == []
     plot_escalation([{"run": "outputs/a", "escalation_curve": got}, {"run": "outputs/b"}], tmp_path / "e.png")
     assert (tmp_path / "e.png").stat().st_size > 0
+
+
+def test_heldout_counts_take_all_a_short_source_has():
+    from benchmarks.bench_routing import heldout_counts
+
+    # GSM8K has 1,319 logged questions: asked for 2,000 a task it gives all but the one the train split takes
+    assert heldout_counts({"gsm8k": 1319, "mmlu": 11745}, 2000) == {"gsm8k": 1318, "mmlu": 2000}
+    assert heldout_counts({"gsm8k": 1319, "mmlu": 11745}, 500) == {"gsm8k": 500, "mmlu": 500}

@@ -15,6 +15,7 @@ from rlrouter.eval.route_scores import (
     cascade_rows,
     cost_bounds,
     escalation,
+    escalation_signal,
     escalation_value,
     oracle_choice,
     paired_diff,
@@ -240,6 +241,37 @@ def test_scoreboard_has_the_cascade_and_the_policys_escalation(monkeypatch):
     assert escalation(trajs, t)["stated"] == {"n": 3, "escalated": 2, "share": pytest.approx(2 / 3),
                                               "strong_right": 1, "miscopied": 0}
     assert escalation(trajs, table())["not_stated"]["n"] == 0  # no stated column: every reply states one
+
+
+def test_escalation_signal_compares_the_stated_replies_escalated_on_with_those_kept():
+    """Among small-first trajectories whose small reply states an answer: small's accuracy on those kept minus
+    on those escalated, and the escalated ones' logged gain minus that of all such replies, by hand."""
+    t = table()
+    t.stated = np.array([[1, 0], [1, 1], [1, 1], [1, 0], [1, 1], [1, 1]], dtype=float)
+    alpha = 0.5
+    gains = [by_hand(r[1][0], r[2][0] + r[2][1], alpha) - by_hand(r[1][1], r[2][1], alpha) for r in ROWS]
+
+    def traj(models):
+        return SimpleNamespace(routes=[SimpleNamespace(model=m) for m in models])
+
+    # stated and small first: rows 1, 2, 5 (row 4 asks big first; rows 0, 3 state no answer)
+    trajs = [traj(["small", "big"]), traj(["small"]), traj(["small"]), traj(["small", "big"]), traj(["big"]),
+             traj(["small", "big"])]
+    sig = escalation_signal(trajs, t, alpha, BOUNDS, n_boot=300)
+    assert (sig["escalated"]["n"], sig["kept"]["n"], sig["all"]["n"]) == (1, 2, 3)
+    assert sig["escalated"]["cheap_right"] == 0.0 and sig["kept"]["cheap_right"] == 1.0  # row 5 vs rows 1, 2
+    assert sig["escalated"]["strong_only_right"] == 0.0 and sig["escalated"]["gain"] == pytest.approx(gains[5])
+    assert sig["cheap_right_kept_minus_escalated"]["value"] == pytest.approx(1.0)
+    assert sig["gain_escalated_minus_all"]["value"] == pytest.approx(gains[5] - np.mean([gains[1], gains[2], gains[5]]))
+    lo, hi = sig["cheap_right_kept_minus_escalated"]["lo"], sig["cheap_right_kept_minus_escalated"]["hi"]
+    assert lo <= 1.0 <= hi + 1e-12
+    # escalating on a kept row instead flips the sign: it escalated where small was right
+    trajs[1], trajs[5] = traj(["small", "big"]), traj(["small"])
+    assert escalation_signal(trajs, t, alpha, BOUNDS, n_boot=50)["cheap_right_kept_minus_escalated"]["value"] \
+        == pytest.approx(0.5 - 1.0)
+    # no escalation after a stated reply: no signal to measure
+    none = escalation_signal([traj(["small"])] * 6, t, alpha, BOUNDS, n_boot=50)
+    assert none["escalated"]["n"] == 0 and math.isnan(none["cheap_right_kept_minus_escalated"]["value"])
 
 
 def test_alpha_sweep_scores_the_cascade():
