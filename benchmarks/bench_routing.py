@@ -223,6 +223,13 @@ def rescored_table(boards: list[dict]) -> str:
                      f"{ci(b['cascade_minus_best_fixed'])} | {ci(b['policy_minus_cascade'])} | "
                      f"{esc['not_stated']['escalated']}/{esc['not_stated']['n']} / "
                      f"{esc['stated']['escalated']}/{esc['stated']['n']} |")
+    each = [b for b in boards if "policy_minus_fixed" in b]
+    if each:
+        lines += ["", "| run | policy - each fixed route [95%] |", "|---|---|"]
+        for b in each:
+            lines.append(f"| {Path(b['run']).name} | " + "; ".join(
+                f"{name} ({b['routes'][name]['mean_reward']:.3f}): {ci(d)}" for name, d in b["policy_minus_fixed"].items())
+                + " |")
     by_task = [b for b in boards if "policy_by_task" in b]
     if by_task:
         lines += ["", "| run | task | policy reward | escalates after the cheap reply: no answer / an answer | "
@@ -549,8 +556,8 @@ def rescore(run_dir: str, versus: str | None = None) -> dict:
     seed = int((cfg.get("eval") or {}).get("seed", 0))  # the job's bootstrap seed: the same resamples as its report
     board = scoreboard(table, reference, alpha, seed=seed)
     bounds = cost_bounds(reference.cost)
-    best = fixed_route_rewards(table, alpha, bounds)[:, table.candidates.index(
-        next(c for c in table.candidates if fixed_name(table, c) == board["best_fixed"]))]
+    fixed = fixed_route_rewards(table, alpha, bounds)
+    best = fixed[:, table.candidates.index(next(c for c in table.candidates if fixed_name(table, c) == board["best_fixed"]))]
     policy = np.asarray([r["reward"] for r in rows], dtype=np.float64)
     cascade = cascade_rows(table, alpha, bounds).reward
     trajs = [SimpleNamespace(routes=[SimpleNamespace(model=m) for m in r["routes"]], answer=r.get("answer"),
@@ -559,6 +566,10 @@ def rescore(run_dir: str, versus: str | None = None) -> dict:
                   "policy_mean_reward": float(policy.mean()),
                   "policy_minus_best_fixed": paired_diff(policy, best, seed=seed).to_dict(),
                   "policy_minus_cascade": paired_diff(policy, cascade, seed=seed).to_dict(),
+                  # every fixed route, not only the one the training questions chose: on a set whose task mix
+                  # differs from theirs another may score higher
+                  "policy_minus_fixed": {fixed_name(table, c): paired_diff(policy, fixed[:, j], seed=seed).to_dict()
+                                         for j, c in enumerate(table.candidates)},
                   "policy_escalation": escalation(trajs, table, metric),
                   "policy_signal": escalation_signal(trajs, table, alpha, bounds, seed=seed), "policy_by_task": {}})
     for task in sorted(set(table.tasks)):

@@ -32,7 +32,7 @@ from rlrouter.learner.checkpoint import latest_checkpoint
 from rlrouter.storage import RunStorage, list_dirs
 from rlrouter.trainer.report import held_out_records, held_out_summary, plot_held_out, plot_run, results_table, write_train_report
 from rlrouter.trainer.router_r1 import (RouterR1Trainer, build_train_reward, check_no_answer, first_call_items,
-                                       held_out_reward, rl_items)
+                                        held_out_reward, held_out_rollout, rl_items)
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report: dict[str, Any] = {"config": to_plain(cfg), "cluster": cluster, "results": {}}
     eval_seed = cfg.eval.seed
     if not train.resume_from and cfg.eval.get("untrained", True):
-        base = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
+        base = held_out_rollout(group, test_items, eval_seed, "held-out, untrained", train.progress)
         report["results"]["policy_untrained"] = held_out_summary(base, candidates, **scoring)
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
     demos = demonstrations(cfg, train, pool, train_items, env) if not (train.resume_from or train.init_from) else []
@@ -200,7 +200,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report["train_s"] = time.perf_counter() - t0
     if getattr(result, "error", None):
         raise RuntimeError(f"training failed: {result.error}")
-    trained = group.rollout(test_items, 1, eval_seed, step=-1, temperature=0.0)
+    trained = held_out_rollout(group, test_items, eval_seed, "held-out, trained", train.progress)
     report["results"]["policy_trained"] = held_out_summary(trained, candidates, **scoring)
     print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
     write_jsonl(out / "held_out.jsonl", held_out_records(trained, candidates, **scoring))

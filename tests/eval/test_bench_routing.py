@@ -77,7 +77,11 @@ def test_rescored_table_shows_each_tasks_escalation_and_the_other_run():
     assert ("| new_heldout | all | 3 / 7 | 0.500 / 0.750 | 0.250 / 0.250 | +0.010 [-0.002, +0.020] | -0.020 / -0.060 | "
             "+0.010 [-0.002, +0.020] |") in md
     assert "| new_heldout | gsm8k | 0 / 7 | – / 0.750 | – / 0.250 | – | – / -0.060 | – |" in md  # nothing escalated
-    del board["policy_by_task"], board["versus"], board["policy_signal"]
+    board["policy_minus_fixed"] = {"always_cheapest": ci, "always_strongest": {"value": -0.008, "lo": -0.02, "hi": 0.005}}
+    board["routes"]["always_strongest"] = {"mean_reward": 0.685}
+    assert ("| new_heldout | always_cheapest (0.650): +0.010 [-0.002, +0.020]; always_strongest (0.685): "
+            "-0.008 [-0.020, +0.005] |") in rescored_table([board])
+    del board["policy_by_task"], board["versus"], board["policy_signal"], board["policy_minus_fixed"]
     assert "| task |" not in rescored_table([board])  # older boards: the one table as before
 
 

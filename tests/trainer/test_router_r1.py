@@ -276,3 +276,25 @@ def test_rollout_rows_name_each_trajectorys_question_and_stratum():
     assert [(r["question"], r["sample"], r["no_answer"]) for r in rows] == [(7, 0, False), (7, 1, False),
                                                                           (2, 0, True), (2, 1, True)]
     assert rows[1]["calls"] == ["a", "b"] and rows[0]["step"] == 3 and rows[0]["failure"] is None
+
+
+def test_held_out_rollout_goes_in_chunks_in_order_with_a_progress_line_each(capsys):
+    from rlrouter.trainer.router_r1 import held_out_rollout
+
+    calls = []
+
+    class Rollout:
+        def rollout(self, items, n, seed, step, temperature=None):
+            calls.append((len(items), n, seed, step, temperature))
+            return [f"t{it['i']}" for it in items]
+
+    items = [{"i": i} for i in range(7)]
+    assert held_out_rollout(Rollout(), items, 5, chunk=8) == [f"t{i}" for i in range(7)]
+    assert calls == [(7, 1, 5, -1, 0.0)] and capsys.readouterr().out == ""  # up to a chunk: one call, no lines
+    calls.clear()
+    assert held_out_rollout(Rollout(), items, 5, desc="held-out", chunk=3) == [f"t{i}" for i in range(7)]
+    assert [c[0] for c in calls] == [3, 3, 1] and all(c[1:] == (1, 5, -1, 0.0) for c in calls)
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(" [")[0] for ln in lines] == [f"held-out: question {n}/7" for n in (3, 6, 7)]
+    held_out_rollout(Rollout(), items, 5, chunk=3, enabled=False)
+    assert capsys.readouterr().out == ""
