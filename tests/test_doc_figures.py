@@ -475,6 +475,52 @@ ROUTING_FIGURES = [
                      f"{b['policy_escalation']['not_stated']['n']} and {_escalated(b, 'stated', 'of the')} others "
                      f"and scores {_interval(b['policy_minus_best_fixed'])} above always-Mixtral",
            "README: r40 on the 1,600"),
+    # which stated replies r40 escalates on: the 1,600, then the lockbox read once
+    Figure("docs/benchmarks.md", "routing_signal1600.json", "rescored.2.policy_signal",
+           lambda g: f"those `r40_gsm_na50` kept minus on those it escalated on is "
+                     f"{_interval(g['cheap_right_kept_minus_escalated'])} ({g['kept']['cheap_right']:.3f} against "
+                     f"{g['escalated']['cheap_right']:.3f};", "r40 signal on the 1,600"),
+    Figure("docs/benchmarks.md", "routing_signal1600.json", "rescored.0.policy_signal",
+           lambda g: f"where `r35_s24`'s is {_interval(g['cheap_right_kept_minus_escalated'])}", "r35 signal on the 1,600"),
+    Figure("docs/benchmarks.md", "routing_signal1600.json", "rescored.2.policy_by_task",
+           lambda t: f"GSM8K {_interval(t['gsm8k']['signal']['cheap_right_kept_minus_escalated'])}, MMLU "
+                     f"{_interval(t['mmlu']['signal']['cheap_right_kept_minus_escalated'])})", "r40 signal per task"),
+    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0",
+           lambda b: f"Mixtral is right on {b['policy_signal']['kept']['cheap_right']:.3f} of the stated replies the "
+                     f"policy kept and {b['policy_signal']['escalated']['cheap_right']:.3f} of the "
+                     f"{b['policy_signal']['escalated']['n']} it escalated on, "
+                     f"{_interval(b['policy_signal']['cheap_right_kept_minus_escalated'])} (MMLU alone "
+                     f"{_interval(b['policy_by_task']['mmlu']['signal']['cheap_right_kept_minus_escalated'])}; GSM8K, "
+                     f"{b['policy_by_task']['gsm8k']['signal']['all']['n']} stated replies, "
+                     f"{_interval(b['policy_by_task']['gsm8k']['signal']['cheap_right_kept_minus_escalated'])}), and those "
+                     f"escalations are worth {_interval(b['policy_signal']['gain_escalated_minus_all'])} each",
+           "lockbox: signal"),
+    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0",
+           lambda b: f"Reward: {b['policy_mean_reward']:.3f} against always-Mixtral's "
+                     f"{b['routes']['always_cheapest']['mean_reward']:.3f}, {_interval(b['policy_minus_best_fixed'])}, and "
+                     f"{_interval(b['policy_minus_cascade'])} above the cascade", "lockbox: reward"),
+    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0",
+           lambda b: f"always-GPT-4 scores {b['routes']['always_strongest']['mean_reward']:.3f}: the policy ties it, "
+                     f"{_interval(b['policy_minus_fixed']['always_strongest'])}", "lockbox: always-GPT-4"),
+    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0",
+           lambda b: f"Per task: MMLU {b['policy_by_task']['mmlu']['mean_reward']:.3f} (GPT-4 "
+                     f"{b['routes']['always_strongest']['mean_reward_by_task']['mmlu']:.3f}, Mixtral "
+                     f"{b['routes']['always_cheapest']['mean_reward_by_task']['mmlu']:.3f}; it asks GPT-4 after "
+                     f"{b['policy_by_task']['mmlu']['escalation']['stated']['escalated']:,} of "
+                     f"{b['policy_by_task']['mmlu']['escalation']['stated']['n']:,}", "lockbox: MMLU"),
+    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0.routes",
+           lambda r: f"its MMLU reward {r['always_strongest']['mean_reward_by_task']['mmlu']:.3f} against Mixtral's "
+                     f"{r['always_cheapest']['mean_reward_by_task']['mmlu']:.3f} here", "lockbox: MMLU routes"),
+    Figure("docs/benchmarks.md", "routing_lockbox.json", "seconds",
+           lambda t: f"(`benchmarks/results/routing_lockbox.*`, {t:.0f} s)", "lockbox: rescore time"),
+    Figure("README.md", "routing_lockbox.json", "rescored.0",
+           lambda b: f"Mixtral is right on {b['policy_signal']['kept']['cheap_right']:.3f} of the stated replies it "
+                     f"kept and {b['policy_signal']['escalated']['cheap_right']:.3f} of those it escalated on "
+                     f"({_interval(b['policy_signal']['cheap_right_kept_minus_escalated'])}), and the policy scores "
+                     f"{_interval(b['policy_minus_best_fixed'])} above always-Mixtral", "README: lockbox"),
+    Figure("README.md", "routing_lockbox.json", "rescored.0",
+           lambda b: f"a tie with always-GPT-4 ({_interval(b['policy_minus_fixed']['always_strongest'])})",
+           "README headline: lockbox"),
     Figure("README.md", "routing_gsm1600.json", "runs.1.routing",
            lambda b: f"removed them ({_escalated(b, 'stated')}) and most of the needed ones with them "
                      f"({_escalated(b, 'not_stated')}; {_interval(b['policy_minus_best_fixed'])})",
