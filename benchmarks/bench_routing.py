@@ -34,7 +34,8 @@ scored on questions it never saw (``RUN_heldout<N>_unread``).
 mean reward, then scores the held-out questions once with it (``RUN_heldout<N>_fp<penalty>``); the JSON
 keeps the choice and each candidate's scores under the run's ``selection``. ``--steps 36,40,48`` makes the
 choice over those checkpoints of RUN too (each penalty at each step; default: the last checkpoint only), and
-the held-out questions are scored once with the chosen one (``..._step<N>``).
+the held-out questions are scored once with the chosen one (``..._step<N>``). One penalty and no
+``--steps`` leaves nothing to choose: the held-out questions are scored at it with no selection run.
 
 Writes ``benchmarks/results/routing.json`` and ``routing.png`` (``--name`` changes the stem).
 """
@@ -502,7 +503,10 @@ def evaluate_run(run_dir: str, questions: int, penalties: list[float] | None = N
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     if steps and not penalties:
         raise SystemExit("--steps: the checkpoint is chosen with the penalty; give --greedy-penalties too")
-    selection = choose_penalty(run, cfg, penalties, select_questions, steps) if penalties else None
+    if penalties and len(penalties) == 1 and not steps:  # nothing to choose: no selection run
+        selection = {"questions": 0, "on": "given, not chosen", "scored": [], "chosen": penalties[0]}
+    else:
+        selection = choose_penalty(run, cfg, penalties, select_questions, steps) if penalties else None
     data = heldout_split(run, cfg, questions, unread)
     n = len(load_router_r1_split(data / "test.parquet"))
     env, name = None, f"{run.name}_heldout{n}" + ("_unread" if unread else "")

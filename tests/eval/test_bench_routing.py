@@ -152,3 +152,23 @@ def test_heldout_counts_take_all_a_short_source_has():
     # GSM8K has 1,319 logged questions: asked for 2,000 a task it gives all but the one the train split takes
     assert heldout_counts({"gsm8k": 1319, "mmlu": 11745}, 2000) == {"gsm8k": 1318, "mmlu": 2000}
     assert heldout_counts({"gsm8k": 1319, "mmlu": 11745}, 500) == {"gsm8k": 500, "mmlu": 500}
+
+
+def test_one_penalty_is_scored_on_the_held_out_questions_without_a_selection_run(monkeypatch, tmp_path):
+    """Nothing to choose among one penalty: no training-question run, the held-out run named by it."""
+    import benchmarks.bench_routing as br
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.yaml").write_text("data: {out_dir: x}\n")
+    calls = []
+    monkeypatch.setattr(br, "choose_penalty", lambda *a, **k: calls.append("select"))
+    monkeypatch.setattr(br, "heldout_split", lambda run, cfg, q, unread: tmp_path / "data")
+    monkeypatch.setattr("rlrouter.data.build.load_router_r1_split", lambda path: [{}] * 5)
+    monkeypatch.setattr(br, "score_policy", lambda run, cfg, data, name, env, step=None:
+                        calls.append((name, env, step)) or tmp_path / name)
+    out, sel = br.evaluate_run(str(tmp_path / "r"), 10, [0.0], unread=["seen.parquet"])
+    assert calls == [("r_heldout5_unread_fp0", {"greedy_frequency_penalty": 0.0}, None)]
+    assert sel["chosen"] == 0.0 and sel["scored"] == [] and sel["on"] == "given, not chosen"
+    calls.clear()
+    br.evaluate_run(str(tmp_path / "r"), 10, [0.0, 0.6])  # two: a choice, made on the training questions
+    assert calls[0] == "select"
