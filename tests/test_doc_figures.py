@@ -511,6 +511,8 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0.routes",
            lambda r: f"its MMLU reward {r['always_strongest']['mean_reward_by_task']['mmlu']:.3f} against Mixtral's "
                      f"{r['always_cheapest']['mean_reward_by_task']['mmlu']:.3f} here", "lockbox: MMLU routes"),
+    Figure("docs/evaluation.md", "routing_lockbox.json", "rescored.0.policy_by_task.mmlu.escalation.stated",
+           lambda e: f"asks GPT-4 too after {e['share']:.0%} of Mixtral's MMLU answers", "lockbox: MMLU share"),
     Figure("docs/benchmarks.md", "routing_lockbox.json", "seconds",
            lambda t: f"(`benchmarks/results/routing_lockbox.*`, {t:.0f} s)", "lockbox: rescore time"),
     Figure("README.md", "routing_lockbox.json", "rescored.0",
