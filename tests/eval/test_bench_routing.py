@@ -172,3 +172,54 @@ def test_one_penalty_is_scored_on_the_held_out_questions_without_a_selection_run
     calls.clear()
     br.evaluate_run(str(tmp_path / "r"), 10, [0.0, 0.6])  # two: a choice, made on the training questions
     assert calls[0] == "select"
+
+
+def test_rescore_reads_a_held_out_run_folder_end_to_end(tmp_path, shared_data):
+    """Real files: a data split of logged questions, the replay pool's config, a held_out.jsonl whose policy
+    copies Mixtral's reply but for the stated replies it escalates on; rescore's intervals and signal against
+    the fixed routes computed here from the same logs."""
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pytest
+    import yaml
+
+    from benchmarks.bench_routing import ROOT, rescore
+    from rlrouter.data.build import load_router_r1_split
+    from rlrouter.eval.route_scores import cost_bounds, escalation_gain, fixed_route_rewards, route_table
+    from rlrouter.pool.pool import CandidatePool
+
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, str(ROOT / "jobs" / "prepare_data.py"), "data.train_size=24",
+                    "data.test_size=24", f"data.out_dir={data}"], check=True, cwd=ROOT, capture_output=True)
+    pool_cfg = yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text())
+    run = tmp_path / "run_heldout"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"data": {"out_dir": str(data)}, "pool": pool_cfg,
+                                                     "reward": {"alpha": 0.36}, "eval": {"seed": 0}}))
+    test = load_router_r1_split(data / "test.parquet")
+    pool = CandidatePool.from_config(pool_cfg)
+    table, reference = route_table(pool, test), route_table(pool, load_router_r1_split(data / "train.parquet"))
+    bounds = cost_bounds(reference.cost)
+    fixed = fixed_route_rewards(table, 0.36, bounds)
+    cheap, strong = table.candidates.index(table.cheap), table.strong_index
+    stated = ~table.cheap_states_none()
+    escalate = [bool(stated[i]) and i % 3 == 0 for i in range(len(test))]  # a third of the stated, by position
+    gain = escalation_gain(table, 0.36, bounds)
+    rows = [{"query": it["query"], "reward": float(fixed[i, cheap] + (gain[i] if escalate[i] else 0.0)),
+             "routes": [table.cheap] + ([table.strong] if escalate[i] else []), "answer": None}
+            for i, it in enumerate(test)]
+    (run / "held_out.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    board = rescore(str(run))
+    policy = np.asarray([r["reward"] for r in rows])
+    assert board["policy_mean_reward"] == pytest.approx(policy.mean())
+    assert board["policy_minus_fixed"]["always_cheapest"]["value"] == pytest.approx(policy.mean() - fixed[:, cheap].mean())
+    assert board["policy_minus_fixed"]["always_strongest"]["value"] == pytest.approx(policy.mean() - fixed[:, strong].mean())
+    sig = board["policy_signal"]
+    esc = np.asarray(escalate)
+    assert sig["escalated"]["n"] == esc.sum() > 0 and sig["all"]["n"] == stated.sum()
+    assert sig["escalated"]["cheap_right"] == pytest.approx(table.correct[esc, cheap].mean())
+    assert sig["gain_escalated_minus_all"]["value"] == pytest.approx(gain[esc].mean() - gain[stated].mean())
+    assert sum(t["signal"]["all"]["n"] for t in board["policy_by_task"].values()) == stated.sum()
