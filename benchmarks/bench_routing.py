@@ -374,6 +374,7 @@ def heldout_split(run: Path, cfg: dict, questions: int, unread: Sequence[str] = 
     none of them in the test splits ``unread`` (an earlier evaluation's questions), and whose train split is
     RUN's (the reference cost scale)."""
     import subprocess
+    import tempfile
 
     import yaml
     from datasets import Dataset
@@ -387,17 +388,20 @@ def heldout_split(run: Path, cfg: dict, questions: int, unread: Sequence[str] = 
     if not (data / "test.parquet").exists():
         # seed 0's shuffle puts the run's own test questions first; the run's training questions are removed.
         # Each task asks for what it needs, or all it has (GSM8K has 1,319): the shuffle of each source is
-        # the same whatever the counts.
-        prepare = [sys.executable, str(ROOT / "jobs" / "prepare_data.py"), "data.train_size=2", f"data.out_dir={data}"]
-        subprocess.run(prepare + ["data.test_size=2"], check=True, cwd=ROOT)
-        usable = {k: v["usable"] for k, v in json.loads((data / "stats.json").read_text())["sources"].items()}
-        counts = heldout_counts(usable, (questions + len(read)) // 2 + 300)
-        names = [s["name"] for s in yaml.safe_load((ROOT / "conf" / "data" / "default.yaml").read_text())["sources"]]
-        subprocess.run(prepare + [f"data.test_size={sum(counts.values())}"]
-                       + [f"data.sources.{names.index(k)}.weight={n}" for k, n in counts.items()], check=True, cwd=ROOT)
-        rows = unseen(load_router_r1_split(data / "test.parquet"), seen, questions)
-        Dataset.from_list(rows).to_parquet(str(data / "test.parquet"))
+        # the same whatever the counts. Built aside and written last, so a folder is never half a split.
+        with tempfile.TemporaryDirectory() as tmp:
+            prepare = [sys.executable, str(ROOT / "jobs" / "prepare_data.py"), "data.train_size=2", f"data.out_dir={tmp}"]
+            subprocess.run(prepare + ["data.test_size=2"], check=True, cwd=ROOT)
+            usable = {k: v["usable"] for k, v in json.loads((Path(tmp) / "stats.json").read_text())["sources"].items()}
+            counts = heldout_counts(usable, (questions + len(read)) // 2 + 300)
+            names = [s["name"] for s in yaml.safe_load((ROOT / "conf" / "data" / "default.yaml").read_text())["sources"]]
+            subprocess.run(prepare + [f"data.test_size={sum(counts.values())}"]
+                           + [f"data.sources.{names.index(k)}.weight={n}" for k, n in counts.items()],
+                           check=True, cwd=ROOT)
+            rows = unseen(load_router_r1_split(Path(tmp) / "test.parquet"), seen, questions)
+        data.mkdir(parents=True, exist_ok=True)
         Dataset.from_list(load_router_r1_split(train_path)).to_parquet(str(data / "train.parquet"))
+        Dataset.from_list(rows).to_parquet(str(data / "test.parquet"))
     return data
 
 
