@@ -428,6 +428,7 @@ def scoreboard(table: RouteTable, reference: RouteTable, alpha: float, trajs: Se
         out["policy_minus_per_task_rule"] = paired_diff(p, routes["per_task_rule"].reward, n_boot, seed=seed).to_dict()
         out["policy_minus_cascade"] = paired_diff(p, routes["cascade"].reward, n_boot, seed=seed).to_dict()
         out["policy_escalation"] = escalation(trajs, table, metric)
+        out["policy_signal"] = escalation_signal(trajs, table, alpha, bounds, n_boot, seed=seed)
     out["per_task_minus_best_fixed"] = paired_diff(routes["per_task_rule"].reward, routes[best].reward, n_boot,
                                                    seed=seed).to_dict()
     out["cascade_minus_best_fixed"] = paired_diff(routes["cascade"].reward, routes[best].reward, n_boot,

@@ -254,6 +254,13 @@ def results_table(report: dict[str, Any]) -> str:
                       f"{esc['not_stated']['escalated']} of {esc['not_stated']['n']} questions whose cheap reply "
                       f"states no final answer and on {esc['stated']['escalated']} of {esc['stated']['n']} whose reply "
                       "states one (the cascade escalates on all of the first and none of the second)."]
+        sig = routing.get("policy_signal")
+        if sig and sig["escalated"]["n"] and sig["kept"]["n"]:
+            d = sig["cheap_right_kept_minus_escalated"]
+            lines += ["", f"Of those stated replies, the cheapest candidate was right on "
+                      f"{sig['escalated']['cheap_right']:.3f} of the {sig['escalated']['n']} it escalated on and "
+                      f"{sig['kept']['cheap_right']:.3f} of the {sig['kept']['n']} it kept: {d['value']:+.3f} "
+                      f"[{d['lo']:+.3f}, {d['hi']:+.3f}] (above 0: it asks where the cheap reply is more often wrong)."]
     return "\n".join(lines) + "\n"
 
 

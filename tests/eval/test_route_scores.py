@@ -232,6 +232,7 @@ def test_scoreboard_has_the_cascade_and_the_policys_escalation(monkeypatch):
     esc = board["policy_escalation"]
     assert esc["not_stated"] == {"n": 2, "escalated": 1, "share": 0.5, "strong_right": 1, "miscopied": 0}
     assert esc["stated"] == {"n": 3, "escalated": 1, "share": pytest.approx(1 / 3), "strong_right": 1, "miscopied": 0}
+    assert board["policy_signal"]["escalated"]["n"] == 1 and board["policy_signal"]["kept"]["n"] == 2  # rows 1 | 2, 5
     # row 0: big was right (the logs) and the policy escalated, but answered 5: big's reply not copied back
     trajs[0] = traj(0, ["small", "big"], "5", 0.0401)
     assert escalation(trajs, t)["not_stated"] == {"n": 2, "escalated": 1, "share": 0.5, "strong_right": 1,

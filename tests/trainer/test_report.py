@@ -65,6 +65,15 @@ def test_results_table_has_reward_and_strong_share_columns_for_every_row():
     assert "Policy minus best fixed route: -0.050 [-0.100, +0.010]" in table[-3]
     assert "route +0.010, format +0.030, copying the reply +0.010" in table[-3]
     assert "strongest too on 3 of 4 questions whose cheap reply states no final answer and on 2 of 20" in table[-1]
+    # with the signal of which stated replies it escalated on
+    report["routing"]["policy_signal"] = {"escalated": {"n": 2, "cheap_right": 0.5}, "kept": {"n": 18, "cheap_right": 0.75},
+                                          "cheap_right_kept_minus_escalated": {"value": 0.25, "lo": -0.2, "hi": 0.6}}
+    table = results_table(report).splitlines()
+    assert "strongest too on 3 of 4 questions" in table[-3]
+    assert table[-1].startswith("Of those stated replies, the cheapest candidate was right on 0.500 of the 2 it "
+                                "escalated on and 0.750 of the 18 it kept: +0.250 [-0.200, +0.600]")
+    report["routing"]["policy_signal"]["escalated"]["n"] = 0  # nothing escalated: no sentence
+    assert results_table(report).splitlines()[-1].startswith("After a first call")
 
 
 def test_held_out_records_keep_each_trajectory_and_why_its_format_failed():
