@@ -251,19 +251,27 @@ def escalation_value(table: RouteTable, alpha: float, bounds: tuple[float, float
     return out
 
 
+def escalations(trajs: Sequence[Any], table: RouteTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per trajectory: whether its first call went to the cheapest candidate, and whether it then called the
+    strongest too."""
+    first = np.asarray([bool(t.routes) and t.routes[0].model == table.cheap for t in trajs], dtype=bool)
+    up = np.asarray([f and any(r.model == table.strong for r in t.routes[1:]) for f, t in zip(first, trajs)],
+                    dtype=bool)
+    return first, up
+
+
 def escalation(trajs: Sequence[Any], table: RouteTable, metric: str = "em") -> dict[str, Any]:
     """Does the policy read the reply? Of its trajectories whose first call went to the cheapest candidate,
     the share that then called the strongest, split by whether that cheap reply states a final answer (the
     logged reply to the question). A policy that uses the reply escalates more where it states none.
     ``strong_right``: escalations where the logs show the strongest right; ``miscopied``: of those, the ones
     whose final answer is wrong anyway (the strongest's reply not copied back)."""
-    cheap = table.cheap
+    cheap_first, escalated = escalations(trajs, table)
     stated = ~table.cheap_states_none()
     out: dict[str, Any] = {}
     for name, want in (("stated", True), ("not_stated", False)):
-        firsts = [i for i, t in enumerate(trajs) if t.routes and t.routes[0].model == cheap
-                  and bool(stated[i]) == want]
-        ups = [i for i in firsts if any(r.model == table.strong for r in trajs[i].routes[1:])]
+        firsts = [i for i in range(len(trajs)) if cheap_first[i] and bool(stated[i]) == want]
+        ups = [i for i in firsts if escalated[i]]
         right = [i for i in ups if table.correct[i, table.strong_index] >= 0.5]
         out[name] = {"n": len(firsts), "escalated": len(ups), "share": len(ups) / len(firsts) if firsts else 0.0,
                      "strong_right": len(right),
@@ -283,10 +291,9 @@ def escalation_signal(trajs: Sequence[Any], table: RouteTable, alpha: float, bou
     replies at random. Percentile bootstrap intervals over those questions (each resample redraws them and
     recomputes both groups)."""
     cheap, strong = table.candidates.index(table.cheap), table.strong_index
-    stated = ~table.cheap_states_none()
-    idx = [i for i, t in enumerate(trajs) if t.routes and t.routes[0].model == table.cheap and bool(stated[i])]
-    esc = np.asarray([any(r.model == table.strong for r in trajs[i].routes[1:]) for i in idx], dtype=bool)
-    idx_a = np.asarray(idx, dtype=np.int64)
+    cheap_first, escalated = escalations(trajs, table)
+    idx_a = np.flatnonzero(cheap_first & ~table.cheap_states_none()[:len(trajs)])
+    esc = escalated[idx_a]
     right = table.correct[idx_a, cheap] >= 0.5
     only = (table.correct[idx_a, strong] >= 0.5) & ~right
     gain = escalation_gain(table, alpha, bounds)[idx_a]
@@ -306,9 +313,9 @@ def escalation_signal(trajs: Sequence[Any], table: RouteTable, alpha: float, bou
     point = stats(esc, right.astype(np.float64), gain)
     rng = np.random.default_rng(seed)
     draws = [stats(esc[r], right[r].astype(np.float64), gain[r])
-             for r in (rng.integers(0, len(idx), size=len(idx)) for _ in range(n_boot if idx else 0))]
+             for r in (rng.integers(0, idx_a.size, size=idx_a.size) for _ in range(n_boot if idx_a.size else 0))]
     d = np.asarray(draws, dtype=np.float64).reshape(-1, 2)
-    return {"escalated": group(esc), "kept": group(~esc), "all": group(np.ones(len(idx), dtype=bool)),
+    return {"escalated": group(esc), "kept": group(~esc), "all": group(np.ones(idx_a.size, dtype=bool)),
             "cheap_right_kept_minus_escalated": _interval(point[0], d[:, 0], level).to_dict(),
             "gain_escalated_minus_all": _interval(point[1], d[:, 1], level).to_dict()}
 
