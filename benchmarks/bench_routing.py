@@ -173,6 +173,31 @@ def sweep_table(sweep: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+GAP_ALPHAS = (0.3, 0.34, 0.36, 0.38, 0.42)
+GAP_SAMPLE = 256  # the default job's training questions per task
+
+
+def gap_table(sweep: dict) -> str:
+    """Per alpha and task: the best fixed route's per-question lead over the runner-up (mean, sd), the
+    questions needed to tell them apart at 2 standard errors, and the chance that a sample of GAP_SAMPLE
+    questions (the default job's training questions of one task) favours the runner-up."""
+    from rlrouter.eval.route_scores import wrong_sign
+
+    lines = ["| alpha | task | best - runner-up | sd per question | questions to tell (2 se) | "
+             f"P({GAP_SAMPLE} questions favour the runner-up) |", "|---|---|---|---|---|---|"]
+    for r in sweep["rows"]:
+        if r["alpha"] not in GAP_ALPHAS:
+            continue
+        for t, v in sorted(r["by_task"].items()):
+            g = v.get("gap")
+            if g is None:
+                continue
+            need = "never (a tie)" if g["questions_to_tell"] is None else f"{g['questions_to_tell']:,}"
+            lines.append(f"| {r['alpha']:g} | {t} | {g['best'].split('-')[0]} by {g['gap']:+.4f} | {g['sd']:.3f} | "
+                         f"{need} | {wrong_sign(g, GAP_SAMPLE):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def escalation_table(values: dict) -> str:
     """Escalate minus answer after the cheap reply, per question set, alpha, task and kind of reply."""
     lines = ["| questions | alpha | task | cheap reply | n | escalate - answer (se) |", "|---|---|---|---|---|---|"]
@@ -677,6 +702,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
     md = "".join(f"### {mix}\n\n{sweep_table(sweep)}\n" for mix, sweep in sweeps.items())
+    md += "".join(f"### telling each task's routes apart: {mix}\n\n{gap_table(sweep)}\n" for mix, sweep in sweeps.items())
     md += "### a second call after the cheap reply\n\n" + escalation_table(values) + "\n"
     if result["runs"]:
         md += "### trained runs\n\n" + runs_table(result["runs"])

@@ -213,6 +213,19 @@ def _sweep_table(sweep: dict[str, Any]) -> str:
     return sweep_table(sweep)
 
 
+def _gap_table(sweep: dict[str, Any]) -> str:
+    from benchmarks.bench_routing import gap_table
+
+    return gap_table(sweep)
+
+
+def _gap_036(sweep: dict[str, Any]) -> str:
+    """The sentence after the gap table: each task's questions to tell at alpha 0.36, rounded to hundreds."""
+    row = next(r for r in sweep["rows"] if r["alpha"] == 0.36)["by_task"]
+    n = {t: round(v["gap"]["questions_to_tell"], -2) for t, v in row.items()}
+    return f"about {n['mmlu']:,} MMLU and {n['gsm8k']:,} GSM8K questions just to see which route leads"
+
+
 def _escalation_table(d: dict[str, Any]) -> str:
     from benchmarks.bench_escalation import markdown
 
@@ -417,6 +430,8 @@ ROUTING_FIGURES = [
            lambda g: f"gains **{g['gain']:+.3f}** over the best fixed route at alpha {g['alpha']:g}", "cascade gain"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
+    Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _gap_table, "gap table, job mix"),
+    Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _gap_036, "gap at alpha 0.36"),
     # r39: RL's prompts from GSM8K alone (train.sources)
     Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.0",
            lambda r: f"train.sources=[gsm8k] train.total_steps=48\"`; {r['wall_s']:,.0f} s alone;", "GSM8K only: time"),

@@ -470,10 +470,36 @@ def loss_breakdown(trajs: Sequence[Any], table: RouteTable, policy: Rows, best_f
 # ---------------------------------------------------------------- where routing pays: the alpha sweep
 
 
+def route_gap(r: np.ndarray, z: float = 2.0) -> dict[str, Any]:
+    """How hard it is to tell a task's best fixed route from its runner-up, from (N, K) per-question rewards:
+    the mean and standard deviation of the per-question difference (best minus runner-up by mean), and the
+    questions a learner or an evaluation must see before that mean stands ``z`` standard errors from 0,
+    ``(z * sd / mean) ** 2``. A policy that reads the task but not which questions each candidate gets right
+    can only learn the per-task rule from that difference; ``wrong_sign(m)`` is the chance that a sample of
+    m questions favours the runner-up (normal approximation)."""
+    r = np.asarray(r, dtype=np.float64)
+    if r.ndim != 2 or r.shape[1] < 2 or r.shape[0] < 2:
+        raise ValueError(f"route_gap needs >= 2 questions and >= 2 candidates, got shape {r.shape}")
+    order = np.argsort(-r.mean(axis=0), kind="stable")
+    d = r[:, order[0]] - r[:, order[1]]
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    need = None if mean <= 0 else math.ceil((z * sd / mean) ** 2) if sd > 0 else 1  # None: a tie, never
+    return {"best": int(order[0]), "runner_up": int(order[1]), "gap": mean, "sd": sd, "z": z,
+            "questions_to_tell": need}
+
+
+def wrong_sign(gap: Mapping[str, Any], m: int) -> float:
+    """The chance that m questions drawn like the gap's favour the runner-up (normal approximation)."""
+    if gap["sd"] <= 0:
+        return 0.0
+    return 0.5 * math.erfc(gap["gap"] * math.sqrt(m) / gap["sd"] / math.sqrt(2.0))
+
+
 def alpha_sweep(table: RouteTable, alphas: Sequence[float], percentiles: Sequence[float] = PERCENTILES) -> dict[str, Any]:
     """For each alpha: every task's mean reward per fixed route and its best one, the best fixed route, the
-    per-task rule and the oracle (mean rewards on ``table``, one reference window: ``table`` itself), and
-    the alpha range where the tasks' best routes differ."""
+    per-task rule and the oracle (mean rewards on ``table``, one reference window: ``table`` itself), each
+    task's ``gap`` (``route_gap``: how many questions it takes to tell its best route from the runner-up),
+    and the alpha range where the tasks' best routes differ."""
     bounds = cost_bounds(table.cost, percentiles)
     tasks = np.asarray(table.tasks)
     oracle = choice_rows(table, oracle_choice(table), 0.0, bounds)
@@ -483,8 +509,11 @@ def alpha_sweep(table: RouteTable, alphas: Sequence[float], percentiles: Sequenc
         by_task = {}
         for t in sorted(set(table.tasks)):
             means = r[tasks == t].mean(axis=0)
+            gap = route_gap(r[tasks == t]) if (tasks == t).sum() >= 2 else None
             by_task[t] = {"rewards": {c: float(means[j]) for j, c in enumerate(table.candidates)},
-                          "best": table.candidates[int(np.argmax(means))], "n": int((tasks == t).sum())}
+                          "best": table.candidates[int(np.argmax(means))], "n": int((tasks == t).sum()),
+                          **({"gap": {**gap, "best": table.candidates[gap["best"]],
+                                      "runner_up": table.candidates[gap["runner_up"]]}} if gap else {})}
         means = r.mean(axis=0)
         rule = np.asarray([table.candidates.index(by_task[t]["best"]) for t in table.tasks])
         idx = np.arange(len(table))

@@ -20,7 +20,9 @@ from rlrouter.eval.route_scores import (
     oracle_choice,
     paired_diff,
     per_task_rule,
+    route_gap,
     scoreboard,
+    wrong_sign,
 )
 
 # two tasks, two candidates: "big" (strong, dear) and "small"; costs in USD
@@ -140,9 +142,33 @@ def test_alpha_sweep_on_a_hand_made_log():
     # the oracle: big where it alone is right, small where small is right
     mcq_big = 0.1 + 0.9 * (1 - 0.04 / 0.19)
     assert row["oracle_reward"] == pytest.approx((4 * 0.1 + 1.0 + 4 * mcq_big + 1.0) / 10)
+    # each task's gap: mcq's big leads small by mcq_big on 4 questions and trails it by 1 on one
+    gap = row["by_task"]["mcq"]["gap"]
+    assert (gap["best"], gap["runner_up"]) == ("big", "small")
+    assert gap["gap"] == pytest.approx((4 * mcq_big - 1.0) / 5)
+    assert gap["sd"] == pytest.approx(float(np.std([mcq_big] * 4 + [-1.0], ddof=1)))
     for r in sweep["rows"]:
         assert r["per_task_rule_reward"] >= r["best_fixed_reward"] - 1e-12
         assert r["per_question_best_reward"] >= r["oracle_reward"] - 1e-12
+
+
+def test_route_gap_by_hand():
+    """Candidate 0 leads by 1, 1, 0, -1 on four questions: mean 0.25, sd sqrt(2.75 / 3); 2 standard errors
+    need ceil((2 sd / 0.25)^2) = 59 questions; 4 questions favour candidate 1 with chance Phi(-0.25 * 2 / sd)."""
+    r = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
+    g = route_gap(r)
+    sd = math.sqrt(2.75 / 3)
+    assert (g["best"], g["runner_up"]) == (0, 1)
+    assert g["gap"] == pytest.approx(0.25) and g["sd"] == pytest.approx(sd)
+    assert g["questions_to_tell"] == 59
+    assert wrong_sign(g, 4) == pytest.approx(0.5 * math.erfc(0.25 * 2 / sd / math.sqrt(2)))
+    assert wrong_sign(g, 59) < 0.03 < wrong_sign(g, 4)
+    # the columns swapped: the same gap, the other way round
+    assert route_gap(r[:, ::-1])["best"] == 1
+    # a tie is never told apart; one question is too few to say anything
+    assert route_gap(np.array([[1.0, 0.0], [0.0, 1.0]]))["questions_to_tell"] is None
+    with pytest.raises(ValueError, match="shape"):
+        route_gap(np.array([[1.0, 0.0]]))
 
 
 def test_paired_bootstrap_interval():
