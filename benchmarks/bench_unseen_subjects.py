@@ -20,7 +20,9 @@ model, which MMLU's logs contradict), ``probe_emb`` (the same on MiniLM embeddin
 (``selector``: then frozen; ``selector_online``: learning online over the held-out stream), the intent
 classifier with the cost-aware map when ``--intent`` names a checkpoint, and a trained Router-R1 policy when
 ``--router-r1`` names one (vLLM on CPU: with ``--test-subset``, every router is scored on that subset and the
-results go to ``unseen_subjects_subset<N>.json`` / ``.md``). ``--routers`` runs only the named routers, from
+results go to ``unseen_subjects_subset<N>.json`` / ``.md``; a policy its run evaluated after a written call to
+Mixtral, ``eval.first_call_written``, is run that way and routes to the last candidate it called;
+``--router-r1-penalty`` sets its greedy frequency penalty). ``--routers`` runs only the named routers, from
 those and ``EXTRA_ROUTERS`` (``encoder``: RouteLLM's BERT router on the intent stack, MiniLM + LoRA trained
 supervised then with PPO; about 8 min a seed on 2 CPU cores, so not in the default set; ``form_encoder``: the
 equal-weight ensemble of ``probe_form`` and ``encoder``, which it adds to the run before itself, reusing their fitted
@@ -99,10 +101,12 @@ def with_refs(names: list[str]) -> dict[str, dict]:
 
 
 def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path, router_r1: str | None = None,
-             test_subset: int = 0, routers: dict | None = None, reuse_checkpoints: bool = False) -> dict:
+             test_subset: int = 0, routers: dict | None = None, reuse_checkpoints: bool = False,
+             router_r1_env: dict | None = None) -> dict:
     """The evaluate_router job on this seed's split: the baselines, then ``routers`` (default ``ROUTERS``).
     ``reuse_checkpoints``: an encoder router loads the checkpoint an earlier run of this seed saved under
-    ``out_dir`` (``<name>_checkpoint``) instead of training again."""
+    ``out_dir`` (``<name>_checkpoint``) instead of training again. ``router_r1_env``: episode settings over
+    those the Router-R1 checkpoint's run trained with."""
     from hydra import compose, initialize_config_dir
 
     from rlrouter.eval.job import run
@@ -115,7 +119,8 @@ def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path, router_
     if intent:
         routers["intent"] = {"type": "intent", "checkpoint": intent, "category_map": "auto", "default": "strong"}
     if router_r1:
-        routers["router_r1"] = {"type": "router_r1", "checkpoint": router_r1, "default": "weak"}
+        routers["router_r1"] = {"type": "router_r1", "checkpoint": router_r1, "default": "weak",
+                                **({"env": dict(router_r1_env)} if router_r1_env else {})}
     overrides = [f"seed={seed}", f"eval.split.seed={seed}", f"eval.split.holdout_subjects={holdout}",
                  f"eval.test_subset={test_subset}", f"output_dir={out_dir}", "command=null"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -152,6 +157,7 @@ def summarize(reports: dict[int, dict]) -> dict:
             r = rep["slices"]["all"]["routers"][name]
             b = rep["bootstrap"]["routers"].get(name, {})
             per[seed] = {"apgr": r.get("apgr"), "quality": r["quality"], "strong_share": r["shares"][rep["data"]["strong"]],
+                         "random_quality_at_cost": r.get("random_quality_at_cost"),
                          "cost_mean": r["cost_mean"], "share_for_95pct_strong": r.get("share_for_95pct_strong"),
                          "at_share": r.get("at_share"), "seconds": (rep.get("routers") or {}).get(name, {}).get("seconds"),
                          "apgr_minus_random": b.get("apgr_minus_random"),
@@ -159,8 +165,9 @@ def summarize(reports: dict[int, dict]) -> dict:
                          "apgr_minus_mf": None if r.get("apgr") is None or "mf" not in rep["slices"]["all"]["routers"]
                          else r["apgr"] - rep["slices"]["all"]["routers"]["mf"]["apgr"]}
             info = (rep.get("routers") or {}).get(name, {})
-            if "policy_routes" in info:  # Router-R1: the pool names its first call named ("none": no call)
-                per[seed].update(policy_routes=info["policy_routes"], unrouted=info.get("unrouted"))
+            if "policy_routes" in info:  # Router-R1: the pool names it routed to ("none": no call)
+                per[seed].update(policy_routes=info["policy_routes"], unrouted=info.get("unrouted"),
+                                 **({"escalated": info["escalated"]} if "escalated" in info else {}))
             if rep.get("online") and name in rep["online"]:
                 per[seed]["online"] = rep["online"][name]
         # means over the seeds whose split has a gap to recover (MIN_GAP); every seed stays in per_seed
@@ -221,6 +228,9 @@ def main() -> None:
     ap.add_argument("--intent", default=None, help="an intent classifier checkpoint (adds the intent router)")
     ap.add_argument("--router-r1", default=None, help="a Router-R1 checkpoint (outputs/<run>/checkpoints/step_N): "
                                                        "adds its trained policy (vLLM on CPU: use --test-subset)")
+    ap.add_argument("--router-r1-penalty", type=float, default=None,
+                    help="the Router-R1 policy's greedy frequency penalty (default: its run's "
+                         "rollout.env.greedy_frequency_penalty)")
     ap.add_argument("--test-subset", type=int, default=0, help="score every router on a seeded subset of this many "
                                                               "test prompts per seed (0 = all)")
     ap.add_argument("--routers", nargs="+", default=None, metavar="NAME",
@@ -245,7 +255,8 @@ def main() -> None:
     name = args.name or ("unseen_subjects" + (f"_subset{args.test_subset}" if args.test_subset else ""))
     out_arg = args.out  # recorded in the summary's command as given
     args.out = args.out or str(ROOT / "outputs" / name)
-    extra = (args.router_r1, args.test_subset, routers, args.reuse_checkpoints)
+    r1_env = None if args.router_r1_penalty is None else {"greedy_frequency_penalty": args.router_r1_penalty}
+    extra = (args.router_r1, args.test_subset, routers, args.reuse_checkpoints, r1_env)
     t0 = time.perf_counter()
     done = {}
     if args.reuse:
@@ -269,6 +280,7 @@ def main() -> None:
         [f"--seeds {' '.join(map(str, args.seeds))}", f"--holdout {args.holdout}"]
         + ([f"--intent {args.intent}"] if args.intent else [])
         + ([f"--router-r1 {args.router_r1}"] if args.router_r1 else [])
+        + ([f"--router-r1-penalty {args.router_r1_penalty:g}"] if args.router_r1_penalty is not None else [])
         + ([f"--test-subset {args.test_subset}"] if args.test_subset else [])
         + ([f"--routers {' '.join(args.routers)}"] if args.routers else [])
         + ([f"--name {args.name}"] if args.name else [])

@@ -432,6 +432,8 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _gap_table, "gap table, job mix"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _gap_036, "gap at alpha 0.36"),
+    Figure("README.md", "routing.json", "sweeps.job mix (tasks equal)",
+           lambda sw: _gap_036(sw).replace(" just to see which route leads", ","), "README: gap at alpha 0.36"),
     # r39: RL's prompts from GSM8K alone (train.sources)
     Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.0",
            lambda r: f"train.sources=[gsm8k] train.total_steps=48\"`; {r['wall_s']:,.0f} s alone;", "GSM8K only: time"),
@@ -527,7 +529,27 @@ ROUTING_FIGURES = [
            lambda r: f"its MMLU reward {r['always_strongest']['mean_reward_by_task']['mmlu']:.3f} against Mixtral's "
                      f"{r['always_cheapest']['mean_reward_by_task']['mmlu']:.3f} here", "lockbox: MMLU routes"),
     Figure("docs/evaluation.md", "routing_lockbox.json", "rescored.0.policy_by_task.mmlu.escalation.stated",
-           lambda e: f"asks GPT-4 too after {e['share']:.0%} of Mixtral's MMLU answers", "lockbox: MMLU share"),
+           lambda e: f"(44% against {e['share']:.0%})", "lockbox: MMLU share"),
+    # the cascade-shaped policy on the unseen subjects (bench_unseen_subjects.py --router-r1 r40 ...)
+    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1",
+           lambda r: f"| router_r1 (`r40_gsm_na50`) | quality {r['quality_mean']:.3f} at {100 * r['strong_share_mean']:.1f}% "
+                     f"strong, ${1000 * r['cost_mean']:.3f} per 1k prompts |", "unseen subjects: r40 row"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+           lambda p: f"It asks GPT-4 after {p['0']['escalated']}, {p['1']['escalated']} and {p['2']['escalated']} "
+                     f"of each seed's 100 Mixtral replies", "unseen subjects: r40 escalations"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+           lambda p: f"Per seed its quality is {p['0']['quality']:.2f}, {p['1']['quality']:.2f} and "
+                     f"{p['2']['quality']:.2f}", "unseen subjects: r40 per seed"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "seconds",
+           lambda t: f"`benchmarks/results/unseen_subjects_subset100_r40.md`, {t:.0f} s alone with the embeddings",
+           "unseen subjects: r40 time"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.probe_form.per_seed",
+           lambda p: f"({sum(v['at_share']['0.5']['quality'] for v in p.values()) / len(p):.3f} at 50% strong, mean)",
+           "unseen subjects: probe_form at 50%"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+           lambda p: "the random mix of the two models at the same cost scores " + ", ".join(
+               f"{p[s]['random_quality_at_cost']:.3f}" for s in "01") + f" and {p['2']['random_quality_at_cost']:.3f}",
+           "unseen subjects: random mix at r40's cost"),
     Figure("docs/benchmarks.md", "routing_lockbox1540.json", "rescored.0",
            lambda b: f"On the 1,540 never read: signal {_interval(b['policy_signal']['cheap_right_kept_minus_escalated'])}, "
                      f"worth over random {_interval(b['policy_signal']['gain_escalated_minus_all'])}, policy minus "

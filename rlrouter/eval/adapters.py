@@ -298,6 +298,7 @@ class PolicyRouter(Router):
     """
 
     def __init__(self, name: str, policy: Any, candidates: list[str], name_map: Mapping[str, str], default: int):
+        self.escalated: int | None = None
         self.name = name
         self.policy = policy
         self.candidates = candidates
@@ -310,7 +311,10 @@ class PolicyRouter(Router):
         out = np.full(len(prompts), self.default, dtype=int)
         self.unrouted = 0
         self.routes = {}
+        self.escalated = None
         for i, answer in enumerate(self.policy.route_batch(prompts)):
+            if "escalated" in answer:  # a cascade's second stage: did it call another after the cheap reply
+                self.escalated = (self.escalated or 0) + int(bool(answer["escalated"]))
             model = answer.get("selected_model")
             self.routes[model or "none"] = self.routes.get(model or "none", 0) + 1
             target = self.name_map.get(model, model) if model else None
@@ -321,17 +325,25 @@ class PolicyRouter(Router):
         return out
 
     def report(self) -> dict[str, Any]:
-        """What the policy named on the last batch ("none": no call) and how many fell to ``default``."""
-        return {"policy_routes": dict(self.routes), "unrouted": self.unrouted}
+        """What the policy named on the last batch ("none": no call) and how many fell to ``default``; for a
+        cascade's second stage, how many escalated past the written cheap call (each of those also paid
+        for the cheap call, which the eval's cost of the routed candidate leaves out)."""
+        out = {"policy_routes": dict(self.routes), "unrouted": self.unrouted}
+        if self.escalated is not None:
+            out["escalated"] = self.escalated
+        return out
 
 
 @register_router("router_r1")
 def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     """``checkpoint``: a Router-R1 training checkpoint; ``pool``: the pool config it was trained with
-    (its replay candidates' ``options.model`` name their logged column); ``base_model``; ``default``."""
+    (its replay candidates' ``options.model`` name their logged column); ``base_model``; ``default``;
+    ``first_call``: ``auto`` (what the checkpoint's run evaluated: ``eval.first_call_written``), ``written``
+    (each episode starts after a written call to the cheapest candidate and the route is the last candidate
+    the policy called: a cascade's second stage) or ``policy`` (the candidate the policy's first turn names)."""
     import yaml
 
-    from rlrouter.rollout.policy import RouterR1Policy
+    from rlrouter.rollout.policy import RouterR1Policy, trained_first_call
 
     if not cfg.get("checkpoint"):
         raise ValueError("router type 'router_r1': checkpoint is required (outputs/<run>/checkpoints/step_N, "
@@ -340,8 +352,14 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     pool = yaml.safe_load(pool_path.read_text())
     name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool["candidates"]}
     checkpoint = cfg.pop("checkpoint")
+    first_call = cfg.pop("first_call", "auto")
+    if first_call not in ("auto", "written", "policy"):
+        raise ValueError(f"router type 'router_r1': first_call must be 'auto', 'written' or 'policy', got {first_call!r}")
+    written, query_words = trained_first_call(checkpoint) if checkpoint != "base" else (False, 24)
+    written = written if first_call == "auto" else first_call == "written"
     policy = RouterR1Policy(None if checkpoint == "base" else checkpoint, cfg.pop("base_model", "smollm2-135m-instruct"),
-                            pool["candidates"], env=cfg.pop("env", None))
+                            pool["candidates"], env=cfg.pop("env", None), pool=pool if written else None,
+                            first_call_written=written, query_words=query_words)
     router = PolicyRouter("router_r1", policy, ctx.candidates, name_map,
                           default=_index(cfg.pop("default", "weak"), ctx, "default"))
     _no_leftovers(cfg, "router_r1")

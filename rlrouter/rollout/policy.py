@@ -4,7 +4,9 @@ Loads a training checkpoint (``outputs/<run>/checkpoints/step_N``): the LoRA ada
 the base weights once into a cache folder, which a vLLM engine then serves at full speed (an adapter
 served by vLLM runs at half speed on CPU). One query runs the policy's first turn: the candidate it
 routes to is ``selected_model``; a policy that answers directly selects nobody, and the caller falls
-back (``llm_routing_fallback``).
+back (``llm_routing_fallback``). A policy trained as a cascade's second stage (its run's
+``eval.first_call_written``) is run with ``first_call_written=True`` instead: its episode starts after a
+written call to the cheapest candidate, and ``selected_model`` is the last candidate it called.
 """
 
 from __future__ import annotations
@@ -55,30 +57,50 @@ def merged_policy_dir(checkpoint: str | Path, base_model: str, cache: str | Path
     return str(out)
 
 
-def trained_env(checkpoint: str | Path) -> dict[str, Any]:
-    """The episode settings (``rollout.env``) of the run that saved ``checkpoint``, read from the run's
-    ``config.yaml`` (``<run>/checkpoints/step_N`` -> ``<run>/config.yaml``), so the policy is served with
-    the turn budget it learned under; ``{}`` when the checkpoint is not inside such a run."""
+def run_config(checkpoint: str | Path) -> dict[str, Any]:
+    """The config of the run that saved ``checkpoint`` (``<run>/checkpoints/step_N`` -> ``<run>/config.yaml``);
+    ``{}`` when the checkpoint is not inside such a run."""
     config = Path(checkpoint).resolve().parent.parent / "config.yaml"
-    if not config.exists():
-        return {}
-    env = ((yaml.safe_load(config.read_text()) or {}).get("rollout") or {}).get("env") or {}
+    return (yaml.safe_load(config.read_text()) or {}) if config.exists() else {}
+
+
+def trained_env(checkpoint: str | Path) -> dict[str, Any]:
+    """The episode settings (``rollout.env``) of the run that saved ``checkpoint``, so the policy is served
+    with the turn budget it learned under; ``{}`` when the checkpoint is not inside such a run."""
+    env = (run_config(checkpoint).get("rollout") or {}).get("env") or {}
     return {k: v for k, v in env.items() if k in EnvConfig.__dataclass_fields__}
+
+
+def trained_first_call(checkpoint: str | Path) -> tuple[bool, int]:
+    """Whether the run that saved ``checkpoint`` evaluated its policy after a written call to the cheapest
+    candidate (``eval.first_call_written``: the policy is the second stage of a cascade), and the words of
+    the question that call's sub-query keeps (``train.warmup_query_words``)."""
+    cfg = run_config(checkpoint)
+    return (bool((cfg.get("eval") or {}).get("first_call_written", False)),
+            int((cfg.get("train") or {}).get("warmup_query_words", 24)))
 
 
 class RouterR1Policy:
     """Serve a Router-R1 checkpoint: ``route(query) -> {selected_model, thinking, full_response}``."""
 
     def __init__(self, checkpoint: str | None, base_model: str, candidates: Sequence[dict[str, Any]],
-                 env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None):
+                 env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None,
+                 pool: dict[str, Any] | None = None, first_call_written: bool = False, query_words: int = 24):
         """``checkpoint=None`` serves the untrained ``base_model`` (the policy before any training).
-        ``env=None``: the episode settings the checkpoint's run trained with (``trained_env``), else
-        ``EnvConfig``'s defaults."""
+        Episode settings: the checkpoint's run's (``trained_env``), else ``EnvConfig``'s defaults, with
+        ``env``'s fields over them (e.g. ``{"greedy_frequency_penalty": 0}``). ``first_call_written``: each query's episode starts after a written call
+        to the cheapest candidate (its first ``query_words`` words), and the policy decides, having read that
+        reply, whether to call another (``cascade_batch``); it needs ``pool``, the pool config whose
+        candidates answer the calls."""
+        if first_call_written and pool is None:
+            raise ValueError("RouterR1Policy: first_call_written needs a pool (the candidates that answer the "
+                             "written call and any the policy makes after it)")
+        self.first_call_written, self.query_words = bool(first_call_written), int(query_words)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.candidates = [Candidate(**{k: v for k, v in c.items() if k in Candidate.__dataclass_fields__})
                            for c in candidates]
-        if env is None and checkpoint is not None:
-            env = trained_env(checkpoint)
+        if checkpoint is not None:  # the settings it trained with, ``env``'s fields over them
+            env = {**trained_env(checkpoint), **(env or {})}
         self.env_cfg = EnvConfig(**(env or {}))
         if checkpoint is None:
             path, self.name, self.step = resolve_model(base_model), f"router-r1:base:{base_model}", 0
@@ -86,13 +108,35 @@ class RouterR1Policy:
             path, self.name = merged_policy_dir(checkpoint, base_model), f"router-r1:{Path(checkpoint).name}"
             meta = Path(checkpoint) / "state.json"
             self.step = json.loads(meta.read_text()).get("step") if meta.exists() else None
-        self.worker = RolloutWorker(path, {"enable_lora": False, **(engine or {})}, self.env_cfg, pool=None)
+        self.worker = RolloutWorker(path, {"enable_lora": False, **(engine or {})}, self.env_cfg,
+                                    pool=pool if first_call_written else None)
+        self.cheap = min(self.candidates, key=lambda c: (c.price_out, c.name)).name
 
     def route(self, query: str) -> dict[str, str | None]:
         return self.route_batch([query])[0]
 
-    def route_batch(self, queries: Sequence[str]) -> list[dict[str, str | None]]:
-        """The policy's first turn for each query, greedy, in one engine call."""
+    def cascade_batch(self, queries: Sequence[str]) -> list[dict[str, Any]]:
+        """Each query's whole episode, greedy, starting after the written call to the cheapest candidate
+        (``with_first_turn``, as the training job's ``eval.first_call_written``): ``calls`` (the candidates
+        called, in order), ``selected_model`` (the last one called: the reply the policy copies) and
+        ``escalated`` (whether it called another after reading the cheap reply)."""
+        from rlrouter.rollout.demos import with_first_turn
+
+        items = [with_first_turn({"query": q, "ground_truth": []}, self.cheap, self.query_words) for q in queries]
+        trajs = sorted(self.worker.rollout(items, n_samples=1, seed=0, step=0, temperature=0.0),
+                       key=lambda t: t.prompt_index)
+        out = []
+        for t in trajs:
+            calls = [r.model for r in t.routes]
+            out.append({"selected_model": calls[-1] if calls else None, "calls": calls,
+                        "escalated": any(c != self.cheap for c in calls[1:]), "full_response": t.text})
+        return out
+
+    def route_batch(self, queries: Sequence[str]) -> list[dict[str, Any]]:
+        """The policy's first turn for each query, greedy, in one engine call (``first_call_written``: its
+        whole episode after the cheap call, ``cascade_batch``)."""
+        if self.first_call_written:
+            return self.cascade_batch(queries)
         tok = self.worker.tokenizer
         ids = [prompt_ids(tok, q, self.candidates, self.env_cfg) for q in queries]
         spec = SamplingSpec(max_tokens=self.env_cfg.max_new_tokens, stop=["</search>", "</answer>"],

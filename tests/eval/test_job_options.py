@@ -142,8 +142,10 @@ def test_router_r1_base_policy_needs_no_checkpoint(monkeypatch):
     seen = {}
 
     class FakePolicy:
-        def __init__(self, checkpoint, base_model, candidates, env=None):
-            seen.update(checkpoint=checkpoint, base_model=base_model, names=[c["name"] for c in candidates])
+        def __init__(self, checkpoint, base_model, candidates, env=None, pool=None, first_call_written=False,
+                     query_words=24):
+            seen.update(checkpoint=checkpoint, base_model=base_model, names=[c["name"] for c in candidates],
+                        pool=pool, first_call_written=first_call_written)
 
         def route_batch(self, prompts):
             return [{"selected_model": "mixtral-8x7b-instruct"} for _ in prompts]
@@ -160,4 +162,56 @@ def test_router_r1_base_policy_needs_no_checkpoint(monkeypatch):
     r = build_router({"type": "router_r1", "checkpoint": "base", "pool": str(root / "conf/pool/routellm_replay.yaml"),
                       "default": "strong"}, ctx)
     assert seen["checkpoint"] is None and seen["base_model"] == "smollm2-135m-instruct"
+    assert seen["first_call_written"] is False and seen["pool"] is None  # the base policy names its first call
     assert r.decide(["q1", "q2"]).tolist() == [0, 0]
+    assert "escalated" not in r.report()
+
+
+def test_router_r1_cascade_policy_is_scored_by_its_last_call(monkeypatch, tmp_path):
+    """A checkpoint whose run evaluated it after a written cheap call (``eval.first_call_written``) is run that
+    way (``first_call: auto``), with the pool, and routes to the last candidate it called; ``policy`` and
+    ``written`` force either; anything else is refused by name."""
+    import yaml
+
+    import rlrouter.rollout.policy as mod
+
+    seen = {}
+    answers = [{"selected_model": "mixtral-8x7b-instruct", "calls": ["mixtral-8x7b-instruct"], "escalated": False},
+               {"selected_model": "gpt-4-1106-preview", "calls": ["mixtral-8x7b-instruct", "gpt-4-1106-preview"],
+                "escalated": True},
+               {"selected_model": None, "calls": [], "escalated": False}]
+
+    class FakePolicy:
+        def __init__(self, checkpoint, base_model, candidates, env=None, pool=None, first_call_written=False,
+                     query_words=24):
+            seen.update(pool=pool, first_call_written=first_call_written, query_words=query_words)
+
+        def route_batch(self, prompts):
+            return answers if seen["first_call_written"] else [{"selected_model": "gpt-4-1106-preview"}] * 3
+
+    monkeypatch.setattr(mod, "RouterR1Policy", FakePolicy)
+    from rlrouter.eval.reader import EvalSet
+    from rlrouter.pool.base import Candidate
+
+    ck = tmp_path / "run" / "checkpoints" / "step_000060"
+    ck.mkdir(parents=True)
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(
+        {"eval": {"first_call_written": True}, "train": {"warmup_query_words": 16}}))
+    assert mod.trained_first_call(ck) == (True, 16)
+    assert mod.trained_first_call(tmp_path) == (False, 24)  # no run config: the policy's own first call
+    names = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
+    train = EvalSet(prompts=["x"], candidates=[Candidate(n, 1.0, 1.0) for n in names], scores=np.ones((1, 2)),
+                    costs=np.ones((1, 2)), sources=["t"], prompt_tokens=np.ones(1), completion_tokens=np.ones((1, 2)))
+    ctx = RouterContext(candidates=names, weak=0, strong=1, train=train, embed=lambda t: np.zeros((len(t), 2)))
+    pool = str(Path(__file__).resolve().parents[2] / "conf/pool/routellm_replay.yaml")
+    r = build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "default": "weak"}, ctx)
+    assert seen["first_call_written"] is True and seen["query_words"] == 16
+    assert [c["name"] for c in seen["pool"]["candidates"]] == ["gpt-4-1106-preview", "mixtral-8x7b-instruct"]
+    assert r.decide(["a", "b", "c"]).tolist() == [0, 1, 0]  # the last call; no call: the default
+    assert r.report() == {"policy_routes": {"mixtral-8x7b-instruct": 1, "gpt-4-1106-preview": 1, "none": 1},
+                          "unrouted": 1, "escalated": 1}
+    r = build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "first_call": "policy"}, ctx)
+    assert seen["first_call_written"] is False and seen["pool"] is None
+    assert r.decide(["a", "b", "c"]).tolist() == [1, 1, 1] and "escalated" not in r.report()
+    with pytest.raises(ValueError, match="first_call must be 'auto', 'written' or 'policy', got 'always'"):
+        build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "first_call": "always"}, ctx)

@@ -15,3 +15,12 @@ def test_the_checkpoint_s_run_config_gives_the_turn_budget(tmp_path):
     (run / "config.yaml").write_text(yaml.safe_dump({"rollout": {"env": {**env, "not_a_field": 1}}}))
     got = trained_env(ck)
     assert got == env and EnvConfig(**got).max_new_tokens == 256 != EnvConfig().max_new_tokens
+
+
+def test_a_cascade_policy_needs_a_pool():
+    import pytest
+
+    from rlrouter.rollout.policy import RouterR1Policy
+
+    with pytest.raises(ValueError, match="first_call_written needs a pool"):
+        RouterR1Policy(None, "smollm2-135m-instruct", [], first_call_written=True)
