@@ -158,6 +158,7 @@ def summarize(reports: dict[int, dict]) -> dict:
             b = rep["bootstrap"]["routers"].get(name, {})
             per[seed] = {"apgr": r.get("apgr"), "quality": r["quality"], "strong_share": r["shares"][rep["data"]["strong"]],
                          "random_quality_at_cost": r.get("random_quality_at_cost"),
+                         **({"weak_split": r["weak_split"]} if "weak_split" in r else {}),
                          "cost_mean": r["cost_mean"], "share_for_95pct_strong": r.get("share_for_95pct_strong"),
                          "at_share": r.get("at_share"), "seconds": (rep.get("routers") or {}).get(name, {}).get("seconds"),
                          "apgr_minus_random": b.get("apgr_minus_random"),
@@ -179,6 +180,10 @@ def summarize(reports: dict[int, dict]) -> dict:
                                 "quality_mean": float(np.mean([p["quality"] for p in per.values()])),
                                 "strong_share_mean": float(np.mean([p["strong_share"] for p in per.values()])),
                                 "cost_mean": float(np.mean([p["cost_mean"] for p in per.values()]))}
+        if all("weak_split" in p for p in per.values()):  # which prompts it sends, pooled over every seed
+            from rlrouter.eval.metrics import pooled_weak_split
+
+            out["routers"][name]["weak_split_pooled"] = pooled_weak_split([p["weak_split"] for p in per.values()])
     return out
 
 
@@ -209,6 +214,18 @@ def markdown(summary: dict) -> str:
     lines += ["", "Strong − weak quality gap per seed: " + ", ".join(f"{s}: {g:.3f}" for s, g in gaps.items())
               + "." + "".join(f" Seed {s}'s gap is below {MIN_GAP}: its APGRs divide by it, so the means leave it out."
                               for s, g in gaps.items() if g < MIN_GAP)]
+    pooled = {n: r["weak_split_pooled"] for n, r in summary["routers"].items()
+              if (r.get("weak_split_pooled") or {}).get("value") is not None}
+    if pooled:  # reports made before the job recorded weak_split have no such table
+        lines += ["", "Which prompts each router sends to the strong model: the weak model's logged quality on the "
+                  "prompts kept on it and on those sent, pooled over the seeds (kept - sent: 0 for a random "
+                  "router; normal-approximation 95% interval):", "",
+                  "| router | strong share (mean) | weak quality: kept (n) | sent (n) | kept - sent [95% CI] |",
+                  "|---|---|---|---|---|"]
+        for n, p in sorted(pooled.items(), key=lambda kv: -kv[1]["value"]):
+            lines.append(f"| {n} | {100 * summary['routers'][n]['strong_share_mean']:.1f}% | {p['kept']:.3f} "
+                         f"({p['n_kept']}) | {p['sent']:.3f} ({p['n_sent']}) | {p['value']:+.3f} "
+                         f"[{p['lo']:+.3f}, {p['hi']:+.3f}] |")
     return "\n".join(lines)
 
 

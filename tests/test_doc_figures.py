@@ -226,6 +226,14 @@ def _gap_036(sweep: dict[str, Any]) -> str:
     return f"about {n['mmlu']:,} MMLU and {n['gsm8k']:,} GSM8K questions just to see which route leads"
 
 
+def _unseen_weak_split_table(summary: dict[str, Any]) -> str:
+    """The weak-split table of bench_unseen_subjects' markdown (its last lines)."""
+    from benchmarks.bench_unseen_subjects import markdown
+
+    md = markdown(summary)
+    return md[md.index("| router | strong share (mean)"):].strip()
+
+
 def _escalation_table(d: dict[str, Any]) -> str:
     from benchmarks.bench_escalation import markdown
 
@@ -543,6 +551,14 @@ ROUTING_FIGURES = [
     Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "seconds",
            lambda t: f"`benchmarks/results/unseen_subjects_subset100_r40.md`, {t:.0f} s alone with the embeddings",
            "unseen subjects: r40 time"),
+    Figure("README.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.weak_split_pooled",
+           lambda p: f"Mixtral is right on {p['kept']:.3f} of those it kept and {p['sent']:.3f} of those it escalated on "
+                     f"(+{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]", "README: unseen subjects r40 weak split"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "", _unseen_weak_split_table,
+           "unseen subjects: weak-split table"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.weak_split_pooled",
+           lambda p: f"Mixtral is right on {p['kept']:.3f} of the prompts the policy kept and {p['sent']:.3f} of those it "
+                     f"escalated on, +{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]", "unseen subjects: r40 weak split"),
     Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.probe_form.per_seed",
            lambda p: f"({sum(v['at_share']['0.5']['quality'] for v in p.values()) / len(p):.3f} at 50% strong, mean)",
            "unseen subjects: probe_form at 50%"),

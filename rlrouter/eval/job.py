@@ -23,7 +23,7 @@ from rlrouter.eval import learned as _learned  # noqa: F401 - registers the prob
 from rlrouter.eval import encoder_router as _encoder_router  # noqa: F401 - registers the encoder router
 from rlrouter.eval import online as _online  # noqa: F401 - registers the router that learns from feedback
 from rlrouter.eval.baselines import oracle_curve, oracle_decisions, subject_gain_scores
-from rlrouter.eval.metrics import RouterMetrics, evaluate_decisions, summarize, threshold_sweep
+from rlrouter.eval.metrics import RouterMetrics, evaluate_decisions, summarize, threshold_sweep, weak_split
 from rlrouter.eval.ope import crossfit_reward_model, epsilon_soft, evaluate_all, one_hot, simulate_logging
 from rlrouter.eval.reader import EvalSet, TokenEstimate, read_eval_set
 from rlrouter.eval.routers import (Router, RouterContext, ThresholdRouter, build_router, load_plugins,
@@ -381,6 +381,7 @@ def run(cfg: Any) -> dict[str, Any]:
             if name in strong_scores:
                 curve = threshold_sweep(strong_scores[name][rows], sc, co, weak, strong, num_thresholds)
             per[name] = _metrics_dict(summarize(name, point, weak_ref, strong_ref, curve, cost_range), names)
+            per[name]["weak_split"] = weak_split(sc, dec[rows], weak, strong)
             if curve is not None:
                 per[name]["at_share"] = at_shares(strong_scores[name][rows], sc, co, weak, strong, report_shares)
                 per[name]["share_for_95pct_strong"] = share_for_quality(curve.strong_share, curve.quality,

@@ -66,6 +66,36 @@ def evaluate_decisions(scores: np.ndarray, costs: np.ndarray, decisions: np.ndar
                           shares=tuple(float(s) for s in shares), n=int(len(decisions)))
 
 
+def weak_split(scores: np.ndarray, decisions: np.ndarray, weak: int, strong: int) -> dict[str, dict[str, float]]:
+    """The weak candidate's logged quality on the prompts a router kept on it (``kept``) and on those it sent to
+    the strong one (``sent``), with their counts: a router that reads the prompt sends those the weak one gets
+    wrong, so ``kept`` - ``sent`` > 0; a random router's difference is 0 in expectation. Prompts routed to
+    any other candidate are in neither. A side with no prompts has quality None (JSON null)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    decisions = np.asarray(decisions, dtype=np.int64)
+    if decisions.shape != (scores.shape[0],):
+        raise ValueError(f"decisions: expected shape ({scores.shape[0]},), got {decisions.shape}")
+    out = {}
+    for side, index in (("kept", weak), ("sent", strong)):
+        rows = decisions == index
+        n = int(rows.sum())
+        out[side] = {"n": n, "weak_quality": float(scores[rows, weak].mean()) if n else None}
+    return out
+
+
+def pooled_weak_split(splits: list[dict[str, dict[str, float]]], z: float = 1.96) -> dict[str, float]:
+    """``weak_split``s of disjoint prompt sets pooled: kept - sent over all their prompts, with a normal
+    approximation interval (two independent proportions; None when a side has no prompts)."""
+    n = {s: sum(x[s]["n"] for x in splits) for s in ("kept", "sent")}
+    if not n["kept"] or not n["sent"]:
+        return {"n_kept": n["kept"], "n_sent": n["sent"], "value": None, "lo": None, "hi": None}
+    q = {s: sum(x[s]["n"] * x[s]["weak_quality"] for x in splits if x[s]["n"]) / n[s] for s in n}
+    se = float(np.sqrt(sum(q[s] * (1 - q[s]) / n[s] for s in n)))
+    d = q["kept"] - q["sent"]
+    return {"n_kept": n["kept"], "n_sent": n["sent"], "kept": q["kept"], "sent": q["sent"], "value": d,
+            "lo": d - z * se, "hi": d + z * se}
+
+
 def pgr(quality: float, weak_quality: float, strong_quality: float) -> float:
     """Performance gap recovered: 0 at the weak candidate's quality, 1 at the strong one's."""
     gap = strong_quality - weak_quality

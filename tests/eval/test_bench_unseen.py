@@ -35,3 +35,18 @@ def test_means_leave_out_a_seed_without_a_gap_and_the_table_says_so():
     md = bu.markdown(s)
     assert "0.600 / 1.840" in md
     assert "0: 0.150, 3: 0.013" in md and "Seed 3's gap is below 0.05" in md
+
+
+def test_the_weak_split_is_pooled_over_seeds_and_tabled():
+    """Seed 0 keeps 3 prompts (weak right on 2) and sends 1 (weak wrong); seed 1 keeps 1 (right), sends 3 (1 right):
+    pooled kept 3/4, sent 1/4. A report without weak_split (made before the job recorded it) has no table."""
+    reports = {0: _report({"mf": 0.5}, 0.6, 0.75), 1: _report({"mf": 0.5}, 0.6, 0.75)}
+    assert "Which prompts" not in bu.markdown(bu.summarize(reports))
+    reports[0]["slices"]["all"]["routers"]["mf"]["weak_split"] = {"kept": {"n": 3, "weak_quality": 2 / 3},
+                                                                  "sent": {"n": 1, "weak_quality": 0.0}}
+    reports[1]["slices"]["all"]["routers"]["mf"]["weak_split"] = {"kept": {"n": 1, "weak_quality": 1.0},
+                                                                  "sent": {"n": 3, "weak_quality": 1 / 3}}
+    s = bu.summarize(reports)
+    p = s["routers"]["mf"]["weak_split_pooled"]
+    assert (p["n_kept"], p["n_sent"]) == (4, 4) and p["value"] == pytest.approx(0.5)
+    assert "| mf | 50.0% | 0.750 (4) | 0.250 (4) | +0.500 [" in bu.markdown(s)

@@ -15,9 +15,11 @@ from rlrouter.eval.metrics import (
     evaluate_decisions,
     nondecreasing_convex_hull,
     pgr,
+    pooled_weak_split,
     random_quality_at_cost,
     summarize,
     threshold_sweep,
+    weak_split,
 )
 
 # A toy curve: 0%, 50%, 100% strong calls with quality 0.6, 0.85, 0.9; weak 0.6, strong 0.9.
@@ -120,3 +122,24 @@ def test_random_quality_at_cost_and_summarize():
     point = evaluate_decisions(scores, costs, np.array([1, 0]))
     m = summarize("r", point, weak=(0.5, 1.0), strong=(1.0, 3.0))
     assert m.pgr == pytest.approx(1.0) and m.apgr is None and m.aiq is None
+
+
+def test_weak_split_and_its_pooled_interval_by_hand():
+    """Weak (column 0) right on prompts 0, 1, 3; the router keeps 0, 1, 2 on weak, sends 3, 4 to strong and 5 to a
+    third candidate: kept 2/3, sent 1/2, prompt 5 in neither."""
+    scores = np.array([[1, 0, 0], [1, 1, 0], [0, 1, 0], [1, 1, 1], [0, 1, 0], [0, 0, 1]], dtype=float)
+    split = weak_split(scores, np.array([0, 0, 0, 1, 1, 2]), weak=0, strong=1)
+    assert split == {"kept": {"n": 3, "weak_quality": pytest.approx(2 / 3)}, "sent": {"n": 2, "weak_quality": 0.5}}
+    # pooled with a second set (kept 1/1, sent 0/2): kept 3/4, sent 1/4
+    other = weak_split(np.array([[1, 0], [0, 1], [0, 1]], dtype=float), np.array([0, 1, 1]), weak=0, strong=1)
+    p = pooled_weak_split([split, other])
+    se = math.sqrt(0.75 * 0.25 / 4 + 0.25 * 0.75 / 4)
+    assert (p["n_kept"], p["n_sent"]) == (4, 4)
+    assert p["value"] == pytest.approx(0.5) and p["lo"] == pytest.approx(0.5 - 1.96 * se)
+    assert p["hi"] == pytest.approx(0.5 + 1.96 * se)
+    # a router that sends nothing: no sent side, no difference
+    none_sent = weak_split(scores, np.zeros(6, dtype=int), weak=0, strong=1)
+    assert none_sent["sent"] == {"n": 0, "weak_quality": None}
+    assert pooled_weak_split([none_sent])["value"] is None
+    with pytest.raises(ValueError, match="expected shape"):
+        weak_split(scores, np.zeros(5, dtype=int), weak=0, strong=1)
