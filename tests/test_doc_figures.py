@@ -551,9 +551,27 @@ ROUTING_FIGURES = [
     Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "seconds",
            lambda t: f"`benchmarks/results/unseen_subjects_subset100_r40.md`, {t:.0f} s alone with the embeddings",
            "unseen subjects: r40 time"),
-    Figure("README.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.weak_split_pooled",
+    Figure("README.md", "unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
            lambda p: f"Mixtral is right on {p['kept']:.3f} of those it kept and {p['sent']:.3f} of those it escalated on "
-                     f"(+{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]", "README: unseen subjects r40 weak split"),
+                     f"(+{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}];", "README: unseen subjects r40 weak split"),
+    Figure("README.md", "unseen_subjects_subset300_r40.json", "routers",
+           lambda r: f"+{r['probe_form']['weak_split_pooled']['value']:.3f} and +{r['knn']['weak_split_pooled']['value']:.3f};",
+           "README: unseen subjects offline weak split"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "", _unseen_weak_split_table,
+           "unseen subjects 300: weak-split table"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
+           lambda p: f"Mixtral is right on {p['kept']:.3f} of the prompts it kept and {p['sent']:.3f} of those it "
+                     f"escalated on, +{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]", "unseen subjects 300: r40 weak split"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "routers.router_r1",
+           lambda r: f"quality {r['quality_mean']:.3f} at {100 * r['strong_share_mean']:.1f}% strong, "
+                     f"${1000 * r['cost_mean']:.3f} per 1k prompts", "unseen subjects 300: r40 point"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "routers.router_r1.per_seed",
+           lambda p: f"per seed {p['0']['quality']:.3f}, {p['1']['quality']:.3f} and {p['2']['quality']:.3f} against the "
+                     f"random mix at the same cost {p['0']['random_quality_at_cost']:.3f}, "
+                     f"{p['1']['random_quality_at_cost']:.3f} and {p['2']['random_quality_at_cost']:.3f}",
+           "unseen subjects 300: r40 per seed"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "seconds",
+           lambda t: f"--name unseen_subjects_subset300_r40`, {t:.0f} s alone", "unseen subjects 300: time"),
     Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "", _unseen_weak_split_table,
            "unseen subjects: weak-split table"),
     Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.weak_split_pooled",
