@@ -23,6 +23,7 @@ import yaml
 
 from rlrouter.models import cache_dir, resolve_model
 from rlrouter.pool.base import Candidate
+from rlrouter.rollout.demos import with_first_turn
 from rlrouter.rollout.env import EnvConfig, SamplingSpec, prompt_ids
 from rlrouter.rollout.parsing import parse_turn
 from rlrouter.rollout.worker import RolloutWorker
@@ -120,8 +121,6 @@ class RouterR1Policy:
         (``with_first_turn``, as the training job's ``eval.first_call_written``): ``calls`` (the candidates
         called, in order), ``selected_model`` (the last one called: the reply the policy copies) and
         ``escalated`` (whether it called another after reading the cheap reply)."""
-        from rlrouter.rollout.demos import with_first_turn
-
         items = [with_first_turn({"query": q, "ground_truth": []}, self.cheap, self.query_words) for q in queries]
         trajs = sorted(self.worker.rollout(items, n_samples=1, seed=0, step=0, temperature=0.0),
                        key=lambda t: t.prompt_index)
