@@ -159,6 +159,7 @@ def summarize(reports: dict[int, dict]) -> dict:
             per[seed] = {"apgr": r.get("apgr"), "quality": r["quality"], "strong_share": r["shares"][rep["data"]["strong"]],
                          "random_quality_at_cost": r.get("random_quality_at_cost"),
                          **({"weak_split": r["weak_split"]} if "weak_split" in r else {}),
+                         **({k: r[k] for k in ("cost_mean_all_calls", "random_quality_at_cost_all_calls") if k in r}),
                          "cost_mean": r["cost_mean"], "share_for_95pct_strong": r.get("share_for_95pct_strong"),
                          "at_share": r.get("at_share"), "seconds": (rep.get("routers") or {}).get(name, {}).get("seconds"),
                          "apgr_minus_random": b.get("apgr_minus_random"),
@@ -180,6 +181,8 @@ def summarize(reports: dict[int, dict]) -> dict:
                                 "quality_mean": float(np.mean([p["quality"] for p in per.values()])),
                                 "strong_share_mean": float(np.mean([p["strong_share"] for p in per.values()])),
                                 "cost_mean": float(np.mean([p["cost_mean"] for p in per.values()]))}
+        if all("cost_mean_all_calls" in p for p in per.values()):  # a cascade: every call it paid for
+            out["routers"][name]["cost_mean_all_calls"] = float(np.mean([p["cost_mean_all_calls"] for p in per.values()]))
         if all("weak_split" in p for p in per.values()):  # which prompts it sends, pooled over every seed
             from rlrouter.eval.metrics import pooled_weak_split
 
@@ -197,8 +200,11 @@ def markdown(summary: dict) -> str:
     for name, r in rows:
         per = r["per_seed"]
         if r["apgr_mean"] is None:
+            every = (f" (${r['cost_mean_all_calls'] * 1000:.3f} with every call it made)"
+                     if "cost_mean_all_calls" in r else "")
             lines.append(f"| {name} | – | – | – | – | – | quality {r['quality_mean']:.3f} at "
-                         f"{100 * r['strong_share_mean']:.1f}% strong, ${r['cost_mean'] * 1000:.3f} per 1k prompts |")
+                         f"{100 * r['strong_share_mean']:.1f}% strong, ${r['cost_mean'] * 1000:.3f} per 1k prompts"
+                         f"{every} |")
             continue
         ci = []
         for s in seeds:

@@ -299,6 +299,7 @@ class PolicyRouter(Router):
 
     def __init__(self, name: str, policy: Any, candidates: list[str], name_map: Mapping[str, str], default: int):
         self.escalated: int | None = None
+        self.paid_calls: list[list[int]] | None = None
         self.name = name
         self.policy = policy
         self.candidates = candidates
@@ -312,9 +313,15 @@ class PolicyRouter(Router):
         self.unrouted = 0
         self.routes = {}
         self.escalated = None
+        self.paid_calls = None
         for i, answer in enumerate(self.policy.route_batch(prompts)):
             if "escalated" in answer:  # a cascade's second stage: did it call another after the cheap reply
                 self.escalated = (self.escalated or 0) + int(bool(answer["escalated"]))
+            if "calls" in answer:  # a cascade pays for every call it made, the cheap one included
+                if self.paid_calls is None:
+                    self.paid_calls = [[] for _ in prompts]
+                mapped = (self.name_map.get(m, m) for m in answer["calls"])
+                self.paid_calls[i] = [self.candidates.index(m) for m in mapped if m in self.candidates]
             model = answer.get("selected_model")
             self.routes[model or "none"] = self.routes.get(model or "none", 0) + 1
             target = self.name_map.get(model, model) if model else None
@@ -327,7 +334,7 @@ class PolicyRouter(Router):
     def report(self) -> dict[str, Any]:
         """What the policy named on the last batch ("none": no call) and how many fell to ``default``; for a
         cascade's second stage, how many escalated past the written cheap call (each of those also paid
-        for the cheap call, which the eval's cost of the routed candidate leaves out)."""
+        for the cheap call: the eval job prices every call of ``paid_calls`` as ``cost_mean_all_calls``)."""
         out = {"policy_routes": dict(self.routes), "unrouted": self.unrouted}
         if self.escalated is not None:
             out["escalated"] = self.escalated

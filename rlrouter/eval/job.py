@@ -23,7 +23,8 @@ from rlrouter.eval import learned as _learned  # noqa: F401 - registers the prob
 from rlrouter.eval import encoder_router as _encoder_router  # noqa: F401 - registers the encoder router
 from rlrouter.eval import online as _online  # noqa: F401 - registers the router that learns from feedback
 from rlrouter.eval.baselines import oracle_curve, oracle_decisions, subject_gain_scores
-from rlrouter.eval.metrics import RouterMetrics, evaluate_decisions, summarize, threshold_sweep, weak_split
+from rlrouter.eval.metrics import (RouterMetrics, calls_cost, evaluate_decisions, random_quality_at_cost, summarize,
+                                    threshold_sweep, weak_split)
 from rlrouter.eval.ope import crossfit_reward_model, epsilon_soft, evaluate_all, one_hot, simulate_logging
 from rlrouter.eval.reader import EvalSet, TokenEstimate, read_eval_set
 from rlrouter.eval.routers import (Router, RouterContext, ThresholdRouter, build_router, load_plugins,
@@ -325,6 +326,7 @@ def run(cfg: Any) -> dict[str, Any]:
     strong_scores: dict[str, np.ndarray] = {}
     timings: dict[str, float] = {}
     router_info: dict[str, dict[str, Any]] = {}  # what a router reports of itself (Router-R1: where it routed)
+    paid: dict[str, list[list[int]]] = {}  # every call a router paid for, per test prompt (a cascade's, beyond its route)
     online: dict[str, Any] = {}
     with tqdm(total=len(specs) + 1, desc="evaluate_router", unit="router") as bar:
         for name, spec in specs.items():
@@ -355,6 +357,8 @@ def run(cfg: Any) -> dict[str, Any]:
                 if getattr(router, "online", False):
                     online[name] = router
             timings[name] = time.perf_counter() - t
+            if getattr(router, "paid_calls", None) is not None:  # a router that pays for more than its route
+                paid[name] = router.paid_calls
             if callable(getattr(router, "report", None)):
                 router_info[name] = router.report()
             bar.update(1)
@@ -382,6 +386,10 @@ def run(cfg: Any) -> dict[str, Any]:
                 curve = threshold_sweep(strong_scores[name][rows], sc, co, weak, strong, num_thresholds)
             per[name] = _metrics_dict(summarize(name, point, weak_ref, strong_ref, curve, cost_range), names)
             per[name]["weak_split"] = weak_split(sc, dec[rows], weak, strong)
+            if name in paid:  # every call it made, priced: a cascade's cheap call before an escalation too
+                per[name]["cost_mean_all_calls"] = float(calls_cost(co, [paid[name][r] for r in rows]).mean())
+                per[name]["random_quality_at_cost_all_calls"] = random_quality_at_cost(
+                    per[name]["cost_mean_all_calls"], weak_ref, strong_ref)
             if curve is not None:
                 per[name]["at_share"] = at_shares(strong_scores[name][rows], sc, co, weak, strong, report_shares)
                 per[name]["share_for_95pct_strong"] = share_for_quality(curve.strong_share, curve.quality,

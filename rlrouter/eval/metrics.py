@@ -66,6 +66,21 @@ def evaluate_decisions(scores: np.ndarray, costs: np.ndarray, decisions: np.ndar
                           shares=tuple(float(s) for s in shares), n=int(len(decisions)))
 
 
+def calls_cost(costs: np.ndarray, calls: list[list[int]]) -> np.ndarray:
+    """(N,) the logged cost of every call each prompt paid for, ``calls[i]`` the candidate indices called for
+    prompt i in order (a cascade pays its cheap call before escalating; a candidate called twice is paid
+    twice). ``costs``: (N, M) logged costs."""
+    costs = np.asarray(costs, dtype=np.float64)
+    if len(calls) != costs.shape[0]:
+        raise ValueError(f"calls: expected one list per prompt ({costs.shape[0]}), got {len(calls)}")
+    m = costs.shape[1]
+    for i, row in enumerate(calls):
+        bad = [c for c in row if not 0 <= int(c) < m]
+        if bad:
+            raise ValueError(f"calls[{i}]: candidate indices {bad} outside 0..{m - 1}")
+    return np.array([float(sum(costs[i, int(c)] for c in row)) for i, row in enumerate(calls)])
+
+
 def weak_split(scores: np.ndarray, decisions: np.ndarray, weak: int, strong: int) -> dict[str, dict[str, float]]:
     """The weak candidate's logged quality on the prompts a router kept on it (``kept``) and on those it sent to
     the strong one (``sent``), with their counts: a router that reads the prompt sends those the weak one gets

@@ -50,3 +50,17 @@ def test_the_weak_split_is_pooled_over_seeds_and_tabled():
     p = s["routers"]["mf"]["weak_split_pooled"]
     assert (p["n_kept"], p["n_sent"]) == (4, 4) and p["value"] == pytest.approx(0.5)
     assert "| mf | 50.0% | 0.750 (4) | 0.250 (4) | +0.500 [" in bu.markdown(s)
+
+
+def test_a_cascade_row_shows_the_cost_of_every_call_it_made():
+    reports = {0: _report({"mf": 0.5, "router_r1": None}, 0.60, 0.75), 1: _report({"mf": 0.5, "router_r1": None}, 0.6, 0.75)}
+    for seed, extra in ((0, 0.0002), (1, 0.0004)):
+        reports[seed]["slices"]["all"]["routers"]["router_r1"]["cost_mean_all_calls"] = 0.001 + extra
+    s = bu.summarize(reports)
+    assert s["routers"]["router_r1"]["cost_mean_all_calls"] == pytest.approx(0.0013)
+    assert "cost_mean_all_calls" not in s["routers"]["mf"]
+    md = bu.markdown(s)
+    assert "| router_r1 | – | – | – | – | – | quality 0.700 at 50.0% strong, $1.000 per 1k prompts ($1.300 with every " \
+           "call it made) |" in md
+    del reports[1]["slices"]["all"]["routers"]["router_r1"]["cost_mean_all_calls"]  # not every seed has it: no mean
+    assert "with every call" not in bu.markdown(bu.summarize(reports))

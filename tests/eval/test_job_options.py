@@ -11,7 +11,7 @@ import pytest
 
 from rlrouter.eval.export_split import write_train_split
 from rlrouter.eval.job import load_eval_set, run, split_by_question
-from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router, register_router
+from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, build_router, register_router
 
 WEAK, STRONG = "weak-llm", "strong-llm"
 
@@ -106,6 +106,45 @@ def test_test_subset_and_a_router_keeping_its_own_threshold(tmp_path):
     # the same seed gives the same subset
     again = run({**cfg, "output_dir": str(tmp_path / "eval2")})
     assert again["slices"]["all"]["routers"]["own"]["quality"] == routers["own"]["quality"]
+
+
+class CascadeRouter(Router):
+    """Routes every prompt to strong, having paid for a weak call first on the even-numbered ones (a cascade
+    that escalates there) and on none of the odd ones."""
+
+    def __init__(self, weak, strong):
+        self.name, self.weak, self.strong, self.paid_calls = "cascade", weak, strong, None
+
+    def decide(self, prompts):
+        self.paid_calls = [[self.weak, self.strong] if i % 2 == 0 else [self.strong] for i in range(len(prompts))]
+        return np.full(len(prompts), self.strong)
+
+
+@register_router("test_cascade")
+def _cascade(cfg, ctx: RouterContext):
+    return CascadeRouter(ctx.weak, ctx.strong)
+
+
+def test_a_router_that_pays_for_more_calls_than_its_route_is_priced_on_all_of_them(tmp_path):
+    root = tmp_path / "logs"
+    _write_csvs(root)
+    cfg = _cfg(root, tmp_path / "eval")
+    cfg["routers"] = {"cascade": {"type": "test_cascade"}}
+    report = run(cfg)
+    for sname, sl in report["slices"].items():
+        r, strong = sl["routers"]["cascade"], sl["routers"]["always_strong"]
+        assert r["cost_mean"] == pytest.approx(strong["cost_mean"])  # the route alone: always strong's
+        assert "cost_mean_all_calls" not in strong  # routers that pay only for their route have no such key
+    # by hand: the weak call's logged cost added on the test rows with an even index
+    from rlrouter.eval.job import load_split
+
+    _, test, _ = load_split(cfg["eval"], 0)
+    weak, strong = test.names.index(WEAK), test.names.index(STRONG)
+    paid = test.costs[:, strong] + np.where(np.arange(len(test)) % 2 == 0, test.costs[:, weak], 0.0)
+    r = report["slices"]["all"]["routers"]["cascade"]
+    assert r["cost_mean_all_calls"] == pytest.approx(paid.mean())
+    assert r["cost_mean_all_calls"] > r["cost_mean"]
+    assert r["random_quality_at_cost_all_calls"] == pytest.approx(report["slices"]["all"]["strong"]["quality"])
 
 
 FIT_SOURCES: dict[str, list[str]] = {}
@@ -210,8 +249,10 @@ def test_router_r1_cascade_policy_is_scored_by_its_last_call(monkeypatch, tmp_pa
     assert r.decide(["a", "b", "c"]).tolist() == [0, 1, 0]  # the last call; no call: the default
     assert r.report() == {"policy_routes": {"mixtral-8x7b-instruct": 1, "gpt-4-1106-preview": 1, "none": 1},
                           "unrouted": 1, "escalated": 1}
+    assert r.paid_calls == [[0], [0, 1], []]  # every call paid, the cheap one before the escalation included
     r = build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "first_call": "policy"}, ctx)
     assert seen["first_call_written"] is False and seen["pool"] is None
     assert r.decide(["a", "b", "c"]).tolist() == [1, 1, 1] and "escalated" not in r.report()
+    assert r.paid_calls is None  # a first-turn policy pays for its route only
     with pytest.raises(ValueError, match="first_call must be 'auto', 'written' or 'policy', got 'always'"):
         build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "first_call": "always"}, ctx)

@@ -11,6 +11,7 @@ from rlrouter.eval.metrics import (
     aiq,
     apgr,
     call_shares,
+    calls_cost,
     cpt,
     evaluate_decisions,
     nondecreasing_convex_hull,
@@ -143,3 +144,14 @@ def test_weak_split_and_its_pooled_interval_by_hand():
     assert pooled_weak_split([none_sent])["value"] is None
     with pytest.raises(ValueError, match="expected shape"):
         weak_split(scores, np.zeros(5, dtype=int), weak=0, strong=1)
+
+
+def test_calls_cost_prices_every_call_by_hand():
+    """Prompt 0 paid weak then strong (1 + 30), prompt 1 strong only (20), prompt 2 weak twice (2 + 2)."""
+    costs = np.array([[1.0, 30.0], [3.0, 20.0], [2.0, 40.0]])
+    assert calls_cost(costs, [[0, 1], [1], [0, 0]]).tolist() == [31.0, 20.0, 4.0]
+    assert calls_cost(costs, [[], [], []]).tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="one list per prompt"):
+        calls_cost(costs, [[0]])
+    with pytest.raises(ValueError, match=r"calls\[1\]: candidate indices \[2\] outside 0..1"):
+        calls_cost(costs, [[0], [2], [1]])
