@@ -5,10 +5,16 @@ Enable it in the app config:
       import_path: serve.router_r1:RouterR1Deployment
       args: {checkpoint: outputs/<run>/checkpoints/step_000012, base_model: smollm2-135m-instruct,
              pool: conf/pool/routellm_replay.yaml}
+
+A checkpoint whose run evaluated it as a cascade's second stage (``eval.first_call_written``) is served that
+way (``first_call: auto``): each query's episode starts after a written call to the pool's cheapest candidate,
+the policy reads that reply and may call another, and ``selected_model`` is the last candidate it called. Those
+calls run inside the decision, on the pool's candidates; ``first_call: policy`` serves its first turn only.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +28,24 @@ ROOT = Path(__file__).resolve().parents[1]
 class RouterR1Deployment:
     def __init__(self, checkpoint: str, base_model: str = "smollm2-135m-instruct",
                  pool: str | list[dict[str, Any]] = "conf/pool/routellm_replay.yaml",
-                 env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None):
-        """``pool``: a pool config file, or its candidate list (``router_model_path`` passes the app's)."""
-        from rlrouter.rollout.policy import RouterR1Policy
+                 env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None, first_call: str = "auto"):
+        """``pool``: a pool config file, or its candidate list (``router_model_path`` passes the app's);
+        ``first_call``: ``auto``, ``written`` or ``policy`` (``rlrouter.rollout.policy.resolve_first_call``)."""
+        from rlrouter.rollout.policy import RouterR1Policy, resolve_first_call
 
         if isinstance(pool, str):
             p = Path(pool)
-            candidates = yaml.safe_load((p if p.is_absolute() else ROOT / p).read_text())["candidates"]
+            pool_cfg = yaml.safe_load((p if p.is_absolute() else ROOT / p).read_text())
         else:
-            candidates = list(pool)
+            pool_cfg = {"candidates": list(pool)}
         ck = Path(checkpoint)
-        self.policy = RouterR1Policy(str(ck if ck.is_absolute() else ROOT / ck), base_model,
-                                     candidates, env=env, engine=engine)
+        ck = ck if ck.is_absolute() else ROOT / ck
+        written, query_words = resolve_first_call(ck, first_call, "router_r1.args.first_call")
+        self.policy = RouterR1Policy(str(ck), base_model, pool_cfg["candidates"], env=env, engine=engine,
+                                     pool=pool_cfg if written else None, first_call_written=written,
+                                     query_words=query_words)
+        self.lock = threading.Lock()  # Serve runs this sync method in a thread pool; one engine call at a time
 
     def route(self, query: str) -> dict[str, Any]:
-        return self.policy.route(query)
+        with self.lock:
+            return self.policy.route(query)

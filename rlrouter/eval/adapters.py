@@ -350,7 +350,7 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     the policy called: a cascade's second stage) or ``policy`` (the candidate the policy's first turn names)."""
     import yaml
 
-    from rlrouter.rollout.policy import RouterR1Policy, trained_first_call
+    from rlrouter.rollout.policy import RouterR1Policy, resolve_first_call
 
     if not cfg.get("checkpoint"):
         raise ValueError("router type 'router_r1': checkpoint is required (outputs/<run>/checkpoints/step_N, "
@@ -359,11 +359,8 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     pool = yaml.safe_load(pool_path.read_text())
     name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool["candidates"]}
     checkpoint = cfg.pop("checkpoint")
-    first_call = cfg.pop("first_call", "auto")
-    if first_call not in ("auto", "written", "policy"):
-        raise ValueError(f"router type 'router_r1': first_call must be 'auto', 'written' or 'policy', got {first_call!r}")
-    written, query_words = trained_first_call(checkpoint) if checkpoint != "base" else (False, 24)
-    written = written if first_call == "auto" else first_call == "written"
+    written, query_words = resolve_first_call(None if checkpoint == "base" else checkpoint,
+                                              cfg.pop("first_call", "auto"), "router type 'router_r1': first_call")
     policy = RouterR1Policy(None if checkpoint == "base" else checkpoint, cfg.pop("base_model", "smollm2-135m-instruct"),
                             pool["candidates"], env=cfg.pop("env", None), pool=pool if written else None,
                             first_call_written=written, query_words=query_words)

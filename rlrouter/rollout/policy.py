@@ -81,6 +81,29 @@ def trained_first_call(checkpoint: str | Path) -> tuple[bool, int]:
             int((cfg.get("train") or {}).get("warmup_query_words", 24)))
 
 
+FIRST_CALLS = ("auto", "written", "policy")
+
+
+def resolve_first_call(checkpoint: str | Path | None, first_call: str = "auto",
+                       where: str = "first_call") -> tuple[bool, int]:
+    """How to run a checkpoint: ``(first_call_written, query_words)`` for ``RouterR1Policy``. ``first_call``:
+    ``auto`` (as the checkpoint's run evaluated it, ``trained_first_call``), ``written`` (a cascade's second
+    stage: each episode starts after a written call to the cheapest candidate) or ``policy`` (the policy's own
+    first turn). ``checkpoint=None``: the untrained base policy (its own first turn under ``auto``)."""
+    if first_call not in FIRST_CALLS:
+        raise ValueError(f"{where} must be 'auto', 'written' or 'policy', got {first_call!r}")
+    written, query_words = trained_first_call(checkpoint) if checkpoint is not None else (False, 24)
+    return (written if first_call == "auto" else first_call == "written"), query_words
+
+
+def last_thinking(text: str) -> str:
+    """The last ``<think>...</think>`` block's text (the reasoning of the policy's last turn); "" without one."""
+    if "</think>" not in text:
+        return ""
+    head = text.rsplit("</think>", 1)[0]
+    return head.rsplit("<think>", 1)[-1].strip()
+
+
 class RouterR1Policy:
     """Serve a Router-R1 checkpoint: ``route(query) -> {selected_model, thinking, full_response}``."""
 
@@ -120,7 +143,7 @@ class RouterR1Policy:
         """Each query's whole episode, greedy, starting after the written call to the cheapest candidate
         (``with_first_turn``, as the training job's ``eval.first_call_written``): ``calls`` (the candidates
         called, in order), ``selected_model`` (the last one called: the reply the policy copies) and
-        ``escalated`` (whether it called another after reading the cheap reply)."""
+        ``escalated`` (whether it called another after reading the cheap reply), ``thinking`` (its last turn's)."""
         items = [with_first_turn({"query": q, "ground_truth": []}, self.cheap, self.query_words) for q in queries]
         trajs = sorted(self.worker.rollout(items, n_samples=1, seed=0, step=0, temperature=0.0),
                        key=lambda t: t.prompt_index)
@@ -128,7 +151,8 @@ class RouterR1Policy:
         for t in trajs:
             calls = [r.model for r in t.routes]
             out.append({"selected_model": calls[-1] if calls else None, "calls": calls,
-                        "escalated": any(c != self.cheap for c in calls[1:]), "full_response": t.text})
+                        "escalated": any(c != self.cheap for c in calls[1:]), "thinking": last_thinking(t.text),
+                        "full_response": t.text})
         return out
 
     def route_batch(self, queries: Sequence[str]) -> list[dict[str, Any]]:
@@ -146,7 +170,6 @@ class RouterR1Policy:
         for gen in self.worker.generate_ids(ids, [spec] * len(ids)):
             text = self.env_cfg.prefill + tok.decode(gen, skip_special_tokens=True)
             turn = parse_turn(text, names)
-            thinking = text.split("</think>", 1)[0].replace("<think>", "").strip() if "</think>" in text else ""
             out.append({"selected_model": turn.call.model if turn.call is not None else None,
-                        "thinking": thinking, "full_response": text})
+                        "thinking": last_thinking(text), "full_response": text})
         return out

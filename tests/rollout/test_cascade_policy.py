@@ -1,7 +1,8 @@
 """A Router-R1 policy run as a cascade's second stage (``first_call_written``), as ``bench_unseen_subjects``
-scores one: a real vLLM engine, the real replay pool, episodes that start after the written call to the
-cheapest candidate. The policy is the untrained base SmolLM2 (no training fixture needed): what it does after
-the reply is its own; the test checks what every such episode must be."""
+scores one and ``/router_r1/route`` serves one: a real vLLM engine, the real replay pool, episodes that start
+after the written call to the cheapest candidate. The policy is the untrained base SmolLM2 in a checkpoint folder
+whose run config says it was evaluated that way (no training fixture needed): what it does after the reply is its
+own; the test checks what every such episode must be, through the Serve deployment's class."""
 
 from __future__ import annotations
 
@@ -13,18 +14,26 @@ from tests.helpers import ROOT
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
-def test_episodes_start_after_the_cheap_call_and_route_to_the_last(shared_data):
+def test_episodes_start_after_the_cheap_call_and_route_to_the_last(shared_data, tmp_path):
     from rlrouter.data.logged import load_routellm
-    from rlrouter.rollout.policy import RouterR1Policy
+    from rlrouter.models import resolve_model
+    from serve.router_r1 import RouterR1Deployment
 
-    pool = yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text())
+    # a run folder as the training job writes one: config.yaml beside checkpoints/step_N (a whole model there)
+    ck = tmp_path / "run" / "checkpoints" / "step_000000"
+    ck.mkdir(parents=True)
+    (ck / "model").symlink_to(resolve_model("smollm2-135m-instruct"), target_is_directory=True)
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump({
+        "eval": {"first_call_written": True}, "train": {"warmup_query_words": 24},
+        "rollout": {"env": {"max_turns": 2, "max_new_tokens": 48, "max_total_tokens": 1024}}}))
     queries = load_routellm(shared_data / "routellm" / "mmlu" / "mmlu_philosophy.csv").prompts[:3]
     # the engine in its own process: vLLM caches VLLM_ENABLE_V1_MULTIPROCESSING at the first engine a process
     # builds, and test_worker_sync.py, later in this process, needs a subprocess engine
-    policy = RouterR1Policy(None, "smollm2-135m-instruct", pool["candidates"], pool=pool, first_call_written=True,
-                            env={"max_turns": 2, "max_new_tokens": 48, "max_total_tokens": 1024},
-                            engine={"in_process": False})
-    assert policy.cheap == "mixtral-8x7b-instruct"
+    served = RouterR1Deployment.func_or_class(str(ck), pool=str(ROOT / "conf" / "pool" / "routellm_replay.yaml"),
+                                              engine={"in_process": False})  # first_call: auto, from the run
+    policy = served.policy
+    assert policy.first_call_written and policy.cheap == "mixtral-8x7b-instruct"
+    assert policy.env_cfg.max_new_tokens == 48  # the run's episode settings
     out = policy.route_batch(queries)
     assert len(out) == 3
     for o in out:
@@ -32,7 +41,11 @@ def test_episodes_start_after_the_cheap_call_and_route_to_the_last(shared_data):
         assert o["selected_model"] == o["calls"][-1]
         assert o["escalated"] == any(c != "mixtral-8x7b-instruct" for c in o["calls"][1:])
         assert o["full_response"].count("<information>") >= len(o["calls"])  # each reply shown to the policy
-    del policy, out
+    one = served.route(queries[0])  # what /router_r1/route answers: the same greedy episode
+    assert {k: one[k] for k in ("selected_model", "calls", "full_response")} == \
+        {k: out[0][k] for k in ("selected_model", "calls", "full_response")}
+    assert isinstance(one["thinking"], str) and one["thinking"] in one["full_response"]
+    del served, policy, out
     import gc
 
     gc.collect()  # the engine's process goes with it, before the next test builds its own

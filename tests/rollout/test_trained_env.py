@@ -24,3 +24,30 @@ def test_a_cascade_policy_needs_a_pool():
 
     with pytest.raises(ValueError, match="first_call_written needs a pool"):
         RouterR1Policy(None, "smollm2-135m-instruct", [], first_call_written=True)
+
+
+def test_first_call_resolves_from_the_run_or_the_caller(tmp_path):
+    import pytest
+
+    from rlrouter.rollout.policy import resolve_first_call
+
+    ck = tmp_path / "run" / "checkpoints" / "step_000060"
+    ck.mkdir(parents=True)
+    assert resolve_first_call(ck) == (False, 24)  # no run config: the policy's own first turn
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(
+        {"eval": {"first_call_written": True}, "train": {"warmup_query_words": 16}}))
+    assert resolve_first_call(ck) == (True, 16)  # auto: as its run evaluated it
+    assert resolve_first_call(ck, "policy") == (False, 16)
+    assert resolve_first_call(None) == (False, 24) and resolve_first_call(None, "written") == (True, 24)
+    with pytest.raises(ValueError, match="router_r1.args.first_call must be 'auto', 'written' or 'policy', got 'x'"):
+        resolve_first_call(ck, "x", "router_r1.args.first_call")
+
+
+def test_last_thinking_is_the_last_turn_s_reasoning():
+    from rlrouter.rollout.policy import last_thinking
+
+    assert last_thinking("<think>\nask mixtral</think>\n<search>mixtral: q</search>") == "ask mixtral"
+    text = ("<think>\nfirst</think><search>a: q</search>\n<information>B</information>\n"
+            "<think>\nB looks wrong, ask gpt-4</think><search>gpt-4: q</search>")
+    assert last_thinking(text) == "B looks wrong, ask gpt-4"
+    assert last_thinking("<answer>B</answer>") == ""
