@@ -113,7 +113,9 @@ class RouterR1Role:
             try:
                 ans = await asyncio.wait_for(self.policy.route(body.query), ctx.cfg.llm_routing_timeout_s)
             except (RouterR1Unavailable, asyncio.TimeoutError) as e:
-                raise ApiError(503, f"Router-R1 policy unavailable: {e}", type_="router_unavailable") from None
+                reason = str(e) or (f"no answer within {ctx.cfg.llm_routing_timeout_s:g}s "
+                                    "(selector.llm_routing_timeout_s; a cascade decision on CPU takes seconds)")
+                raise ApiError(503, f"Router-R1 policy unavailable: {reason}", type_="router_unavailable") from None
             model = match_candidate(ans.selected_model or "", cands)
             if model is not None:
                 return RouterR1RouteResponse(selected_model=to_caller[model], thinking=ans.thinking,

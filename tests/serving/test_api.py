@@ -259,6 +259,20 @@ def test_llm_routing_and_fallbacks(tmp_path, pool):
     assert r.status_code == 503
 
 
+def test_router_r1_protocol_served_by_a_policy_and_its_timeout_named(tmp_path, pool):
+    client, _, svc = make_client(tmp_path, pool, llm_routing_timeout_s=0.3)
+    svc.router_r1.policy = StubRouterR1("ok")
+    b = client.post("/router_r1/route", json={"query": "q"}, headers=ALICE).json()
+    assert b["backend"] == "router_r1_policy" and b["selected_model"] == MIXTRAL
+    svc.router_r1.policy = StubRouterR1("slow")
+    r = client.post("/router_r1/route", json={"query": "q"}, headers=ALICE)
+    assert r.status_code == 503 and err(r)["type"] == "router_unavailable"
+    assert "no answer within 0.3s (selector.llm_routing_timeout_s" in err(r)["message"]
+    svc.router_r1.policy = StubRouterR1("fail")
+    r = client.post("/router_r1/route", json={"query": "q"}, headers=ALICE)
+    assert r.status_code == 503 and err(r)["message"] == "Router-R1 policy unavailable: HTTP 500"
+
+
 def test_router_r1_protocol_backed_by_selector(env):
     client, _, _ = env
     r = client.post("/router_r1/route", json={"query": "What is the capital of France?"}, headers=ALICE)
