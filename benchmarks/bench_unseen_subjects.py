@@ -22,7 +22,9 @@ classifier with the cost-aware map when ``--intent`` names a checkpoint, and a t
 ``--router-r1`` names one (vLLM on CPU: with ``--test-subset``, every router is scored on that subset and the
 results go to ``unseen_subjects_subset<N>.json`` / ``.md``; a policy its run evaluated after a written call to
 Mixtral, ``eval.first_call_written``, is run that way and routes to the last candidate it called;
-``--router-r1-penalty`` sets its greedy frequency penalty). ``--routers`` runs only the named routers, from
+``--router-r1-penalty`` sets its greedy frequency penalty; ``--router-r1-score escalation`` scores such a
+policy instead as a threshold router, ``router_r1_odds``, on its log-odds of escalating after Mixtral's reply, so
+it gets an APGR and a curve like the others). ``--routers`` runs only the named routers, from
 those and ``EXTRA_ROUTERS`` (``encoder``: RouteLLM's BERT router on the intent stack, MiniLM + LoRA trained
 supervised then with PPO; about 8 min a seed on 2 CPU cores, so not in the default set; ``form_encoder``: the
 equal-weight ensemble of ``probe_form`` and ``encoder``, which it adds to the run before itself, reusing their fitted
@@ -102,11 +104,12 @@ def with_refs(names: list[str]) -> dict[str, dict]:
 
 def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path, router_r1: str | None = None,
              test_subset: int = 0, routers: dict | None = None, reuse_checkpoints: bool = False,
-             router_r1_env: dict | None = None) -> dict:
+             router_r1_env: dict | None = None, router_r1_score: str = "route") -> dict:
     """The evaluate_router job on this seed's split: the baselines, then ``routers`` (default ``ROUTERS``).
     ``reuse_checkpoints``: an encoder router loads the checkpoint an earlier run of this seed saved under
     ``out_dir`` (``<name>_checkpoint``) instead of training again. ``router_r1_env``: episode settings over
-    those the Router-R1 checkpoint's run trained with."""
+    those the Router-R1 checkpoint's run trained with; ``router_r1_score``: ``escalation`` scores it as the
+    threshold router ``router_r1_odds`` on its log-odds of escalating after the cheap reply, instead of its route."""
     from hydra import compose, initialize_config_dir
 
     from rlrouter.eval.job import run
@@ -119,8 +122,11 @@ def run_seed(seed: int, holdout: int, intent: str | None, out_dir: Path, router_
     if intent:
         routers["intent"] = {"type": "intent", "checkpoint": intent, "category_map": "auto", "default": "strong"}
     if router_r1:
-        routers["router_r1"] = {"type": "router_r1", "checkpoint": router_r1, "default": "weak",
-                                **({"env": dict(router_r1_env)} if router_r1_env else {})}
+        env = {"env": dict(router_r1_env)} if router_r1_env else {}
+        if router_r1_score == "escalation":
+            routers["router_r1_odds"] = {"type": "router_r1", "checkpoint": router_r1, "score": "escalation", **env}
+        else:
+            routers["router_r1"] = {"type": "router_r1", "checkpoint": router_r1, "default": "weak", **env}
     overrides = [f"seed={seed}", f"eval.split.seed={seed}", f"eval.split.holdout_subjects={holdout}",
                  f"eval.test_subset={test_subset}", f"output_dir={out_dir}", "command=null"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -254,6 +260,10 @@ def main() -> None:
     ap.add_argument("--router-r1-penalty", type=float, default=None,
                     help="the Router-R1 policy's greedy frequency penalty (default: its run's "
                          "rollout.env.greedy_frequency_penalty)")
+    ap.add_argument("--router-r1-score", choices=("route", "escalation"), default="route",
+                    help="route: the candidate the policy calls (row router_r1); escalation: a cascade-shaped "
+                         "policy's log-odds of escalating after the cheap reply, cut by a threshold like the other "
+                         "routers (row router_r1_odds, with APGR)")
     ap.add_argument("--test-subset", type=int, default=0, help="score every router on a seeded subset of this many "
                                                               "test prompts per seed (0 = all)")
     ap.add_argument("--routers", nargs="+", default=None, metavar="NAME",
@@ -279,7 +289,7 @@ def main() -> None:
     out_arg = args.out  # recorded in the summary's command as given
     args.out = args.out or str(ROOT / "outputs" / name)
     r1_env = None if args.router_r1_penalty is None else {"greedy_frequency_penalty": args.router_r1_penalty}
-    extra = (args.router_r1, args.test_subset, routers, args.reuse_checkpoints, r1_env)
+    extra = (args.router_r1, args.test_subset, routers, args.reuse_checkpoints, r1_env, args.router_r1_score)
     t0 = time.perf_counter()
     done = {}
     if args.reuse:
@@ -304,6 +314,7 @@ def main() -> None:
         + ([f"--intent {args.intent}"] if args.intent else [])
         + ([f"--router-r1 {args.router_r1}"] if args.router_r1 else [])
         + ([f"--router-r1-penalty {args.router_r1_penalty:g}"] if args.router_r1_penalty is not None else [])
+        + ([f"--router-r1-score {args.router_r1_score}"] if args.router_r1_score != "route" else [])
         + ([f"--test-subset {args.test_subset}"] if args.test_subset else [])
         + ([f"--routers {' '.join(args.routers)}"] if args.routers else [])
         + ([f"--name {args.name}"] if args.name else [])

@@ -246,6 +246,14 @@ def _unseen_weak_split_table(summary: dict[str, Any]) -> str:
     return md[md.index("| router | strong share (mean)"):].strip()
 
 
+def _unseen_apgr_rows(summary: dict[str, Any]) -> str:
+    """The header and the routers with an APGR of bench_unseen_subjects' first table (its rows sorted by APGR)."""
+    from benchmarks.bench_unseen_subjects import markdown
+
+    lines = markdown(summary).splitlines()
+    return "\n".join(lines[:2] + [ln for ln in lines[2:] if ln.startswith("| ") and "| – | – |" not in ln][:6])
+
+
 def _escalation_table(d: dict[str, Any]) -> str:
     from benchmarks.bench_escalation import markdown
 
@@ -594,6 +602,29 @@ ROUTING_FIGURES = [
            lambda t: f"--name\nunseen_subjects_subset300_r40`, {t:.0f} s (652 s the first time", "unseen subjects 300: time"),
     Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "routers.router_r1", _every_call_cost,
            "unseen subjects 300: r40 every call's cost"),
+    # the same policy's odds of escalating as a threshold router (--router-r1-score escalation)
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "", _unseen_apgr_rows,
+           "unseen subjects 300: odds APGR table"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "routers",
+           lambda r: f"give APGR {r['router_r1_odds']['apgr_mean']:.3f} on the unseen subjects, above MF "
+                     f"({r['mf']['apgr_mean']:.3f}) and random ({r['random']['apgr_mean']:.3f}) and below kNN "
+                     f"({r['knn']['apgr_mean']:.3f}) and `probe_form` ({r['probe_form']['apgr_mean']:.3f})",
+           "unseen subjects 300: odds APGR sentence"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed.0.apgr_minus_random",
+           lambda d: f"only seed 0's interval against random excludes 0 ({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}])",
+           "unseen subjects 300: odds vs random"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds",
+           lambda r: f"Mixtral is right on {r['weak_split_pooled']['kept']:.3f} of the prompts it keeps and "
+                     f"{r['weak_split_pooled']['sent']:.3f} of those it sends ({r['weak_split_pooled']['value']:+.3f} "
+                     f"[{r['weak_split_pooled']['lo']:+.3f}, {r['weak_split_pooled']['hi']:+.3f}]). The score reads "
+                     f"Mixtral's reply, so every prompt pays that call: ${1000 * r['cost_mean_all_calls']:.3f} per 1k "
+                     "prompts at 50% strong", "unseen subjects 300: odds split and cost"),
+    Figure("README.md", "unseen_subjects_subset300_r40_odds.json", "routers",
+           lambda r: f"give APGR {r['router_r1_odds']['apgr_mean']:.3f} on those prompts (MF {r['mf']['apgr_mean']:.3f}, "
+                     f"random {r['random']['apgr_mean']:.3f}, kNN {r['knn']['apgr_mean']:.3f}, `probe_form` "
+                     f"{r['probe_form']['apgr_mean']:.3f})", "README: odds APGR"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "seconds",
+           lambda t: f"`benchmarks/results/unseen_subjects_subset300_r40_odds.md`, {t:.0f} s alone", "unseen subjects 300: odds time"),
     Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "", _unseen_weak_split_table,
            "unseen subjects: weak-split table"),
     Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.weak_split_pooled",

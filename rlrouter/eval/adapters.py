@@ -341,13 +341,45 @@ class PolicyRouter(Router):
         return out
 
 
+class EscalationOddsRouter(ThresholdRouter):
+    """A cascade-shaped Router-R1 policy's log-odds of escalating after the cheap reply
+    (``RouterR1Policy.escalation_odds``) as a strong score: a threshold cuts it at any share of strong calls, as
+    RouteLLM's routers are cut. Every prompt pays the cheap call the score reads (``reads_weak_reply``: the eval
+    job prices it as ``cost_mean_all_calls``). A turn with no decision point scores by what greedy decoding did
+    (+/- ``NO_ODDS``). Threshold 0: the more likely of the two words, about the policy's own greedy choice."""
+
+    NO_ODDS = 1e3
+    reads_weak_reply = True
+
+    def __init__(self, name: str, policy: Any, weak: int, strong: int, threshold: float = 0.0):
+        super().__init__(name, weak, strong, threshold)
+        self.policy = policy
+        self.info: dict[str, int] = {}
+
+    def strong_score(self, prompts: list[str]) -> np.ndarray:
+        if not prompts:
+            return np.zeros(0)
+        rows = self.policy.escalation_odds(prompts)
+        self.info = {"escalated_greedy": sum(bool(r["escalated"]) for r in rows),
+                     "no_decision_point": sum(r["odds"] is None for r in rows)}
+        return np.array([r["odds"] if r["odds"] is not None else (self.NO_ODDS if r["escalated"] else -self.NO_ODDS)
+                         for r in rows], dtype=np.float64)
+
+    def report(self) -> dict[str, Any]:
+        """On the last scored batch: how many the policy's greedy episode escalated, and how many turns had no
+        decision point to read."""
+        return dict(self.info)
+
+
 @register_router("router_r1")
 def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     """``checkpoint``: a Router-R1 training checkpoint; ``pool``: the pool config it was trained with
     (its replay candidates' ``options.model`` name their logged column); ``base_model``; ``default``;
     ``first_call``: ``auto`` (what the checkpoint's run evaluated: ``eval.first_call_written``), ``written``
     (each episode starts after a written call to the cheapest candidate and the route is the last candidate
-    the policy called: a cascade's second stage) or ``policy`` (the candidate the policy's first turn names)."""
+    the policy called: a cascade's second stage) or ``policy`` (the candidate the policy's first turn names);
+    ``score``: ``route`` (the candidate it calls) or ``escalation`` (a cascade's second stage as a threshold router
+    on its log-odds of escalating after the cheap reply, ``EscalationOddsRouter``)."""
     import yaml
 
     from rlrouter.rollout.policy import RouterR1Policy, resolve_first_call
@@ -361,11 +393,25 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     checkpoint = cfg.pop("checkpoint")
     written, query_words = resolve_first_call(None if checkpoint == "base" else checkpoint,
                                               cfg.pop("first_call", "auto"), "router type 'router_r1': first_call")
+    score = cfg.pop("score", "route")
+    if score not in ("route", "escalation"):
+        raise ValueError(f"router type 'router_r1': score must be 'route' or 'escalation', got {score!r}")
+    if score == "escalation" and not written:
+        raise ValueError("router type 'router_r1': score 'escalation' reads the policy's choice after the cheap reply; "
+                         "it needs a cascade-shaped checkpoint (eval.first_call_written in its run) or "
+                         "first_call: written")
     policy = RouterR1Policy(None if checkpoint == "base" else checkpoint, cfg.pop("base_model", "smollm2-135m-instruct"),
                             pool["candidates"], env=cfg.pop("env", None), pool=pool if written else None,
                             first_call_written=written, query_words=query_words)
-    router = PolicyRouter("router_r1", policy, ctx.candidates, name_map,
-                          default=_index(cfg.pop("default", "weak"), ctx, "default"))
+    if score == "escalation":
+        cfg.pop("default", None)  # every prompt gets a score: nothing falls to a default
+        if name_map.get(policy.cheap, policy.cheap) != ctx.candidates[ctx.weak]:
+            raise ValueError(f"router type 'router_r1': score 'escalation' needs the pool's cheapest candidate "
+                             f"({policy.cheap}) to be the eval set's weak one ({ctx.candidates[ctx.weak]})")
+        router: Router = EscalationOddsRouter("router_r1", policy, ctx.weak, ctx.strong)
+    else:
+        router = PolicyRouter("router_r1", policy, ctx.candidates, name_map,
+                              default=_index(cfg.pop("default", "weak"), ctx, "default"))
     _no_leftovers(cfg, "router_r1")
     return router
 

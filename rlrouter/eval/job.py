@@ -359,6 +359,8 @@ def run(cfg: Any) -> dict[str, Any]:
             timings[name] = time.perf_counter() - t
             if getattr(router, "paid_calls", None) is not None:  # a router that pays for more than its route
                 paid[name] = router.paid_calls
+            elif getattr(router, "reads_weak_reply", False):  # decides on the weak reply: every prompt pays for it
+                paid[name] = [[weak] if d == weak else [weak, int(d)] for d in decisions[name]]
             if callable(getattr(router, "report", None)):
                 router_info[name] = router.report()
             bar.update(1)

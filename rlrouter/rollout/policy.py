@@ -23,7 +23,7 @@ import yaml
 
 from rlrouter.models import cache_dir, resolve_model
 from rlrouter.pool.base import Candidate
-from rlrouter.rollout.demos import with_first_turn
+from rlrouter.rollout.demos import answer_turn, search_turn, with_first_turn
 from rlrouter.rollout.env import EnvConfig, SamplingSpec, prompt_ids
 from rlrouter.rollout.parsing import parse_turn
 from rlrouter.rollout.worker import RolloutWorker
@@ -104,6 +104,24 @@ def last_thinking(text: str) -> str:
     return head.rsplit("<think>", 1)[-1].strip()
 
 
+ESCALATE_WORD = search_turn("m", "q").split()[0]
+"""The first word of the demonstrated escalating turn ("I" of "I will ask"), the answering one's ("The" of "The reply
+says") below: where a policy's turn after a reply chooses between them (``benchmarks/bench_escalation.py``)."""
+ANSWER_WORD = answer_turn("a").removeprefix("<think>").split()[0]
+
+
+def decision_index(pieces: Sequence[str]) -> int | None:
+    """In a turn's tokens (decoded one by one), the index of the first token with text after the turn's ``<think>``:
+    where a demonstrated escalating turn ("I will ask") and answering one ("The reply says") part. None when the turn
+    opens no think block or writes nothing in it."""
+    text = ""
+    for i, piece in enumerate(pieces):
+        if "<think>" in text and piece.strip():
+            return i
+        text += piece
+    return None
+
+
 class RouterR1Policy:
     """Serve a Router-R1 checkpoint: ``route(query) -> {selected_model, thinking, full_response}``."""
 
@@ -144,16 +162,48 @@ class RouterR1Policy:
         (``with_first_turn``, as the training job's ``eval.first_call_written``): ``calls`` (the candidates
         called, in order), ``selected_model`` (the last one called: the reply the policy copies) and
         ``escalated`` (whether it called another after reading the cheap reply), ``thinking`` (its last turn's)."""
-        items = [with_first_turn({"query": q, "ground_truth": []}, self.cheap, self.query_words) for q in queries]
-        trajs = sorted(self.worker.rollout(items, n_samples=1, seed=0, step=0, temperature=0.0),
-                       key=lambda t: t.prompt_index)
         out = []
-        for t in trajs:
+        for t in self._cascade_trajectories(queries):
             calls = [r.model for r in t.routes]
             out.append({"selected_model": calls[-1] if calls else None, "calls": calls,
                         "escalated": any(c != self.cheap for c in calls[1:]), "thinking": last_thinking(t.text),
                         "full_response": t.text})
         return out
+
+    def _cascade_trajectories(self, queries: Sequence[str]) -> list[Any]:
+        if not self.first_call_written:
+            raise ValueError("RouterR1Policy: a cascade's episodes need first_call_written=True (and a pool)")
+        items = [with_first_turn({"query": q, "ground_truth": []}, self.cheap, self.query_words) for q in queries]
+        return sorted(self.worker.rollout(items, n_samples=1, seed=0, step=0, temperature=0.0),
+                      key=lambda t: t.prompt_index)
+
+    def escalation_odds(self, queries: Sequence[str]) -> list[dict[str, Any]]:
+        """For a cascade's second stage: each query's log-odds of escalating after reading the cheap reply, read
+        where the policy's turn after that reply chooses (``decision_index``): log p(``ESCALATE_WORD``) - log
+        p(``ANSWER_WORD``) as its next token, greedy episode up to there. With it the policy's escalations are a
+        score a threshold can cut at any share of strong calls. Each row: ``odds`` (None when the turn has no
+        decision point), ``word`` (what greedy decoding wrote there), ``escalated`` (what it did) and ``calls``."""
+        tok = self.worker.tokenizer
+        words = [tok.encode(w, add_special_tokens=False)[0] for w in (ESCALATE_WORD, ANSWER_WORD)]
+        rows, prefixes = [], []
+        for t in self._cascade_trajectories(queries):
+            calls = [r.model for r in t.routes]
+            row = {"calls": calls, "escalated": any(c != self.cheap for c in calls[1:]), "odds": None, "word": None}
+            segs = t.tokens.segments
+            first = next((i for i, sg in enumerate(segs) if sg.policy), None)
+            pieces = [] if first is None else [tok.decode([x]) for x in segs[first].token_ids]
+            j = decision_index(pieces)
+            if j is not None:
+                row["word"] = pieces[j]  # what greedy decoding wrote there
+                prefixes.append([x for sg in segs[:first] for x in sg.token_ids] + list(segs[first].token_ids[:j]))
+                row["odds"] = len(prefixes) - 1  # filled below
+            rows.append(row)
+        lps = self.worker.next_token_logprobs(prefixes, words) if prefixes else []
+        for row in rows:
+            if row["odds"] is not None:
+                up, down = lps[row["odds"]]
+                row["odds"] = up - down
+        return rows
 
     def route_batch(self, queries: Sequence[str]) -> list[dict[str, Any]]:
         """The policy's first turn for each query, greedy, in one engine call (``first_call_written``: its

@@ -86,6 +86,22 @@ class RolloutWorker:
         self.stats["generated_tokens"] += sum(len(x) for x in ids)
         return ids
 
+    def next_token_logprobs(self, prompts: list[list[int]], token_ids: Sequence[int], k: int = 20) -> list[list[float]]:
+        """For each prompt (token ids), the engine's log-prob of each of ``token_ids`` as the next token; one it
+        does not rank among its ``k`` most likely gets the ``k``-th's (an upper bound)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sp = SamplingParams(max_tokens=1, temperature=0.0, logprobs=k)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
+                                 lora_request=self.lora_request, use_tqdm=False)
+        rows = []
+        for o in outs:
+            top = {tid: float(lp.logprob) for tid, lp in (o.outputs[0].logprobs or [{}])[0].items()}
+            floor = min(top.values()) if top else float("-inf")
+            rows.append([top.get(int(t), floor) for t in token_ids])
+        return rows
+
     def generate_text(self, prompts: list[str], max_tokens: int = 64, temperature: float = 0.0,
                       seed: int = 0) -> list[dict[str, Any]]:
         """Plain completion of text prompts (benchmarks, evaluation)."""

@@ -108,6 +108,17 @@ def test_test_subset_and_a_router_keeping_its_own_threshold(tmp_path):
     assert again["slices"]["all"]["routers"]["own"]["quality"] == routers["own"]["quality"]
 
 
+class WeakReplyReader(LengthRouter):
+    """A threshold router that decides after reading the weak candidate's reply: every prompt pays for it."""
+
+    reads_weak_reply = True
+
+
+@register_router("test_weak_reply_reader")
+def _reader(cfg, ctx: RouterContext):
+    return WeakReplyReader("reader", ctx.weak, ctx.strong, threshold=0.0)
+
+
 class CascadeRouter(Router):
     """Routes every prompt to strong, having paid for a weak call first on the even-numbered ones (a cascade
     that escalates there) and on none of the odd ones."""
@@ -145,6 +156,13 @@ def test_a_router_that_pays_for_more_calls_than_its_route_is_priced_on_all_of_th
     assert r["cost_mean_all_calls"] == pytest.approx(paid.mean())
     assert r["cost_mean_all_calls"] > r["cost_mean"]
     assert r["random_quality_at_cost_all_calls"] == pytest.approx(report["slices"]["all"]["strong"]["quality"])
+    # a threshold router that reads the weak reply: the weak call on every prompt, the strong one where it escalates
+    cfg["routers"] = {"reader": {"type": "test_weak_reply_reader", "operating_strong_share": None}}
+    r = run({**cfg, "output_dir": str(tmp_path / "eval2")})["slices"]["all"]["routers"]["reader"]
+    sent = np.array([len(p) - 20.0 >= 0 for p in test.prompts])  # LengthRouter's rule: MMLU to strong
+    paid = test.costs[:, weak] + np.where(sent, test.costs[:, strong], 0.0)
+    assert r["cost_mean_all_calls"] == pytest.approx(paid.mean())
+    assert r["cost_mean"] == pytest.approx(np.where(sent, test.costs[:, strong], test.costs[:, weak]).mean())
 
 
 FIT_SOURCES: dict[str, list[str]] = {}
@@ -256,3 +274,21 @@ def test_router_r1_cascade_policy_is_scored_by_its_last_call(monkeypatch, tmp_pa
     assert r.paid_calls is None  # a first-turn policy pays for its route only
     with pytest.raises(ValueError, match="first_call must be 'auto', 'written' or 'policy', got 'always'"):
         build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "first_call": "always"}, ctx)
+
+    # score: escalation, the policy's log-odds of escalating after the cheap reply as a threshold router
+    FakePolicy.cheap = "mixtral-8x7b-instruct"
+    FakePolicy.escalation_odds = lambda self, prompts: [{"odds": 2.0, "escalated": True, "calls": []},
+                                                        {"odds": -1.5, "escalated": False, "calls": []},
+                                                        {"odds": None, "escalated": True, "calls": []}]
+    r = build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "score": "escalation"}, ctx)
+    assert r.strong_score(["a", "b", "c"]).tolist() == [2.0, -1.5, 1e3]  # no decision point: its greedy choice
+    assert r.decide(["a", "b", "c"]).tolist() == [1, 0, 1] and r.reads_weak_reply
+    assert r.report() == {"escalated_greedy": 2, "no_decision_point": 1}
+    with pytest.raises(ValueError, match="score must be 'route' or 'escalation', got 'odds'"):
+        build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "score": "odds"}, ctx)
+    with pytest.raises(ValueError, match="score 'escalation' reads the policy's choice after the cheap reply"):
+        build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "score": "escalation",
+                      "first_call": "policy"}, ctx)
+    FakePolicy.cheap = "gpt-4-1106-preview"
+    with pytest.raises(ValueError, match="needs the pool's cheapest candidate"):
+        build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "score": "escalation"}, ctx)

@@ -45,6 +45,26 @@ def test_episodes_start_after_the_cheap_call_and_route_to_the_last(shared_data, 
     assert {k: one[k] for k in ("selected_model", "calls", "full_response")} == \
         {k: out[0][k] for k in ("selected_model", "calls", "full_response")}
     assert isinstance(one["thinking"], str) and one["thinking"] in one["full_response"]
+    # the log-odds of escalating where the turn after the reply chooses: greedy decoding wrote the likelier word
+    odds = policy.escalation_odds(queries)
+    assert [o["calls"] for o in odds] == [o["calls"] for o in out]  # the same greedy episodes
+    for o in odds:
+        if o["odds"] is not None:
+            assert abs(o["odds"]) < 1e3
+            if o["word"] == "I":
+                assert o["odds"] >= 0
+            elif o["word"] == "The":
+                assert o["odds"] <= 0
+    # the engine's next-token log-probs (what the odds read), against greedy decoding on the same prefix
+    from rlrouter.rollout.env import SamplingSpec, prompt_ids
+
+    tok = policy.worker.tokenizer
+    prefix = prompt_ids(tok, queries[0], policy.candidates, policy.env_cfg)
+    [greedy] = policy.worker.generate_ids([prefix], [SamplingSpec(max_tokens=1, stop=[], temperature=0.0, top_p=1.0,
+                                                                  seed=0)])
+    other = next(t for t in (tok.encode(w, add_special_tokens=False)[0] for w in ("Paris", "banana")) if t != greedy[0])
+    [[lp_greedy, lp_other]] = policy.worker.next_token_logprobs([prefix], [greedy[0], other])
+    assert lp_other < lp_greedy <= 0.0
     del served, policy, out
     import gc
 

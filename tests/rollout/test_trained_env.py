@@ -51,3 +51,13 @@ def test_last_thinking_is_the_last_turn_s_reasoning():
             "<think>\nB looks wrong, ask gpt-4</think><search>gpt-4: q</search>")
     assert last_thinking(text) == "B looks wrong, ask gpt-4"
     assert last_thinking("<answer>B</answer>") == ""
+
+
+def test_the_decision_point_is_the_first_word_in_the_turn_s_think_block():
+    from rlrouter.rollout.policy import ANSWER_WORD, ESCALATE_WORD, decision_index
+
+    assert (ESCALATE_WORD, ANSWER_WORD) == ("I", "The")  # "I will ask ..." / "The reply says ..." of the demos
+    assert decision_index(["<", "think", ">", "The", " reply"]) == 3
+    assert decision_index(["<think>", "\n", " ", "I", " will"]) == 3  # whitespace after <think> is not a choice
+    assert decision_index(["<", "answer", ">", "B"]) is None  # no think block
+    assert decision_index(["<think>", "\n"]) is None  # nothing written in it
