@@ -304,6 +304,13 @@ def check_format(text: str, candidates: Iterable[str] | None, calls: int | None 
 
 
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+
+
+def last_thinking(text: str) -> str:
+    """The last ``<think>...</think>`` block's text (the reasoning of a policy's last turn); "" without one."""
+    blocks = _THINK_RE.findall(text)
+    return blocks[-1].strip() if blocks else ""
+
 FORMAT_CHECKS = ("starts with <think>", "a closed, non-empty <think>", "tags balanced, not nested",
                  "a non-empty <answer>", "exactly one <answer>", "ends with </answer>",
                  "an action (<search> or <answer>); every <search> a known 'model: query' followed by "

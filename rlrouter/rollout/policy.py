@@ -23,6 +23,7 @@ import yaml
 
 from rlrouter.models import cache_dir, resolve_model
 from rlrouter.pool.base import Candidate
+from rlrouter.protocol import last_thinking
 from rlrouter.rollout.demos import answer_turn, search_turn, with_first_turn
 from rlrouter.rollout.env import EnvConfig, SamplingSpec, prompt_ids
 from rlrouter.rollout.parsing import parse_turn
@@ -96,14 +97,6 @@ def resolve_first_call(checkpoint: str | Path | None, first_call: str = "auto",
     return (written if first_call == "auto" else first_call == "written"), query_words
 
 
-def last_thinking(text: str) -> str:
-    """The last ``<think>...</think>`` block's text (the reasoning of the policy's last turn); "" without one."""
-    if "</think>" not in text:
-        return ""
-    head = text.rsplit("</think>", 1)[0]
-    return head.rsplit("<think>", 1)[-1].strip()
-
-
 ESCALATE_WORD = search_turn("m", "q").split()[0]
 """The first word of the demonstrated escalating turn ("I" of "I will ask"), the answering one's ("The" of "The reply
 says") below: where a policy's turn after a reply chooses between them (``benchmarks/bench_escalation.py``)."""
@@ -164,11 +157,15 @@ class RouterR1Policy:
         ``escalated`` (whether it called another after reading the cheap reply), ``thinking`` (its last turn's)."""
         out = []
         for t in self._cascade_trajectories(queries):
-            calls = [r.model for r in t.routes]
-            out.append({"selected_model": calls[-1] if calls else None, "calls": calls,
-                        "escalated": any(c != self.cheap for c in calls[1:]), "thinking": last_thinking(t.text),
-                        "full_response": t.text})
+            calls = self._calls(t)
+            out.append({"selected_model": calls["calls"][-1] if calls["calls"] else None, **calls,
+                        "thinking": last_thinking(t.text), "full_response": t.text})
         return out
+
+    def _calls(self, t: Any) -> dict[str, Any]:
+        """A cascade episode's ``calls`` (in order) and whether it ``escalated`` past the cheap call."""
+        calls = [r.model for r in t.routes]
+        return {"calls": calls, "escalated": any(c != self.cheap for c in calls[1:])}
 
     def _cascade_trajectories(self, queries: Sequence[str]) -> list[Any]:
         if not self.first_call_written:
@@ -185,23 +182,19 @@ class RouterR1Policy:
         decision point), ``word`` (what greedy decoding wrote there), ``escalated`` (what it did) and ``calls``."""
         tok = self.worker.tokenizer
         words = [tok.encode(w, add_special_tokens=False)[0] for w in (ESCALATE_WORD, ANSWER_WORD)]
-        rows, prefixes = [], []
+        rows, read = [], []  # read: (row, the episode's tokens up to its decision point)
         for t in self._cascade_trajectories(queries):
-            calls = [r.model for r in t.routes]
-            row = {"calls": calls, "escalated": any(c != self.cheap for c in calls[1:]), "odds": None, "word": None}
+            row = {**self._calls(t), "odds": None, "word": None}
             segs = t.tokens.segments
             first = next((i for i, sg in enumerate(segs) if sg.policy), None)
             pieces = [] if first is None else [tok.decode([x]) for x in segs[first].token_ids]
             j = decision_index(pieces)
             if j is not None:
                 row["word"] = pieces[j]  # what greedy decoding wrote there
-                prefixes.append([x for sg in segs[:first] for x in sg.token_ids] + list(segs[first].token_ids[:j]))
-                row["odds"] = len(prefixes) - 1  # filled below
+                read.append((row, [x for sg in segs[:first] for x in sg.token_ids] + list(segs[first].token_ids[:j])))
             rows.append(row)
-        lps = self.worker.next_token_logprobs(prefixes, words) if prefixes else []
-        for row in rows:
-            if row["odds"] is not None:
-                up, down = lps[row["odds"]]
+        if read:
+            for (row, _), (up, down) in zip(read, self.worker.next_token_logprobs([p for _, p in read], words)):
                 row["odds"] = up - down
         return rows
 

@@ -44,7 +44,7 @@ def test_first_call_resolves_from_the_run_or_the_caller(tmp_path):
 
 
 def test_last_thinking_is_the_last_turn_s_reasoning():
-    from rlrouter.rollout.policy import last_thinking
+    from rlrouter.protocol import last_thinking
 
     assert last_thinking("<think>\nask mixtral</think>\n<search>mixtral: q</search>") == "ask mixtral"
     text = ("<think>\nfirst</think><search>a: q</search>\n<information>B</information>\n"
