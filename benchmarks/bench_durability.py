@@ -64,8 +64,9 @@ def serve_child(port: int, state: str, temp_dir: str | None) -> None:
     import importlib
 
     import ray
-    import yaml
     from ray import serve
+
+    from rlrouter.pool import read_pool_config
 
     own = {"num_cpus": 2, "include_dashboard": False, "_temp_dir": temp_dir} if temp_dir else {}
     ray.init(log_to_driver=False, **own,
@@ -74,7 +75,7 @@ def serve_child(port: int, state: str, temp_dir: str | None) -> None:
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     app_mod = importlib.import_module("serve.app")
     keys = [{"key": k, "user_id": u} for k, u in USERS.items()] + [{"key": ADMIN, "user_id": "ops", "admin": True}]
-    args = {"pool": yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text()),
+    args = {"pool": read_pool_config(ROOT / "conf" / "pool" / "routellm_replay.yaml"),
             "selector": {"storage_path": state, "auto_save_interval": "2s", "seed": 0},
             "serving": {"api_keys": keys, "dev": True}}
     serve.run(app_mod.build_app(args), name="rlrouter", route_prefix="/", blocking=False)

@@ -86,16 +86,14 @@ def judge(status: int, body: Any) -> str | None:
 def inprocess_app(tmp: Path) -> Any:
     """The real FastAPI app around a real selector and the replay pool; the implicit-feedback classifier is
     the real MiniLM one (loaded lazily on the first follow-up)."""
-    import yaml
-
-    from rlrouter.pool.pool import CandidatePool
+    from rlrouter.pool.pool import CandidatePool, read_pool_config
     from rlrouter.selector import Selector, SelectorConfig
     from rlrouter.serving.api import create_app, install
     from rlrouter.serving.auth import ApiKeyAuth
     from rlrouter.serving.config import ServingConfig
     from rlrouter.serving.service import LocalSelectorClient, RouterService
 
-    pool = CandidatePool.from_config(yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text()))
+    pool = CandidatePool.from_config(read_pool_config(ROOT / "conf" / "pool" / "routellm_replay.yaml"))
     cfg = SelectorConfig(storage_path=str(tmp / "state.json"), seed=0)
     selector = Selector(cfg, pool.names)
     selector.load()

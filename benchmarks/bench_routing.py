@@ -648,11 +648,9 @@ def main() -> None:
     ap.add_argument("--name", default="routing")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args()
-    from omegaconf import OmegaConf
-
     from rlrouter.data.build import load_router_r1_split
     from rlrouter.eval.route_scores import alpha_sweep, cost_bounds, escalation_value, route_table
-    from rlrouter.pool.pool import CandidatePool
+    from rlrouter.pool.pool import CandidatePool, read_pool_config
 
     t0 = time.perf_counter()
     penalties = [float(x) for x in args.greedy_penalties.split(",")] if args.greedy_penalties else None
@@ -665,7 +663,7 @@ def main() -> None:
     if exclude is None:
         default = ROOT / "outputs" / "data" / "gsm8k_mmlu_n512-128_s0" / "test.parquet"
         exclude = [str(default)] if default.exists() else []
-    pool = CandidatePool.from_config(OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "pool" / "routellm_replay.yaml")))
+    pool = CandidatePool.from_config(read_pool_config(ROOT / "conf" / "pool" / "routellm_replay.yaml"))
     items = logged_items(excluded_prompts(exclude))
     table = route_table(pool, items)
     sweeps = {"logs as they are": alpha_sweep(table, ALPHAS), "job mix (tasks equal)": alpha_sweep(balanced(table), ALPHAS)}

@@ -212,10 +212,10 @@ def latency_child(name: str, args: argparse.Namespace) -> dict:
     import importlib
 
     import ray
-    import yaml
     from ray import serve
 
     from rlrouter.distributed.cluster import direct_ingress_port
+    from rlrouter.pool import read_pool_config
 
     setup = LATENCY_SETUPS[name]
     os.environ.update(setup.env)  # before ray.init: the controller, proxy and replicas inherit them
@@ -230,7 +230,7 @@ def latency_child(name: str, args: argparse.Namespace) -> dict:
     state.parent.mkdir(parents=True, exist_ok=True)
     for p in (state, Path(str(state) + ".wal")):
         p.unlink(missing_ok=True)
-    pool = yaml.safe_load((ROOT / "conf" / "pool" / "routellm_replay.yaml").read_text())
+    pool = read_pool_config(ROOT / "conf" / "pool" / "routellm_replay.yaml")
     serve.run(app_mod.build_app({"pool": pool, "selector": {"storage_path": str(state)},
                                  "serving": {"api_keys": [{"key": "k-bench", "user_id": "bench"}], "dev": True,
                                              "selector_in_ingress": setup.selector_in_ingress}}),

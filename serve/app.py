@@ -32,6 +32,7 @@ import yaml
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from rlrouter.pool import read_pool_config
 from rlrouter.selector import Selector, SelectorConfig
 from rlrouter.serving.api import create_app, install
 from rlrouter.serving.auth import ApiKeyAuth
@@ -227,11 +228,7 @@ def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
             if key == "selector" and isinstance(value, dict):  # VSR's algorithm/decisions shape, as printed
                 value = SelectorConfig.flat_fields(value)
             cfg[key] = {**(cfg.get(key) or {}), **value} if isinstance(value, dict) else value
-    pool_src = args.pop("pool", cfg.pop("pool", None)) or str(DEFAULT_POOL)
-    if isinstance(pool_src, str):
-        p = Path(pool_src)
-        pool_src = yaml.safe_load((p if p.is_absolute() else ROOT / p).read_text())
-    cfg["pool"] = pool_src
+    cfg["pool"] = read_pool_config(args.pop("pool", cfg.pop("pool", None)) or DEFAULT_POOL, ROOT)
     if "routers" in args:  # {name: folder} or {name: {path, state}}: routers saved by jobs/train_router.py
         cfg["routers"] = {**(cfg.get("routers") or {}), **(args.pop("routers") or {})}
     for key in ("selector", "serving", "router_r1", "gmtrouter", "intent"):

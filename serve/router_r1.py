@@ -18,7 +18,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ray import serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,13 +30,10 @@ class RouterR1Deployment:
                  env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None, first_call: str = "auto"):
         """``pool``: a pool config file, or its candidate list (``router_model_path`` passes the app's);
         ``first_call``: ``auto``, ``written`` or ``policy`` (``rlrouter.rollout.policy.resolve_first_call``)."""
+        from rlrouter.pool import read_pool_config
         from rlrouter.rollout.policy import RouterR1Policy, resolve_first_call
 
-        if isinstance(pool, str):
-            p = Path(pool)
-            pool_cfg = yaml.safe_load((p if p.is_absolute() else ROOT / p).read_text())
-        else:
-            pool_cfg = {"candidates": list(pool)}
+        pool_cfg = read_pool_config(pool, ROOT, "router_r1.args.pool")
         ck = Path(checkpoint)
         ck = ck if ck.is_absolute() else ROOT / ck
         written, query_words = resolve_first_call(ck, first_call, "router_r1.args.first_call")

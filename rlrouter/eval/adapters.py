@@ -21,8 +21,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -380,15 +378,13 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     the policy called: a cascade's second stage) or ``policy`` (the candidate the policy's first turn names);
     ``score``: ``route`` (the candidate it calls) or ``escalation`` (a cascade's second stage as a threshold router
     on its log-odds of escalating after the cheap reply, ``EscalationOddsRouter``)."""
-    import yaml
-
+    from rlrouter.pool import read_pool_config
     from rlrouter.rollout.policy import RouterR1Policy, resolve_first_call
 
     if not cfg.get("checkpoint"):
         raise ValueError("router type 'router_r1': checkpoint is required (outputs/<run>/checkpoints/step_N, "
                          "or 'base' for the untrained base policy)")
-    pool_path = Path(cfg.pop("pool", "conf/pool/routellm_replay.yaml"))
-    pool = yaml.safe_load(pool_path.read_text())
+    pool = read_pool_config(cfg.pop("pool", "conf/pool/routellm_replay.yaml"), where="router type 'router_r1': pool")
     name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool["candidates"]}
     checkpoint = cfg.pop("checkpoint")
     written, query_words = resolve_first_call(None if checkpoint == "base" else checkpoint,

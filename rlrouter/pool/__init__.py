@@ -7,7 +7,7 @@ when a vLLM candidate is built.
 """
 
 from rlrouter.pool.base import BACKENDS, Backend, Candidate, CandidateResponse
-from rlrouter.pool.pool import CandidatePool, PoolConfigError, candidate_from_spec
+from rlrouter.pool.pool import CandidatePool, PoolConfigError, candidate_from_spec, read_pool_config
 
 __all__ = ["BACKENDS", "Backend", "Candidate", "CandidatePool", "CandidateResponse", "PoolConfigError",
-           "candidate_from_spec"]
+           "candidate_from_spec", "read_pool_config"]

@@ -18,6 +18,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 from rlrouter.config import to_plain
@@ -52,6 +53,47 @@ def backend_class(kind: str) -> type[Backend]:
 
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def read_pool_config(src: str | Path | Mapping[str, Any] | Sequence[Mapping[str, Any]], root: Path | None = None,
+                     where: str = "pool") -> dict[str, Any]:
+    """A pool config as a plain dict, from a YAML file (a path; a relative one is taken under ``root`` when given),
+    a config mapping, or a bare candidate list (``{"candidates": [...]}``).
+
+    The one place a pool file is read (the Serve app, its Router-R1 deployment and the ``router_r1`` eval router).
+    It checks the shape every reader relies on, a mapping with a non-empty ``candidates`` list of mappings, and
+    raises ``PoolConfigError`` naming the file and the field; ``CandidatePool.from_config`` checks the rest.
+    """
+    if isinstance(src, (str, Path)):
+        path = Path(src).expanduser()
+        if not path.is_absolute() and root is not None:
+            path = root / path
+        if not path.is_file():
+            raise PoolConfigError(where, f"no pool file at {path}")
+        import yaml
+
+        try:
+            cfg = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            raise PoolConfigError(where, f"{path} is not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+        where = f"{where} ({path})"
+    elif isinstance(src, Mapping):
+        cfg = to_plain(src)
+    elif isinstance(src, Sequence):
+        cfg = {"candidates": list(to_plain(src))}
+    else:
+        raise PoolConfigError(where, f"expected a pool file path, a mapping or a candidate list, got {type(src).__name__}")
+    if not isinstance(cfg, Mapping):
+        raise PoolConfigError(where, f"expected a mapping with 'candidates', got {type(cfg).__name__}")
+    specs = cfg.get("candidates")
+    if not isinstance(specs, list) or not specs:
+        raise PoolConfigError(f"{where}.candidates", "expected a non-empty list of candidates")
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
+            raise PoolConfigError(f"{where}.candidates[{i}]", f"expected a mapping with a 'name', got {spec!r:.80}")
+    return dict(cfg)
 
 
 def candidate_from_spec(spec: Mapping[str, Any], where: str) -> Candidate:

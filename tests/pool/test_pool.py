@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rlrouter.pool import Backend, Candidate, CandidatePool, CandidateResponse, PoolConfigError
+from rlrouter.pool import Backend, Candidate, CandidatePool, CandidateResponse, PoolConfigError, read_pool_config
 
 from .conftest import stats
 
@@ -55,6 +55,40 @@ def test_omegaconf_config_and_lookup():
                                   "backend": "openai", "description": "strong"}
     with pytest.raises(KeyError, match=r"unknown candidate 'gpt'; known: \['big', 'small'\]"):
         pool.get("gpt")
+
+
+def test_read_pool_config_from_a_file_a_mapping_or_a_list(tmp_path):
+    from omegaconf import OmegaConf
+
+    from tests.helpers import ROOT
+
+    shipped = read_pool_config("conf/pool/routellm_replay.yaml", ROOT)
+    assert [c["name"] for c in shipped["candidates"]] == ["gpt-4-1106-preview", "mixtral-8x7b-instruct"]
+    assert read_pool_config(ROOT / "conf" / "pool" / "routellm_replay.yaml") == shipped  # absolute: root unused
+    (tmp_path / "p.yaml").write_text("max_concurrency: 3\ncandidates:\n  - {name: a, price_in: 1, price_out: 2}\n")
+    assert read_pool_config("p.yaml", tmp_path) == {"max_concurrency": 3,
+                                                    "candidates": [{"name": "a", "price_in": 1, "price_out": 2}]}
+    assert read_pool_config(OmegaConf.create({"candidates": [spec("a")]})) == {"candidates": [spec("a")]}
+    assert read_pool_config(OmegaConf.create([spec("a"), spec("b")])) == {"candidates": [spec("a"), spec("b")]}
+    assert CandidatePool.from_config(read_pool_config([spec("a")])).names == ["a"]
+
+
+@pytest.mark.parametrize("text, field, msg", [
+    (None, "router_r1.args.pool", "no pool file at"),
+    ("candidates: [a, b\n", "router_r1.args.pool", "is not valid YAML (line 2, column 1)"),
+    ("- {name: a}\n", "router_r1.args.pool ({p})", "expected a mapping with 'candidates', got list"),
+    ("max_concurrency: 2\n", "router_r1.args.pool ({p}).candidates", "non-empty list"),
+    ("candidates:\n  - {name: a}\n  - price_in: 1\n", "router_r1.args.pool ({p}).candidates[1]", "with a 'name'"),
+])
+def test_read_pool_config_errors_name_the_file_and_field(tmp_path, text, field, msg):
+    p = tmp_path / "pool.yaml"
+    if text is not None:
+        p.write_text(text)
+    with pytest.raises(PoolConfigError) as e:
+        read_pool_config("pool.yaml", tmp_path, "router_r1.args.pool")
+    assert e.value.field == field.format(p=p) and msg in e.value.message
+    if text is not None and "YAML" in msg:
+        assert str(p) in e.value.message
 
 
 def test_route_over_http_keeps_order_and_reports_bad_calls(server_url):
