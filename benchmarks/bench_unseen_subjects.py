@@ -176,6 +176,8 @@ def summarize(reports: dict[int, dict]) -> dict:
             if "policy_routes" in info:  # Router-R1: the pool names it routed to ("none": no call)
                 per[seed].update(policy_routes=info["policy_routes"], unrouted=info.get("unrouted"),
                                  **({"escalated": info["escalated"]} if "escalated" in info else {}))
+            if "escalated_greedy" in info:  # the odds router: what greedy decoding did, turns with no decision point
+                per[seed].update(escalated_greedy=info["escalated_greedy"], no_decision_point=info["no_decision_point"])
             if rep.get("online") and name in rep["online"]:
                 per[seed]["online"] = rep["online"][name]
         # means over the seeds whose split has a gap to recover (MIN_GAP); every seed stays in per_seed
@@ -226,6 +228,12 @@ def markdown(summary: dict) -> str:
     lines += ["", "Strong − weak quality gap per seed: " + ", ".join(f"{s}: {g:.3f}" for s, g in gaps.items())
               + "." + "".join(f" Seed {s}'s gap is below {MIN_GAP}: its APGRs divide by it, so the means leave it out."
                               for s, g in gaps.items() if g < MIN_GAP)]
+    for n, r in summary["routers"].items():
+        per = r["per_seed"]
+        if all("escalated_greedy" in per[s] for s in seeds):
+            lines += ["", f"{n}: greedy decoding escalated on {' / '.join(str(per[s]['escalated_greedy']) for s in seeds)} "
+                      f"of each seed's prompts; {' / '.join(str(per[s]['no_decision_point']) for s in seeds)} turns had no "
+                      "decision point (scored by their greedy choice)."]
     pooled = {n: r["weak_split_pooled"] for n, r in summary["routers"].items()
               if (r.get("weak_split_pooled") or {}).get("value") is not None}
     if pooled:  # reports made before the job recorded weak_split have no such table
@@ -321,6 +329,10 @@ def main() -> None:
         + ([f"--out {out_arg}"] if out_arg else [])
         + (["--reuse-checkpoints"] if args.reuse_checkpoints else []) + (["--parallel"] if args.parallel else []))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
+    previous = OUT / f"{name}.json"
+    if not todo and previous.exists():  # every seed's report reused: keep the run time of the run that made them
+        summary["summarised_again_s"] = summary["seconds"]
+        summary["seconds"] = json.loads(previous.read_text()).get("seconds", summary["seconds"])
     write_summary(summary, name)
     print(f"{summary['seconds']} s; per-seed reports under {args.out}")
 

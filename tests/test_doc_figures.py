@@ -625,6 +625,10 @@ ROUTING_FIGURES = [
                      f"{r['probe_form']['apgr_mean']:.3f})", "README: odds APGR"),
     Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "seconds",
            lambda t: f"`benchmarks/results/unseen_subjects_subset300_r40_odds.md`, {t:.0f} s alone", "unseen subjects 300: odds time"),
+    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed",
+           lambda p: f"Greedy decoding escalated on {_three([p[s]['escalated_greedy'] for s in '012'], 'd')} of each "
+                     f"seed's 300, as in the run above, and {sum(p[s]['no_decision_point'] for s in '012')} of the 900 "
+                     "turns had no decision point", "unseen subjects 300: odds greedy counts"),
     Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "", _unseen_weak_split_table,
            "unseen subjects: weak-split table"),
     Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.weak_split_pooled",

@@ -64,3 +64,20 @@ def test_a_cascade_row_shows_the_cost_of_every_call_it_made():
            "call it made) |" in md
     del reports[1]["slices"]["all"]["routers"]["router_r1"]["cost_mean_all_calls"]  # not every seed has it: no mean
     assert "with every call" not in bu.markdown(bu.summarize(reports))
+
+
+def test_the_odds_router_reports_what_greedy_decoding_did_per_seed():
+    """The job's router info (``escalated_greedy``, ``no_decision_point``) reaches the summary per seed and a line
+    under the table; a seed without it (another router type) gives no line."""
+    reports = {0: _report({"mf": 0.5, "router_r1_odds": 0.6}, 0.6, 0.75),
+               1: _report({"mf": 0.5, "router_r1_odds": 0.7}, 0.6, 0.75)}
+    reports[0]["routers"] = {"router_r1_odds": {"type": "router_r1", "escalated_greedy": 4, "no_decision_point": 0}}
+    reports[1]["routers"] = {"router_r1_odds": {"type": "router_r1", "escalated_greedy": 6, "no_decision_point": 2}}
+    s = bu.summarize(reports)
+    per = s["routers"]["router_r1_odds"]["per_seed"]
+    assert (per[0]["escalated_greedy"], per[1]["no_decision_point"]) == (4, 2)
+    assert "escalated_greedy" not in s["routers"]["mf"]["per_seed"][0]
+    assert ("router_r1_odds: greedy decoding escalated on 4 / 6 of each seed's prompts; 0 / 2 turns had no decision "
+            "point") in bu.markdown(s)
+    del reports[1]["routers"]
+    assert "greedy decoding escalated" not in bu.markdown(bu.summarize(reports))
