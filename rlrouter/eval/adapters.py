@@ -377,9 +377,11 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     (each episode starts after a written call to the cheapest candidate and the route is the last candidate
     the policy called: a cascade's second stage) or ``policy`` (the candidate the policy's first turn names);
     ``score``: ``route`` (the candidate it calls) or ``escalation`` (a cascade's second stage as a threshold router
-    on its log-odds of escalating after the cheap reply, ``EscalationOddsRouter``)."""
+    on its log-odds of escalating after the cheap reply, ``EscalationOddsRouter``); ``until`` (a cascade):
+    ``answer`` (default: the whole episode, as its run evaluated it) or ``route`` (stop at the call after the cheap
+    reply, unsent: ``RouterR1Policy``)."""
     from rlrouter.pool import read_pool_config
-    from rlrouter.rollout.policy import RouterR1Policy, resolve_first_call
+    from rlrouter.rollout.policy import RouterR1Policy, check_until, resolve_first_call
 
     if not cfg.get("checkpoint"):
         raise ValueError("router type 'router_r1': checkpoint is required (outputs/<run>/checkpoints/step_N, "
@@ -390,6 +392,7 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     written, query_words = resolve_first_call(None if checkpoint == "base" else checkpoint,
                                               cfg.pop("first_call", "auto"), "router type 'router_r1': first_call")
     score = cfg.pop("score", "route")
+    until = check_until(cfg.pop("until", "answer"), "router type 'router_r1': until")
     if score not in ("route", "escalation"):
         raise ValueError(f"router type 'router_r1': score must be 'route' or 'escalation', got {score!r}")
     if score == "escalation" and not written:
@@ -398,7 +401,7 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
                          "first_call: written")
     policy = RouterR1Policy(None if checkpoint == "base" else checkpoint, cfg.pop("base_model", "smollm2-135m-instruct"),
                             pool["candidates"], env=cfg.pop("env", None), pool=pool if written else None,
-                            first_call_written=written, query_words=query_words)
+                            first_call_written=written, query_words=query_words, until=until)
     if score == "escalation":
         cfg.pop("default", None)  # every prompt gets a score: nothing falls to a default
         if name_map.get(policy.cheap, policy.cheap) != ctx.candidates[ctx.weak]:

@@ -243,7 +243,9 @@ class RouterEnv:
         """``n_samples`` trajectories per item, laid out item-major (row ``i * n + j``).
 
         ``temperature`` overrides the config's (0 for greedy evaluation). An item's ``first_turn`` (text)
-        stands in for its first sampled turn, as an observation (``train.no_answer_first_call``)."""
+        stands in for its first sampled turn, as an observation (``train.no_answer_first_call``). An item's
+        ``stop_at_call`` (N >= 1) ends its trajectories once their N-th call is written, before that call is
+        sent: the route is known and nothing is paid for it (a served cascade's decision)."""
         temp = self.cfg.temperature if temperature is None else temperature
         trajs = []
         allowed: dict[int, list[str]] = {}  # prompt index -> the names its routes may use
@@ -296,8 +298,11 @@ class RouterEnv:
                     model = parsed.call.model
                     query = t.item["query"] if model in self._replay and self.cfg.replay_query == "original" \
                         else parsed.call.query
-                    pending.append((t, model, query))
                     t.routes.append(RouteRecord(model=model, query=parsed.call.query))
+                    if t.item.get("stop_at_call") and len(t.routes) >= t.item["stop_at_call"]:
+                        t.done = True  # the route is what was asked for: this call is not sent
+                    else:
+                        pending.append((t, model, query))
                 else:
                     t.protocol_errors += 1
                     infos[id(t)] = parsed.error or NO_ROUTE_ERROR

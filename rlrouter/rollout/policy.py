@@ -115,18 +115,33 @@ def decision_index(pieces: Sequence[str]) -> int | None:
     return None
 
 
+CASCADE_UNTIL = ("answer", "route")
+
+
+def check_until(until: str, where: str) -> str:
+    """``until`` of a cascade's episodes (``RouterR1Policy``), or a ValueError naming ``where``."""
+    if until not in CASCADE_UNTIL:
+        raise ValueError(f"{where}: expected one of {CASCADE_UNTIL}, got {until!r}")
+    return until
+
+
 class RouterR1Policy:
     """Serve a Router-R1 checkpoint: ``route(query) -> {selected_model, thinking, full_response}``."""
 
     def __init__(self, checkpoint: str | None, base_model: str, candidates: Sequence[dict[str, Any]],
                  env: dict[str, Any] | None = None, engine: dict[str, Any] | None = None,
-                 pool: dict[str, Any] | None = None, first_call_written: bool = False, query_words: int = 24):
+                 pool: dict[str, Any] | None = None, first_call_written: bool = False, query_words: int = 24,
+                 until: str = "answer"):
         """``checkpoint=None`` serves the untrained ``base_model`` (the policy before any training).
         Episode settings: the checkpoint's run's (``trained_env``), else ``EnvConfig``'s defaults, with
         ``env``'s fields over them (e.g. ``{"greedy_frequency_penalty": 0}``). ``first_call_written``: each query's episode starts after a written call
         to the cheapest candidate (its first ``query_words`` words), and the policy decides, having read that
         reply, whether to call another (``cascade_batch``); it needs ``pool``, the pool config whose
-        candidates answer the calls."""
+        candidates answer the calls. ``until`` (a cascade's episodes): ``answer`` runs each to its end, as the
+        training job evaluates it (the route is the last candidate called); ``route`` stops once the policy writes
+        its call after the cheap reply, before that call is sent (no strong call inside the decision, no answer
+        turn). The two differ only for a policy that calls a third time."""
+        self.until = check_until(until, "RouterR1Policy: until")
         if first_call_written and pool is None:
             raise ValueError("RouterR1Policy: first_call_written needs a pool (the candidates that answer the "
                              "written call and any the policy makes after it)")
@@ -151,9 +166,10 @@ class RouterR1Policy:
         return self.route_batch([query])[0]
 
     def cascade_batch(self, queries: Sequence[str]) -> list[dict[str, Any]]:
-        """Each query's whole episode, greedy, starting after the written call to the cheapest candidate
-        (``with_first_turn``, as the training job's ``eval.first_call_written``): ``calls`` (the candidates
-        called, in order), ``selected_model`` (the last one called: the reply the policy copies) and
+        """Each query's episode, greedy, starting after the written call to the cheapest candidate
+        (``with_first_turn``, as the training job's ``eval.first_call_written``), to its end or to the call after
+        the cheap reply (``until``): ``calls`` (the candidates called, in order; under ``until="route"`` the last
+        is written but not sent), ``selected_model`` (the last one called: the reply the policy copies) and
         ``escalated`` (whether it called another after reading the cheap reply), ``thinking`` (its last turn's)."""
         out = []
         for t in self._cascade_trajectories(queries):
@@ -170,7 +186,8 @@ class RouterR1Policy:
     def _cascade_trajectories(self, queries: Sequence[str]) -> list[Any]:
         if not self.first_call_written:
             raise ValueError("RouterR1Policy: a cascade's episodes need first_call_written=True (and a pool)")
-        items = [with_first_turn({"query": q, "ground_truth": []}, self.cheap, self.query_words) for q in queries]
+        stop = {"stop_at_call": 2} if self.until == "route" else {}
+        items = [with_first_turn({"query": q, "ground_truth": [], **stop}, self.cheap, self.query_words) for q in queries]
         return sorted(self.worker.rollout(items, n_samples=1, seed=0, step=0, temperature=0.0),
                       key=lambda t: t.prompt_index)
 

@@ -200,7 +200,7 @@ def test_router_r1_base_policy_needs_no_checkpoint(monkeypatch):
 
     class FakePolicy:
         def __init__(self, checkpoint, base_model, candidates, env=None, pool=None, first_call_written=False,
-                     query_words=24):
+                     query_words=24, until="answer"):
             seen.update(checkpoint=checkpoint, base_model=base_model, names=[c["name"] for c in candidates],
                         pool=pool, first_call_written=first_call_written)
 
@@ -240,8 +240,8 @@ def test_router_r1_cascade_policy_is_scored_by_its_last_call(monkeypatch, tmp_pa
 
     class FakePolicy:
         def __init__(self, checkpoint, base_model, candidates, env=None, pool=None, first_call_written=False,
-                     query_words=24):
-            seen.update(pool=pool, first_call_written=first_call_written, query_words=query_words)
+                     query_words=24, until="answer"):
+            seen.update(pool=pool, first_call_written=first_call_written, query_words=query_words, until=until)
 
         def route_batch(self, prompts):
             return answers if seen["first_call_written"] else [{"selected_model": "gpt-4-1106-preview"}] * 3
@@ -263,6 +263,7 @@ def test_router_r1_cascade_policy_is_scored_by_its_last_call(monkeypatch, tmp_pa
     pool = str(Path(__file__).resolve().parents[2] / "conf/pool/routellm_replay.yaml")
     r = build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "default": "weak"}, ctx)
     assert seen["first_call_written"] is True and seen["query_words"] == 16
+    assert seen["until"] == "answer"  # the whole episode, as its run evaluated it
     assert [c["name"] for c in seen["pool"]["candidates"]] == ["gpt-4-1106-preview", "mixtral-8x7b-instruct"]
     assert r.decide(["a", "b", "c"]).tolist() == [0, 1, 0]  # the last call; no call: the default
     assert r.report() == {"policy_routes": {"mixtral-8x7b-instruct": 1, "gpt-4-1106-preview": 1, "none": 1},
@@ -274,6 +275,11 @@ def test_router_r1_cascade_policy_is_scored_by_its_last_call(monkeypatch, tmp_pa
     assert r.paid_calls is None  # a first-turn policy pays for its route only
     with pytest.raises(ValueError, match="first_call must be 'auto', 'written' or 'policy', got 'always'"):
         build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "first_call": "always"}, ctx)
+    build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "until": "route"}, ctx)
+    assert seen["until"] == "route"
+    with pytest.raises(ValueError, match=r"router type 'router_r1': until: expected one of \('answer', 'route'\), "
+                                         "got 'reply'"):
+        build_router({"type": "router_r1", "checkpoint": str(ck), "pool": pool, "until": "reply"}, ctx)
 
     # score: escalation, the policy's log-odds of escalating after the cheap reply as a threshold router
     FakePolicy.cheap = "mixtral-8x7b-instruct"

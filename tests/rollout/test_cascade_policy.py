@@ -34,13 +34,25 @@ def test_episodes_start_after_the_cheap_call_and_route_to_the_last(shared_data, 
     policy = served.policy
     assert policy.first_call_written and policy.cheap == "mixtral-8x7b-instruct"
     assert policy.env_cfg.max_new_tokens == 48  # the run's episode settings
+    assert policy.until == "route"  # the deployment's default: the decision ends at the call after the reply
+    policy.until = "answer"  # the whole episode, as the training job evaluates it
+    full = policy.route_batch(queries)
+    policy.until = "route"
     out = policy.route_batch(queries)
     assert len(out) == 3
-    for o in out:
-        assert o["calls"][0] == "mixtral-8x7b-instruct"  # the written call reached the pool
-        assert o["selected_model"] == o["calls"][-1]
-        assert o["escalated"] == any(c != "mixtral-8x7b-instruct" for c in o["calls"][1:])
-        assert o["full_response"].count("<information>") >= len(o["calls"])  # each reply shown to the policy
+    for o, f in zip(out, full):
+        assert f["calls"][0] == "mixtral-8x7b-instruct"  # the written call reached the pool
+        assert f["selected_model"] == f["calls"][-1]
+        assert f["escalated"] == any(c != "mixtral-8x7b-instruct" for c in f["calls"][1:])
+        assert f["full_response"].count("<information>") >= len(f["calls"])  # each reply shown to the policy
+        # stopped at the route: a prefix of the whole episode, the call after the reply written but not sent
+        assert f["full_response"].startswith(o["full_response"]) and o["calls"] == f["calls"][:len(o["calls"])]
+        assert o["selected_model"] == o["calls"][-1] and len(o["calls"]) <= 2
+        assert o["escalated"] == (o["calls"][1:] != [] and o["calls"][1] != "mixtral-8x7b-instruct")
+        if len(o["calls"]) == 2:
+            assert o["full_response"].endswith("</search>")
+        else:
+            assert o == f  # no call after the reply: nothing to stop, the same episode
     one = served.route(queries[0])  # what /router_r1/route answers: the same greedy episode
     assert {k: one[k] for k in ("selected_model", "calls", "full_response")} == \
         {k: out[0][k] for k in ("selected_model", "calls", "full_response")}

@@ -228,6 +228,27 @@ def test_a_first_turn_written_for_the_policy_is_routed_but_not_learned_on():
     assert [r.model for r in free.routes] == ["big"]  # the other item samples its first turn as before
 
 
+def test_stop_at_call_ends_the_trajectory_at_that_call_unsent():
+    """``stop_at_call`` (a served cascade's ``until: route``): the N-th call is recorded but never sent, and the
+    trajectory ends there; a trajectory that answers first, and an item without the key, run as before."""
+    given = "I will ask small.</think>\n<search>small: q</search>"
+    env, pool = make_env({"q1": ["x", "<think>no</think><search>big: q1 again</search>", "<answer>1</answer>"],
+                          "q2": ["x", "<think>ok</think><answer>42</answer>"],
+                          "q3": ["x", "<think>no</think><search>big: q3 again</search>", "<answer>3</answer>"]},
+                         max_turns=3)
+    stopped, answered, full = env.run([{"query": "q1", "first_turn": given, "stop_at_call": 2},
+                                       {"query": "q2", "first_turn": given, "stop_at_call": 2},
+                                       {"query": "q3", "first_turn": given}])
+    assert [r.model for r in stopped.routes] == ["small", "big"] and stopped.done and stopped.answer is None
+    assert stopped.routes[1].cost == 0.0 and stopped.routes[1].correct is None  # not sent: nothing paid
+    assert stopped.text.endswith("<search>big: q1 again</search>") and stopped.turns == 2
+    assert [r.model for r in answered.routes] == ["small"] and answered.answer == "42"
+    assert [r.model for r in full.routes] == ["small", "big"] and full.answer == "3" and full.turns == 3
+    sent = [c for batch in pool.calls for c in batch]
+    assert ("big", "q1") not in sent and ("big", "q3") in sent  # replay candidates get the original question
+    assert sent.count(("small", "q")) == 3  # each written first call was sent (small is not replay: its sub-query)
+
+
 def test_mark_no_answer_notes_replies_without_a_final_answer_only():
     """``rollout.env.mark_no_answer``: the information block of a reply that states no final answer ends
     with the note; a reply that states one, an error and the default (off) are left as they were."""

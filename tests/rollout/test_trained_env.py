@@ -43,6 +43,19 @@ def test_first_call_resolves_from_the_run_or_the_caller(tmp_path):
         resolve_first_call(ck, "x", "router_r1.args.first_call")
 
 
+def test_until_is_checked_by_name_where_a_cascade_is_built():
+    import pytest
+
+    from rlrouter.rollout.policy import RouterR1Policy, check_until
+    from serve.router_r1 import RouterR1Deployment
+
+    assert check_until("route", "x") == "route" and check_until("answer", "x") == "answer"
+    with pytest.raises(ValueError, match=r"router_r1.args.until: expected one of \('answer', 'route'\), got 'end'"):
+        RouterR1Deployment.func_or_class("outputs/none", until="end")  # refused before any engine is built
+    with pytest.raises(ValueError, match="RouterR1Policy: until: expected one of"):
+        RouterR1Policy(None, "smollm2-135m-instruct", [], until="all")
+
+
 def test_last_thinking_is_the_last_turn_s_reasoning():
     from rlrouter.protocol import last_thinking
 
