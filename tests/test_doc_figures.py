@@ -300,6 +300,20 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing_eval2000_s30.json", "runs.2.routing.policy_minus_best_fixed",
            lambda d: f"policy - best fixed route **{d['value']:+.3f}\n  [{d['lo']:+.3f}, {d['hi']:+.3f}]**",
            "30 steps on 2,000 held-out"),
+    # larger groups (train.n_samples=8) from make run's own cold start, beside make run
+    Figure("docs/benchmarks.md", "routing_groups.json", "runs",
+           lambda runs: "Held-out reward on the 32 questions, steps 0 to 10: four samples "
+                        + ", ".join(f"{e['eval/mean_reward']:.3f}" for e in runs[0]["held_out_curve"]) + "; eight "
+                        + ", ".join(f"{e['eval/mean_reward']:.3f}" for e in runs[1]["held_out_curve"])
+                        + f". At step 10 eight samples end **{runs[1]['routing']['policy_minus_best_fixed']['value']:+.3f} "
+                        + _interval(runs[1]["routing"]["policy_minus_best_fixed"]).split(" ", 1)[1] + "** below always-Mixtral",
+           "larger groups: curves"),
+    Figure("docs/benchmarks.md", "routing_groups.json", "runs",
+           lambda runs: "(GSM8K / MMLU " + " / ".join(f"{runs[1]['held_out_curve'][1][f'eval/strong_share/{t}']:.2f}"
+                                                      for t in ("gsm8k", "mmlu"))
+                        + " at\n  step 2 against " + " / ".join(f"{runs[0]['held_out_curve'][1][f'eval/strong_share/{t}']:.2f}"
+                                                               for t in ("gsm8k", "mmlu")) + ")",
+           "larger groups: strong share at step 2"),
     Figure("docs/benchmarks.md", "routing_casc400.json", "runs.1.routing.cascade_minus_best_fixed",
            lambda d: f"+{d['value']:.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]** (0.673", "cascade on 400 held-out"),
     Figure("docs/benchmarks.md", "routing_casc400.json", "runs.1.routing",
