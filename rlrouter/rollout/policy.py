@@ -183,10 +183,10 @@ class RouterR1Policy:
         calls = [r.model for r in t.routes]
         return {"calls": calls, "escalated": any(c != self.cheap for c in calls[1:])}
 
-    def _cascade_trajectories(self, queries: Sequence[str]) -> list[Any]:
+    def _cascade_trajectories(self, queries: Sequence[str], until: str | None = None) -> list[Any]:
         if not self.first_call_written:
             raise ValueError("RouterR1Policy: a cascade's episodes need first_call_written=True (and a pool)")
-        stop = {"stop_at_call": 2} if self.until == "route" else {}
+        stop = {"stop_at_call": 2} if (until or self.until) == "route" else {}
         items = [with_first_turn({"query": q, "ground_truth": [], **stop}, self.cheap, self.query_words) for q in queries]
         return sorted(self.worker.rollout(items, n_samples=1, seed=0, step=0, temperature=0.0),
                       key=lambda t: t.prompt_index)
@@ -196,11 +196,12 @@ class RouterR1Policy:
         where the policy's turn after that reply chooses (``decision_index``): log p(``ESCALATE_WORD``) - log
         p(``ANSWER_WORD``) as its next token, greedy episode up to there. With it the policy's escalations are a
         score a threshold can cut at any share of strong calls. Each row: ``odds`` (None when the turn has no
-        decision point), ``word`` (what greedy decoding wrote there), ``escalated`` (what it did) and ``calls``."""
+        decision point), ``word`` (what greedy decoding wrote there), ``escalated`` (what it did) and ``calls``
+        (the episodes stop at the call after the cheap reply, unsent, whatever ``until``: nothing after it is read)."""
         tok = self.worker.tokenizer
         words = [tok.encode(w, add_special_tokens=False)[0] for w in (ESCALATE_WORD, ANSWER_WORD)]
         rows, read = [], []  # read: (row, the episode's tokens up to its decision point)
-        for t in self._cascade_trajectories(queries):
+        for t in self._cascade_trajectories(queries, "route"):  # the score is read before the call after the reply
             row = {**self._calls(t), "odds": None, "word": None}
             segs = t.tokens.segments
             first = next((i for i, sg in enumerate(segs) if sg.policy), None)
