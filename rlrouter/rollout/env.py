@@ -243,7 +243,8 @@ class RouterEnv:
         """``n_samples`` trajectories per item, laid out item-major (row ``i * n + j``).
 
         ``temperature`` overrides the config's (0 for greedy evaluation). An item's ``first_turn`` (text)
-        stands in for its first sampled turn, as an observation (``train.no_answer_first_call``). An item's
+        stands in for its first sampled turn, as an observation (``train.no_answer_first_call``); its call asks
+        the item's whole question, whatever the written sub-query shows (the policy reads it cut short). An item's
         ``stop_at_call`` (N >= 1) ends its trajectories once their N-th call is written, before that call is
         sent: the route is known and nothing is paid for it (a served cascade's decision)."""
         temp = self.cfg.temperature if temperature is None else temperature
@@ -296,8 +297,10 @@ class RouterEnv:
                     t.done = True
                 elif parsed.kind == "search" and parsed.ok and parsed.call is not None:
                     model = parsed.call.model
-                    query = t.item["query"] if model in self._replay and self.cfg.replay_query == "original" \
-                        else parsed.call.query
+                    # a written first turn's sub-query is the question cut short for the policy to read; the call
+                    # asks the question itself, as a replay candidate's does (live candidates included)
+                    original = id(t) in given or (model in self._replay and self.cfg.replay_query == "original")
+                    query = t.item["query"] if original else parsed.call.query
                     t.routes.append(RouteRecord(model=model, query=parsed.call.query))
                     if t.item.get("stop_at_call") and len(t.routes) >= t.item["stop_at_call"]:
                         t.done = True  # the route is what was asked for: this call is not sent
