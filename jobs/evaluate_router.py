@@ -1,4 +1,5 @@
-"""Hydra entry point: evaluate a router and the baselines on logged outcomes (rlrouter.eval.job.run)."""
+"""Hydra entry point: evaluate routers on logged outcomes (rlrouter.eval.pool_job.run_evaluation: the pairwise
+report when eval.weak / eval.strong name a pair, the pool report over every candidate otherwise)."""
 
 import hydra
 from omegaconf import DictConfig
@@ -8,9 +9,9 @@ from rlrouter.paths import export_root
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate_router")
 def main(cfg: DictConfig) -> None:
-    from rlrouter.eval.job import run
+    from rlrouter.eval.pool_job import run_evaluation
 
-    run(cfg)
+    run_evaluation(cfg)
 
 
 if __name__ == "__main__":

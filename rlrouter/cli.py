@@ -4,6 +4,9 @@
                                                           JSONL or parquet: the output says which), stop
                                                           at the first problem
     rlrouter validate FILE --format ... --all             report every bad record (count and position)
+    rlrouter validate FILE --format routerbench           check a table of logged outcomes (CSV or parquet):
+                                                          name the row and column of a bad cell, count
+                                                          blank scores and repeated ids
     rlrouter model NAME                                    resolve a model name to a local folder
     rlrouter env                                           check the installed stack
 """
@@ -16,8 +19,38 @@ import sys
 from rlrouter.data.formats import FORMATS
 
 
+def _validate_routerbench(args: argparse.Namespace) -> int:
+    """A RouterBench-style table (CSV or parquet): the first malformed cell stops it, named by file, row and
+    column; blank correctness cells and repeated ids are counted and their first places listed."""
+    from rlrouter.data.io import DataFileError
+    from rlrouter.eval.reader import read_routerbench
+
+    report: list = []
+    try:
+        es = read_routerbench(args.file, blank_scores="drop", repeated_ids="keep", report=report,
+                              candidates=args.candidates.split(",") if args.candidates else None)
+    except DataFileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    t = report[0]
+    tasks = sorted(set(es.tasks))
+    print(f"{args.file}: RouterBench table, {t.rows} rows, {len(es.names)} candidates, tasks {tasks}; "
+          f"{len(es.responses or {})} with logged replies")
+    for line in t.lines():
+        print(f"warning: {line.split(': ', 1)[1]}")
+    for ex in t.examples:
+        print(f"  {ex}")
+    return 0
+
+
 def _validate(args: argparse.Namespace) -> int:
     from rlrouter.data.io import DataFileError, read_records
+
+    if args.format == "routerbench":
+        return _validate_routerbench(args)
 
     try:
         result = read_records(args.file, args.format, strict=not args.all)
@@ -56,9 +89,11 @@ def _env(_: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlrouter", description="rlrouter command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("validate", help="check a Router-R1 or GMTRouter data file (JSON object or list, JSONL, parquet)")
+    v = sub.add_parser("validate", help="check a Router-R1 or GMTRouter data file (JSON object or list, JSONL, "
+                                        "parquet) or a RouterBench table of logged outcomes (CSV, parquet)")
     v.add_argument("file")
-    v.add_argument("--format", required=True, choices=sorted(FORMATS))
+    v.add_argument("--format", required=True, choices=sorted([*FORMATS, "routerbench"]))
+    v.add_argument("--candidates", help="routerbench: comma-separated model columns (default: every <model> column)")
     v.add_argument("--all", action="store_true", help="report every bad record instead of stopping at the first")
     v.set_defaults(fn=_validate)
     m = sub.add_parser("model", help="resolve a model name (built-in, path or hub id) to weights")

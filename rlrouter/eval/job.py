@@ -128,8 +128,13 @@ def train_rows_for(train: EvalSet, prefix: str, name: str) -> EvalSet:
     return train.subset(rows)
 
 
-def load_eval_set(ev: Mapping[str, Any], key: str = "data") -> EvalSet:
-    """Read and concatenate the sources listed under ``eval.<key>``."""
+# RouterBench tables' reader options (rlrouter.eval.reader.read_routerbench), read from eval.<key> when set
+TABLE_OPTIONS = ("candidates", "blank_scores", "repeated_ids", "question")
+
+
+def load_eval_set(ev: Mapping[str, Any], key: str = "data", report: list | None = None) -> EvalSet:
+    """Read and concatenate the sources listed under ``eval.<key>``; a RouterBench table's quirks (blank
+    cells, repeated ids) are appended to ``report`` as ``reader.TableReport``s."""
     tokens = TokenEstimate(**(ev.get("tokens") or {}))
     prices = ev.get("prices") or {}
     sources = ev.get(key)
@@ -137,8 +142,13 @@ def load_eval_set(ev: Mapping[str, Any], key: str = "data") -> EvalSet:
         raise ValueError(f"eval.{key}: no data sources listed")
     if isinstance(sources, str):
         sources = [sources]
+    table = {k: ev[k] for k in TABLE_OPTIONS if ev.get(k) is not None}
+    if "candidates" in table:
+        table["candidates"] = list(table["candidates"])
+    if report is not None:
+        table["report"] = report
     parts = [read_eval_set(str(src), fmt=ev.get("format", "auto"), prices=prices, tokens=tokens,
-                           allow_pickle=bool(ev.get("allow_pickle", False))) for src in sources]
+                           allow_pickle=bool(ev.get("allow_pickle", False)), **table) for src in sources]
     return EvalSet.concat(parts) if len(parts) > 1 else parts[0]
 
 

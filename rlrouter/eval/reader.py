@@ -7,9 +7,10 @@ graded score in [0, 1]) and the USD cost of that call. Three sources feed it thr
   pool's reader), whose ``LoggedDataError`` names file, row, line and column.
 * MT-Bench judgements in FastChat's layout (``question.jsonl`` + ``model_judgment/*_single.jsonl``):
   graded scores, the routed model's mean judgement / 10 (RouteLLM's MT-Bench protocol).
-* RouterBench-style tables (parquet, or a pickle only with ``allow_pickle=True``): one row per prompt,
-  a ``prompt`` column, ``eval_name`` (the task), and per candidate ``<model>`` (score),
-  optionally ``<model>|model_response`` and ``<model>|total_cost``.
+* RouterBench-style tables (CSV as RouterBench publishes it, parquet, or a pickle only with
+  ``allow_pickle=True``): one row per prompt, a ``prompt`` column, ``eval_name`` (the task), and per
+  candidate ``<model>`` (score), optionally ``<model>|model_response`` and ``<model>|total_cost``.
+  Routers read the question without the few-shot examples (``question_text``).
 
 Prices per candidate come from config (USD per 1M tokens). Token counts: RouteLLM logs none, so
 they are estimated, prompt tokens from the prompt text, completion tokens from the logged response
@@ -20,7 +21,9 @@ the column.
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -80,6 +83,8 @@ class EvalSet:
     sources: list[str]  # (N,) task, e.g. "gsm8k" or "mmlu/anatomy"
     prompt_tokens: np.ndarray  # (N,)
     completion_tokens: np.ndarray  # (N, M)
+    ids: list[str] | None = None  # (N,) the table's sample_id, where it has one
+    responses: dict[str, list[str | None]] | None = None  # candidate -> (N,) logged reply, where logged
 
     def __post_init__(self) -> None:
         n, m = len(self.prompts), len(self.candidates)
@@ -99,6 +104,11 @@ class EvalSet:
             raise ValueError("eval set.costs: must be >= 0")
         if len(self.sources) != n or len(self.prompt_tokens) != n:
             raise ValueError("eval set.sources / prompt_tokens: one per prompt")
+        if self.ids is not None and len(self.ids) != n:
+            raise ValueError("eval set.ids: one per prompt")
+        for c, r in (self.responses or {}).items():
+            if len(r) != n:
+                raise ValueError(f"eval set.responses[{c}]: one per prompt, got {len(r)}")
         names = [c.name for c in self.candidates]
         if len(set(names)) != len(names):
             raise ValueError(f"eval set.candidates: duplicate names {names}")
@@ -126,7 +136,10 @@ class EvalSet:
         return EvalSet(prompts=[self.prompts[i] for i in rows], candidates=list(self.candidates),
                        scores=self.scores[rows], costs=self.costs[rows],
                        sources=[self.sources[i] for i in rows], prompt_tokens=self.prompt_tokens[rows],
-                       completion_tokens=self.completion_tokens[rows])
+                       completion_tokens=self.completion_tokens[rows],
+                       ids=[self.ids[i] for i in rows] if self.ids is not None else None,
+                       responses={c: [r[i] for i in rows] for c, r in self.responses.items()}
+                       if self.responses else None)
 
     def aligned(self, names: Sequence[str], where: str = "eval set") -> "EvalSet":
         """The same rows with the candidate columns in the order of ``names``. Readers order candidates
@@ -142,7 +155,8 @@ class EvalSet:
         cols = np.array([self.names.index(n) for n in names])
         return EvalSet(prompts=list(self.prompts), candidates=[self.candidates[j] for j in cols],
                        scores=self.scores[:, cols], costs=self.costs[:, cols], sources=list(self.sources),
-                       prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens[:, cols])
+                       prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens[:, cols],
+                       ids=self.ids, responses=self.responses)
 
     @staticmethod
     def concat(parts: Sequence["EvalSet"]) -> "EvalSet":
@@ -153,7 +167,11 @@ class EvalSet:
                        costs=np.concatenate([p.costs for p in parts]),
                        sources=[x for p in parts for x in p.sources],
                        prompt_tokens=np.concatenate([p.prompt_tokens for p in parts]),
-                       completion_tokens=np.concatenate([p.completion_tokens for p in parts]))
+                       completion_tokens=np.concatenate([p.completion_tokens for p in parts]),
+                       ids=[x for p in parts for x in p.ids] if all(p.ids is not None for p in parts) else None,
+                       responses={c: [x for p in parts for x in p.responses[c]] for c in first.responses
+                                  if all(p.responses and c in p.responses for p in parts)}
+                       if all(p.responses for p in parts) else None)
 
 
 def make_candidates(names: Sequence[str], prices: Mapping[str, Mapping[str, float]]) -> list[Candidate]:
@@ -171,7 +189,7 @@ def make_candidates(names: Sequence[str], prices: Mapping[str, Mapping[str, floa
 def build_eval_set(prompts: list[str], names: list[str], scores: np.ndarray, sources: list[str],
                    responses: Mapping[str, Sequence[str | None]] | None,
                    prices: Mapping[str, Mapping[str, float]], tokens: TokenEstimate,
-                   logged_costs: np.ndarray | None = None) -> EvalSet:
+                   logged_costs: np.ndarray | None = None, ids: Sequence[str] | None = None) -> EvalSet:
     """Price every (prompt, candidate) call; ``logged_costs`` (N, M) wins over the estimate where finite."""
     candidates = make_candidates(names, prices)
     n, m = len(prompts), len(names)
@@ -187,7 +205,9 @@ def build_eval_set(prompts: list[str], names: list[str], scores: np.ndarray, sou
         ok = np.isfinite(logged_costs)
         costs[ok] = logged_costs[ok]
     return EvalSet(prompts=list(prompts), candidates=candidates, scores=np.asarray(scores, dtype=np.float64),
-                   costs=costs, sources=list(sources), prompt_tokens=prompt_tokens, completion_tokens=completion)
+                   costs=costs, sources=list(sources), prompt_tokens=prompt_tokens, completion_tokens=completion,
+                   ids=list(ids) if ids is not None else None,
+                   responses={c: list(r) for c, r in responses.items() if c in names} if responses else None)
 
 
 # ---------------------------------------------------------------- score parsing
@@ -225,26 +245,111 @@ def _prompt(value: Any, path: str, row: int, column: str = "prompt") -> str:
 
 # ---------------------------------------------------------------- RouterBench-style tables
 
+# What a blank correctness cell becomes (``eval.blank_scores``): RouterBench's ARC logs leave 154 cells
+# blank where a model's reply was never graded. Dropping the row keeps every candidate on the same prompts;
+# "zero" keeps the row and counts a blank as wrong; "error" refuses the file.
+BLANK_SCORES = ("drop", "zero", "error")
+# What a repeated ``sample_id`` within one table becomes (``eval.repeated_ids``): "drop" keeps its first row
+REPEATED_IDS = ("drop", "keep")
+# The text a router reads (``eval.question``): "last_block" is the prompt's last paragraph, the question
+# after RouterBench's few-shot examples (they are separated by blank lines); "full" is the whole prompt
+QUESTION_RULES = ("last_block", "full")
 
-def read_routerbench(path: str | Path, prices: Mapping[str, Mapping[str, float]] | None = None,
-                     tokens: TokenEstimate | None = None, allow_pickle: bool = False,
-                     candidates: Sequence[str] | None = None) -> EvalSet:
-    """Read a RouterBench-style wide table (parquet, or pickle behind ``allow_pickle``).
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
-    Candidates are the columns with a ``<model>|model_response`` or ``<model>|total_cost`` sibling,
-    or ``candidates`` when given. A logged ``<model>|total_cost`` is used as the call's cost; prices
-    from config are then only needed for candidates without one.
-    """
+
+def question_text(prompt: str, rule: str = "last_block") -> str:
+    """The part of a prompt that routers read. ``last_block``: the text after the prompt's last blank line
+    (RouterBench's few-shot prompts put each worked example in its own paragraph and the question, with its
+    options and answer instruction, last; a prompt without a blank line is its own question)."""
+    if rule == "full":
+        return prompt
+    if rule != "last_block":
+        raise ValueError(f"eval.question: expected one of {QUESTION_RULES}, got '{rule}'")
+    blocks = [b.strip() for b in _BLANK_LINE.split(prompt)]
+    blocks = [b for b in blocks if b]
+    return blocks[-1] if blocks else prompt.strip()
+
+
+def _list_literal(value: Any, path: Path, row: int, column: str) -> str | None:
+    """A RouterBench text cell: a Python list literal of strings (the CSV layout), read with
+    ``ast.literal_eval`` (never ``eval``), or a plain string (parquet). Its strings are joined by a blank
+    line; an empty list or a blank cell is None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, (list, tuple, np.ndarray)):
+        items = list(value)
+    elif isinstance(value, str):
+        v = value.strip()
+        if not v:
+            return None
+        if not v.startswith("["):
+            return value
+        try:
+            items = ast.literal_eval(v)
+        except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
+            raise DataFileError(path, f"row {row}", column,
+                                f"not a Python list literal of strings ({type(e).__name__}: {e})") from None
+        if not isinstance(items, list):
+            raise DataFileError(path, f"row {row}", column, f"expected a list of strings, got {type(items).__name__}")
+    else:
+        raise DataFileError(path, f"row {row}", column, f"expected text, got {type(value).__name__}")
+    if not all(isinstance(x, str) for x in items):
+        raise DataFileError(path, f"row {row}", column, "expected a list of strings")
+    return "\n\n".join(items) if items else None
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or (
+        isinstance(value, str) and not value.strip())
+
+
+@dataclass
+class TableReport:
+    """What the reader found in one table and what it did about it: never a silent change."""
+
+    path: str
+    rows: int  # data rows in the file
+    kept: int  # rows in the evaluation set
+    blank_cells: dict[str, int] = field(default_factory=dict)  # candidate -> blank correctness cells
+    blank_rows: int = 0  # rows with at least one blank correctness cell
+    blank_scores: str = "drop"
+    repeated_ids: int = 0  # rows whose sample_id repeats an earlier row's
+    repeated_policy: str = "drop"
+    examples: list[str] = field(default_factory=list)  # the first few places, "row 12, column 'x': blank"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "rows": self.rows, "kept": self.kept,
+                "blank_cells": {"total": int(sum(self.blank_cells.values())), **self.blank_cells},
+                "blank_rows": self.blank_rows, "blank_scores": self.blank_scores,
+                "repeated_ids": self.repeated_ids, "repeated_ids_policy": self.repeated_policy,
+                "examples": list(self.examples)}
+
+    def lines(self) -> list[str]:
+        """One line a quirk, for the job's log and the report."""
+        out = []
+        if self.blank_rows:
+            what = {"drop": "rows dropped", "zero": "counted as wrong"}[self.blank_scores]
+            out.append(f"{self.path}: {sum(self.blank_cells.values())} blank correctness cells in "
+                       f"{self.blank_rows} rows ({what}; eval.blank_scores)")
+        if self.repeated_ids:
+            what = "later rows dropped" if self.repeated_policy == "drop" else "kept"
+            out.append(f"{self.path}: {self.repeated_ids} rows repeat an earlier sample_id ({what}; eval.repeated_ids)")
+        return out
+
+
+def _read_table(path: Path, allow_pickle: bool):
     import pandas as pd
 
-    path = Path(path)
-    tokens = tokens or TokenEstimate()
     suffix = path.suffix.lower()
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such evaluation file")
     if suffix == ".parquet":
-        df = pd.read_parquet(path)
-    elif suffix in (".pkl", ".pickle"):
+        return pd.read_parquet(path)
+    if suffix == ".csv":
+        # every cell as text, blanks as "": numbers are parsed per cell so an error names its row
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+    if suffix in (".pkl", ".pickle"):
         if not allow_pickle:
             # unpickling runs arbitrary code from the file: only for files the user vouches for
             raise ValueError(f"{path}: reading a pickle needs allow_pickle=True (unpickling an untrusted "
@@ -252,8 +357,35 @@ def read_routerbench(path: str | Path, prices: Mapping[str, Mapping[str, float]]
         df = pd.read_pickle(path)
         if not isinstance(df, pd.DataFrame):
             raise DataFileError(path, "row 0", None, f"pickle holds a {type(df).__name__}, not a DataFrame")
-    else:
-        raise ValueError(f"{path}: unsupported suffix '{suffix}' for a RouterBench table (parquet or pkl)")
+        return df
+    raise ValueError(f"{path}: unsupported suffix '{suffix}' for a RouterBench table (csv, parquet or pkl)")
+
+
+def read_routerbench(path: str | Path, prices: Mapping[str, Mapping[str, float]] | None = None,
+                     tokens: TokenEstimate | None = None, allow_pickle: bool = False,
+                     candidates: Sequence[str] | None = None, blank_scores: str = "error",
+                     repeated_ids: str = "keep", question: str = "last_block",
+                     report: list[TableReport] | None = None) -> EvalSet:
+    """Read a RouterBench-style wide table: CSV as RouterBench publishes it (prompts and replies as Python
+    list literals), parquet, or a pickle behind ``allow_pickle``.
+
+    Candidates are the columns with a ``<model>|model_response`` or ``<model>|total_cost`` sibling, or
+    ``candidates`` when given. A logged ``<model>|total_cost`` is the call's cost; prices from config
+    (``eval.prices``, USD per 1M tokens, times estimated tokens) cover candidates without one. Routers
+    read ``question_text(prompt, question)``; tokens are counted on the whole prompt. Blank correctness
+    cells and repeated ``sample_id``s are handled by ``blank_scores`` / ``repeated_ids`` and counted in a
+    :class:`TableReport` appended to ``report``. Errors name the file, the data row (0-based, as pandas
+    numbers it) and the column.
+    """
+    if blank_scores not in BLANK_SCORES:
+        raise ValueError(f"eval.blank_scores: expected one of {BLANK_SCORES}, got '{blank_scores}'")
+    if repeated_ids not in REPEATED_IDS:
+        raise ValueError(f"eval.repeated_ids: expected one of {REPEATED_IDS}, got '{repeated_ids}'")
+    if question not in QUESTION_RULES:
+        raise ValueError(f"eval.question: expected one of {QUESTION_RULES}, got '{question}'")
+    path = Path(path)
+    tokens = tokens or TokenEstimate()
+    df = _read_table(path, allow_pickle)
     cols = [str(c) for c in df.columns]
     if "prompt" not in cols:
         raise DataFileError(path, "row 0", "prompt", f"missing column (columns: {cols[:8]}...)")
@@ -261,23 +393,36 @@ def read_routerbench(path: str | Path, prices: Mapping[str, Mapping[str, float]]
         candidates = sorted({c.split("|", 1)[0] for c in cols if c.endswith(ROUTERBENCH_RESPONSE)
                              or c.endswith(ROUTERBENCH_COST)})
         candidates = [c for c in candidates if c in cols]
+    candidates = list(candidates)
     for c in candidates:
         if c not in cols:
-            raise DataFileError(path, "row 0", c, "candidate column missing")
+            raise DataFileError(path, "row 0", c, f"candidate column missing (eval.candidates; columns: {cols[:8]}...)")
     if len(candidates) < 2:
         raise DataFileError(path, "row 0", None, f"found {len(candidates)} candidate columns, need >= 2")
     n, m = len(df), len(candidates)
-    prompts = [_prompt(v, str(path), i) for i, v in enumerate(df["prompt"].tolist())]
+    full = []
+    for i, v in enumerate(df["prompt"].tolist()):
+        text = _list_literal(v, path, i, "prompt")
+        full.append(_prompt(text, str(path), i))
     scores = np.zeros((n, m))
+    blank = np.zeros((n, m), dtype=bool)
     for j, c in enumerate(candidates):
         for i, v in enumerate(df[c].tolist()):
+            if _blank(v):
+                if blank_scores == "error":
+                    raise DataFileError(path, f"row {i}", c, "score is missing (blank); eval.blank_scores: drop "
+                                        "or zero accepts blank cells")
+                blank[i, j] = True
+                continue
             scores[i, j] = _score(v, str(path), i, c)
     sources = [str(s) for s in df["eval_name"].tolist()] if "eval_name" in cols else ["unknown"] * n
+    ids = [str(s) for s in df["sample_id"].tolist()] if "sample_id" in cols else None
     responses: dict[str, list[str | None]] = {}
     logged = np.full((n, m), np.nan)
     for j, c in enumerate(candidates):
         if c + ROUTERBENCH_RESPONSE in cols:
-            responses[c] = [v if isinstance(v, str) else None for v in df[c + ROUTERBENCH_RESPONSE].tolist()]
+            col = c + ROUTERBENCH_RESPONSE
+            responses[c] = [_list_literal(v, path, i, col) for i, v in enumerate(df[col].tolist())]
         if c + ROUTERBENCH_COST in cols:
             col = c + ROUTERBENCH_COST
             for i, v in enumerate(df[col].tolist()):
@@ -285,14 +430,45 @@ def read_routerbench(path: str | Path, prices: Mapping[str, Mapping[str, float]]
                     x = float(v)
                 except (TypeError, ValueError):
                     raise DataFileError(path, f"row {i}", col, f"cost {v!r} is not a number") from None
+                if math.isnan(x):
+                    raise DataFileError(path, f"row {i}", col, "cost is missing")
                 if x < 0:
                     raise DataFileError(path, f"row {i}", col, f"cost {x} is negative")
                 logged[i, j] = x
+    keep = np.ones(n, dtype=bool)
+    if blank_scores == "drop":
+        keep &= ~blank.any(axis=1)
+    examples = [f"row {i}, column '{candidates[j]}': blank correctness" for i, j in zip(*np.nonzero(blank))][:5]
+    seen: dict[str, int] = {}
+    repeats = 0
+    for i in range(n):
+        if ids is None:
+            break
+        if ids[i] in seen:
+            repeats += 1
+            if len(examples) < 10:
+                examples.append(f"row {i}, column 'sample_id': '{ids[i]}' repeats row {seen[ids[i]]}")
+            if repeated_ids == "drop":
+                keep[i] = False
+        seen.setdefault(ids[i], i)
+    if report is not None:
+        report.append(TableReport(path=str(path), rows=n, kept=int(keep.sum()),
+                                  blank_cells={c: int(blank[:, j].sum()) for j, c in enumerate(candidates)
+                                               if blank[:, j].any()},
+                                  blank_rows=int(blank.any(axis=1).sum()), blank_scores=blank_scores,
+                                  repeated_ids=repeats, repeated_policy=repeated_ids, examples=examples))
+    if not keep.any():
+        raise DataFileError(path, "row 0", None, "no row left after dropping blank scores and repeated ids")
+    rows = np.nonzero(keep)[0]
     # prices matter only where no cost was logged; zero prices keep Candidate valid there
-    full_prices = {c: {"input": 0.0, "output": 0.0} for c in candidates if np.isfinite(logged[:, candidates.index(c)]).all()}
+    full_prices = {c: {"input": 0.0, "output": 0.0} for j, c in enumerate(candidates)
+                   if np.isfinite(logged[rows, j]).all()}
     full_prices.update(prices or {})
-    return build_eval_set(prompts, list(candidates), scores, sources, responses or None, full_prices, tokens,
-                          logged_costs=logged)
+    es = build_eval_set([full[i] for i in rows], candidates, scores[rows], [sources[i] for i in rows],
+                        {c: [r[i] for i in rows] for c, r in responses.items()} or None, full_prices, tokens,
+                        logged_costs=logged[rows], ids=[ids[i] for i in rows] if ids is not None else None)
+    es.prompts = [question_text(p, question) for p in es.prompts]  # tokens were counted on the whole prompt
+    return es
 
 
 # ---------------------------------------------------------------- MT-Bench (FastChat's format)
@@ -389,13 +565,26 @@ def read_routellm(path: str | Path, prices: Mapping[str, Mapping[str, float]],
                           list(logged.source), logged.responses, prices, tokens or TokenEstimate())
 
 
+def _routerbench_header(path: str) -> bool:
+    """A local CSV whose header names a ``<model>|model_response`` or ``<model>|total_cost`` column."""
+    p = Path(path)
+    if not (p.suffix.lower() == ".csv" and p.is_file()):
+        return False
+    with p.open(encoding="utf-8", errors="replace") as f:
+        header = f.readline()
+    return ROUTERBENCH_RESPONSE in header or ROUTERBENCH_COST in header
+
+
 def read_eval_set(path: str | Path, fmt: str = "auto", prices: Mapping[str, Mapping[str, float]] | None = None,
-                  tokens: TokenEstimate | None = None, allow_pickle: bool = False) -> EvalSet:
-    """Read logged outcomes: ``fmt`` is "routellm", "routerbench", "mtbench" or "auto" (parquet/pkl are
-    RouterBench-style tables, a folder with ``question.jsonl`` is MT-Bench, anything else RouteLLM CSVs)."""
+                  tokens: TokenEstimate | None = None, allow_pickle: bool = False,
+                  **table: Any) -> EvalSet:
+    """Read logged outcomes: ``fmt`` is "routellm", "routerbench", "mtbench" or "auto" (parquet/pkl, and
+    CSVs whose header has RouterBench's ``|model_response`` / ``|total_cost`` columns, are RouterBench
+    tables, a folder with ``question.jsonl`` is MT-Bench, anything else RouteLLM CSVs). ``table``: the
+    RouterBench reader's options (candidates, blank_scores, repeated_ids, question, report)."""
     s = str(path)
     if fmt == "auto":
-        if s.lower().endswith((".parquet", ".pkl", ".pickle")):
+        if s.lower().endswith((".parquet", ".pkl", ".pickle")) or _routerbench_header(s):
             fmt = "routerbench"
         elif (Path(s) / "question.jsonl").exists():
             fmt = "mtbench"
@@ -404,7 +593,7 @@ def read_eval_set(path: str | Path, fmt: str = "auto", prices: Mapping[str, Mapp
     if fmt == "mtbench":
         return read_mtbench(path, prices or {}, tokens)
     if fmt == "routerbench":
-        return read_routerbench(path, prices, tokens, allow_pickle=allow_pickle)
+        return read_routerbench(path, prices, tokens, allow_pickle=allow_pickle, **table)
     if fmt == "routellm":
         if not prices:
             raise ValueError("eval.prices: RouteLLM logs hold no prices; configure one per candidate")

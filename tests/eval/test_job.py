@@ -30,7 +30,10 @@ def test_every_eval_and_router_option_composes():
     for e in evals:
         for r in [None, *routers]:
             cfg = _compose([f"eval={e}"] + ([f"eval/router@router={r}"] if r else []))
-            assert cfg.eval.weak and cfg.eval.strong and cfg.eval.baselines
+            if e == "routerbench":  # a pool: every candidate, no weak/strong pair (rlrouter.eval.pool_job)
+                assert not cfg.eval.get("weak") and cfg.eval.routers
+            else:
+                assert cfg.eval.weak and cfg.eval.strong and cfg.eval.baselines
             assert (cfg.router is None) == (r is None)
 
 

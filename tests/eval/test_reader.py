@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import math
 from pathlib import Path
 
@@ -168,3 +169,98 @@ def test_mt_bench_missing_judgement_and_bad_score_name_the_place(tmp_path):
     judg.write_text("\n".join(lines[:2] + [lines[2].replace('"score": 8.0', '"score": 12.0')] + lines[3:]))
     with pytest.raises(DataFileError, match=r"gpt-4_single.jsonl.*line 3.*score.*outside"):
         read_eval_set(root, prices=MT_PRICES)
+
+
+# ---------------------------------------------------------------- RouterBench's CSV layout and its quirks
+
+
+def _rb_csv(path: Path, rows: list[dict]) -> Path:
+    pd.DataFrame(rows).to_csv(path)  # pandas writes the unnamed index column first, as RouterBench's files have
+    return path
+
+
+def _rb_row(sid: str, prompt: str, a, b, task: str = "arc-challenge") -> dict:
+    return {"sample_id": sid, "prompt": repr([prompt]), "eval_name": task,
+            "big": a, "big|model_response": repr(["A"]), "big|total_cost": 0.01,
+            "small": b, "small|model_response": repr(["B\n"]), "small|total_cost": 0.0001}
+
+
+FEW_SHOT = "Q: 1+1?\nA) 2\nB) 3\nAnswer:\nA\n\nQ: 2+2?\nA) 4\nB) 5\nAnswer:\nA\n\nQ: 3+3?\nA) 5\nB) 6\nAnswer:"
+
+
+def test_routerbench_csv_reads_list_literals_and_routes_on_the_question(tmp_path):
+    path = _rb_csv(tmp_path / "t.csv", [_rb_row("x1", FEW_SHOT, 1.0, 0.0), _rb_row("x2", "Write f.", 0.0, 1.0, "mbpp")])
+    es = read_eval_set(path)  # auto: the header's |model_response columns say RouterBench
+    assert es.names == ["big", "small"] and es.ids == ["x1", "x2"]
+    assert es.prompts == ["Q: 3+3?\nA) 5\nB) 6\nAnswer:", "Write f."]
+    assert es.responses == {"big": ["A", "A"], "small": ["B\n", "B\n"]}
+    assert es.costs[:, 1].tolist() == pytest.approx([1e-4, 1e-4])
+    # tokens are counted on the whole prompt, few-shot examples included
+    assert es.prompt_tokens[0] == math.ceil(len(FEW_SHOT) / 4)
+    full = read_eval_set(path, question="full")
+    assert full.prompts[0] == FEW_SHOT
+
+
+def test_routerbench_blank_scores_and_repeated_ids_are_counted_and_follow_the_config(tmp_path):
+    rows = [_rb_row("x1", "Q1", 1.0, 0.0), _rb_row("x2", "Q2", "", 1.0), _rb_row("x1", "Q3", 0.0, 1.0)]
+    path = _rb_csv(tmp_path / "t.csv", rows)
+    with pytest.raises(DataFileError, match=r"t\.csv:row 1: field 'big': score is missing"):
+        read_eval_set(path)  # the reader's default refuses a blank cell
+    rep = []
+    es = read_eval_set(path, blank_scores="drop", repeated_ids="drop", report=rep)
+    assert es.ids == ["x1"]
+    t = rep[0]
+    assert (t.rows, t.kept, t.blank_cells, t.blank_rows, t.repeated_ids) == (3, 1, {"big": 1}, 1, 1)
+    assert any("1 blank correctness cells in 1 rows (rows dropped" in line for line in t.lines())
+    assert any("1 rows repeat an earlier sample_id (later rows dropped" in line for line in t.lines())
+    assert "row 2, column 'sample_id': 'x1' repeats row 0" in t.examples
+    es = read_eval_set(path, blank_scores="zero", repeated_ids="keep")
+    assert es.ids == ["x1", "x2", "x1"] and es.scores[1].tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError, match="eval.blank_scores"):
+        read_eval_set(path, blank_scores="guess")
+
+
+@pytest.mark.parametrize("column,cell,why", [
+    ("prompt", "['unclosed", "not a Python list literal"),
+    ("prompt", "[1, 2]", "expected a list of strings"),
+    ("prompt", "__import__('os').system('true')", None),  # not a list literal: read as the plain text, never run
+    ("small", "perhaps", "not a number"),
+    ("big|total_cost", "-1", "negative"),
+    ("big|model_response", "['x', 3]", "expected a list of strings"),
+])
+def test_bad_routerbench_csv_names_file_row_and_column(tmp_path, column, cell, why):
+    rows = [_rb_row("x1", "Q1", 1.0, 0.0), _rb_row("x2", "Q2", 1.0, 0.0)]
+    rows[1][column] = cell
+    path = _rb_csv(tmp_path / "bad.csv", rows)
+    if why is None:
+        assert read_eval_set(path).prompts[1] == cell
+        return
+    with pytest.raises(DataFileError) as ei:
+        read_eval_set(path)
+    assert (ei.value.path, ei.value.location, ei.value.field) == (str(path), "row 1", column)
+    assert why in str(ei.value)
+
+
+def test_the_question_rule_on_routerbench_three_tasks(shared_data):
+    """The last paragraph is the question: ARC's and Winogrande's few-shot prompts end in the question with
+    its options and answer instruction, and MBPP's prompts are the task alone."""
+    from rlrouter.eval.reader import question_text
+
+    root = shared_data / "routerbench"
+    if not root.exists():
+        pytest.skip(f"{root} is absent")
+    for name, task in (("arc_challenge_test.csv", "arc-challenge"), ("winograde_test.csv", "winogrande"),
+                       ("mbpp_test.csv", "mbpp")):
+        df = pd.read_csv(root / name, dtype=str, keep_default_na=False)
+        es = read_eval_set(root / name, blank_scores="drop", repeated_ids="keep")
+        assert set(es.tasks) == {task} and len(es.names) == 11
+        for q, raw in zip(es.prompts[:50], df["prompt"][:50]):
+            whole = "\n\n".join(ast.literal_eval(raw))
+            assert whole.rstrip().endswith(q)  # the prompt's last paragraph, whole
+            assert "\n\n" not in q and q.strip() == q and q
+        if task == "mbpp":
+            assert es.prompts[0].startswith("Write a ") and question_text(es.prompts[0]) == es.prompts[0]
+        else:
+            # one question with its options: the few-shot examples' answers are gone
+            assert all(p.count("Answer:") == 1 and p.rstrip().endswith("Answer:") for p in es.prompts)
+            assert all("A) " in p and "B) " in p for p in es.prompts)

@@ -1,0 +1,96 @@
+"""Every router over RouterBench's 11 LLMs, side by side: AIQ per task against the zero router.
+
+    python benchmarks/bench_many_models.py            # the whole evaluation (eval=routerbench), a few minutes
+    python benchmarks/bench_many_models.py --quick    # two routers, 100 resamples: a smoke run
+    python benchmarks/bench_many_models.py --only knn,escalate
+
+Runs ``jobs/evaluate_router.py eval=routerbench``'s job (``rlrouter.eval.pool_job.run_pool``): every router's
+settings are chosen by cross-validation on the train tables, then the test tables are read once and the
+reading is appended to ``benchmarks/results/test_ledger.jsonl``. Writes ``benchmarks/results/many_models.json``
+(per router ``aiq``, ``aiq_minus_zero: {overall: {mean, lo, hi}, <task>: ...}``, the curves, the settings chosen
+and their cross-validation scores), ``many_models.md`` and ``many_models.png`` (one panel a task). A quick run
+writes ``many_models_quick.*`` and never replaces the full result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from rlrouter.config import to_plain_dict
+from rlrouter.eval.pool_job import run_pool
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def plot(report: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(report["data"]["tasks"])
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 5), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for c, s in report["single_models"].items():
+            ax.scatter([s[task]["cost_per_1k"]], [s[task]["quality"]], s=18, color="k", zorder=5)
+        for name, r in report["routers"].items():
+            curve = r["curve"][task]
+            style = {"ls": "--", "color": "k"} if r["type"] == "fixed" else ({"ls": ":", "color": "grey"}
+                                                                              if r.get("reads_outcomes") else {})
+            iv = r["aiq_minus_zero"][task]
+            ax.plot([1000 * c for c in curve["cost"]], curve["quality"], marker=".", ms=3, **style,
+                    label=f"{name}: {r['aiq'][task]:.3f} ({iv['mean']:+.3f} [{iv['lo']:+.3f}, {iv['hi']:+.3f}])")
+        ax.set_xscale("log")
+        ax.set_title(f"{task} ({report['data']['tasks'][task]} test prompts)")
+        ax.set_xlabel("mean cost, USD per 1,000 prompts (log)")
+        ax.set_ylabel("quality")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="lower right", title="AIQ (minus zero router, 95% CI)", title_fontsize=6)
+    fig.suptitle("RouterBench, 11 LLMs: hull of each router's settings on the test tables")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="per_task and knn only, 100 resamples")
+    ap.add_argument("--only", default="", help="comma-separated router names of eval=routerbench")
+    ap.add_argument("--out", default=str(RESULTS), help="folder for many_models.{json,md,png}")
+    args = ap.parse_args(argv)
+    overrides = ["eval=routerbench", f"output_dir={ROOT / 'outputs' / 'bench_many_models'}"]
+    if args.quick:
+        overrides += ["eval.only=[per_task,knn]", "eval.bootstrap.n_boot=100", "eval.ledger=null"]
+    elif args.only:
+        overrides += [f"eval.only=[{args.only}]"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = to_plain_dict(compose(config_name="evaluate_router", overrides=overrides))
+    cfg["command"] = " ".join(["python benchmarks/bench_many_models.py", *(argv if argv is not None else sys.argv[1:])])
+    t0 = time.perf_counter()
+    report = run_pool(cfg)
+    report["bench_seconds"] = round(time.perf_counter() - t0, 1)
+    stem = "many_models_quick" if args.quick else "many_models"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report.pop("paths", None)
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=2))
+    shutil.copyfile(Path(cfg["output_dir"]) / "report.md", out / f"{stem}.md")
+    plot(report, out / f"{stem}.png")
+    print(f"bench_many_models: {out / stem}.{{json,md,png}} in {report['bench_seconds']} s")
+    for name, r in sorted(report["routers"].items(), key=lambda kv: -kv[1]["aiq"]["overall"]):
+        iv = r["aiq_minus_zero"]["overall"]
+        print(f"  {name:14s} AIQ {r['aiq']['overall']:.3f}  minus zero {iv['mean']:+.3f} [{iv['lo']:+.3f}, {iv['hi']:+.3f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
