@@ -3,6 +3,7 @@
     python benchmarks/bench_many_models.py            # the whole evaluation (eval=routerbench), a few minutes
     python benchmarks/bench_many_models.py --quick    # two routers, 100 resamples: a smoke run
     python benchmarks/bench_many_models.py --only knn,escalate
+    python benchmarks/bench_many_models.py --render   # docs/many_models.md's table from the committed JSON
 
 Runs ``jobs/evaluate_router.py eval=routerbench``'s job (``rlrouter.eval.pool_job.run_pool``): every router's
 settings are chosen by cross-validation on the train tables, then the test tables are read once and the
@@ -25,9 +26,11 @@ from hydra import compose, initialize_config_dir
 
 from rlrouter.config import to_plain_dict
 from rlrouter.eval.pool_job import run_pool
+from rlrouter.eval.pool_report import aiq_table, replace_doc_block
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+DOC = ROOT / "docs" / "many_models.md"  # its AIQ table is rendered from many_models.json
 
 
 def plot(report: dict, path: Path) -> Path:
@@ -61,15 +64,47 @@ def plot(report: dict, path: Path) -> Path:
     return path
 
 
+# The table of issue 50 as filed (RouterBench's AIQ code run on these test tables): the figures our
+# reimplementation must give under RouterBench's own conventions (blank cells read as wrong, AIQ over costs
+# from 0 to the dearest model's, kNN priced by each model's mean cost, the oracle swept by willingness to pay).
+PUBLISHED = {"zero_router": {"arc-challenge": 0.899, "mbpp": 0.680, "winogrande": 0.774},
+             "knn40": {"arc-challenge": 0.888, "mbpp": 0.680, "winogrande": 0.777},
+             "knn10": {"arc-challenge": 0.868, "mbpp": 0.671, "winogrande": 0.721},
+             "oracle": {"arc-challenge": 0.963, "mbpp": 0.861, "winogrande": 0.976}}
+
+
+def routerbench_check(out_dir: Path) -> dict:
+    """Our AIQ against RouterBench's published points, under RouterBench's conventions (see PUBLISHED)."""
+    overrides = ["eval=routerbench", f"output_dir={out_dir}", "eval.blank_scores=zero", "eval.repeated_ids=keep",
+                 "eval.overlap=keep", "eval.aiq_range=routerbench", "eval.bootstrap.n_boot=10",
+                 "eval.only=[oracle,knn,knn10]", "eval.routers.knn.select=null", "+eval.routers.knn.cost=mean",
+                 "+eval.routers.knn.k=40", "+routers.knn10={type: knn, k: 10, cost: mean}"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = to_plain_dict(compose(config_name="evaluate_router", overrides=overrides))
+    cfg["command"] = "python benchmarks/bench_many_models.py (RouterBench-convention check)"
+    rep = run_pool(cfg)
+    ours = {"zero_router": rep["routers"]["zero_router"]["aiq"], "knn40": rep["routers"]["knn"]["aiq"],
+            "knn10": rep["routers"]["knn10"]["aiq"], "oracle": rep["routers"]["oracle"]["aiq"]}
+    return {name: {t: {"published": pub, "ours": round(ours[name][t], 3), "diff": round(ours[name][t] - pub, 3)}
+                   for t, pub in tasks.items()} for name, tasks in PUBLISHED.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="per_task and knn only, 100 resamples")
     ap.add_argument("--only", default="", help="comma-separated router names of eval=routerbench")
     ap.add_argument("--out", default=str(RESULTS), help="folder for many_models.{json,md,png}")
+    ap.add_argument("--render", action="store_true",
+                    help="only re-render docs/many_models.md's AIQ table and the PNG from the committed JSON")
     args = ap.parse_args(argv)
+    if args.render:
+        report = json.loads((RESULTS / "many_models.json").read_text())
+        plot(report, RESULTS / "many_models.png")
+        replace_doc_block(DOC, "many_models aiq", aiq_table(report))
+        return 0
     overrides = ["eval=routerbench", f"output_dir={ROOT / 'outputs' / 'bench_many_models'}"]
     if args.quick:
-        overrides += ["eval.only=[per_task,knn]", "eval.bootstrap.n_boot=100", "eval.ledger=null"]
+        overrides += ["eval.only=[per_task,knn]", "eval.bootstrap.n_boot=100"]
     elif args.only:
         overrides += [f"eval.only=[{args.only}]"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -82,10 +117,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report.pop("paths", None)
+    if not args.quick and not args.only:
+        report["routerbench_check"] = routerbench_check(ROOT / "outputs" / "bench_many_models_rb_check")
     (out / f"{stem}.json").write_text(json.dumps(report, indent=2))
     shutil.copyfile(Path(cfg["output_dir"]) / "report.md", out / f"{stem}.md")
     plot(report, out / f"{stem}.png")
+    if not args.quick and not args.only and out == RESULTS:
+        replace_doc_block(DOC, "many_models aiq", aiq_table(report))
     print(f"bench_many_models: {out / stem}.{{json,md,png}} in {report['bench_seconds']} s")
+    for name, tasks in (report.get("routerbench_check") or {}).items():
+        print(f"  RouterBench check {name:12s} " + "  ".join(f"{t} {v['ours']:.3f} (published {v['published']:.3f})"
+                                                             for t, v in tasks.items()))
     for name, r in sorted(report["routers"].items(), key=lambda kv: -kv[1]["aiq"]["overall"]):
         iv = r["aiq_minus_zero"]["overall"]
         print(f"  {name:14s} AIQ {r['aiq']['overall']:.3f}  minus zero {iv['mean']:+.3f} [{iv['lo']:+.3f}, {iv['hi']:+.3f}]")

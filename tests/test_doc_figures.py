@@ -790,3 +790,38 @@ def test_a_quick_bench_run_keeps_the_full_summary(tmp_path, monkeypatch) -> None
     assert run_all.main(["--quick", "--only", "no_such_benchmark"]) == 0
     assert full.read_text() == '{"quick": false}'
     assert json.loads((tmp_path / "summary_quick.json").read_text())["quick"] is True
+
+
+def test_many_models_table_is_rendered_from_its_json() -> None:
+    """docs/many_models.md's AIQ table is ``pool_report.aiq_table`` of the committed many_models.json, cell
+    for cell (``bench_many_models.py --render`` writes it), so no figure in it can drift from its source."""
+    from rlrouter.eval.pool_report import aiq_table, doc_block
+
+    report = json.loads((RESULTS / "many_models.json").read_text())
+    block = doc_block((ROOT / "docs" / "many_models.md").read_text(), "many_models aiq")
+    assert block is not None, "docs/many_models.md has lost its rendered AIQ table's markers"
+    assert block == aiq_table(report)
+
+
+def _rb_check(check: dict[str, Any], name: str, key: str = "ours") -> str:
+    return " / ".join(f"{check[name][t][key]:.3f}" for t in ("arc-challenge", "mbpp", "winogrande"))
+
+
+MANY_MODELS_FIGURES = [
+    Figure("docs/many_models.md", "many_models.json", "routerbench_check",
+           lambda c: f"the zero router {_rb_check(c, 'zero_router')} (ARC / MBPP / Winogrande), kNN with k = 40 "
+                     f"{_rb_check(c, 'knn40')} (published {_rb_check(c, 'knn40', 'published')}), the oracle "
+                     f"{_rb_check(c, 'oracle')}", "RouterBench check"),
+    Figure("docs/many_models.md", "many_models.json", "routerbench_check",
+           lambda c: f"kNN with k = 10 comes out lower than published ({_rb_check(c, 'knn10')} against "
+                     f"{_rb_check(c, 'knn10', 'published')})", "RouterBench check, k = 10"),
+    Figure("docs/many_models.md", "many_models.json", "data",
+           lambda d: f"the test tables hold {d['test']} prompts (ARC {d['tasks']['arc-challenge']}, MBPP "
+                     f"{d['tasks']['mbpp']}, Winogrande {d['tasks']['winogrande']}) and train {d['train']:,}",
+           "table sizes"),
+]
+
+
+@pytest.mark.parametrize("fig", MANY_MODELS_FIGURES, ids=[f.what for f in MANY_MODELS_FIGURES])
+def test_many_models_doc_quotes_the_committed_result(fig: Figure) -> None:
+    test_the_doc_quotes_the_committed_result(fig)

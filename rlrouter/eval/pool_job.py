@@ -29,7 +29,7 @@ from rlrouter.eval.job import _command_line, _embedder, load_eval_set, run, spli
 from rlrouter.eval.pool_routers import PoolRouter, build_pool_router
 from rlrouter.eval.reader import EvalSet
 from rlrouter.eval.wtp import (Sweep, aiq_by_task, aiq_minus_reference, cost_ranges, fixed_sweep, hull_points,
-                               task_rows, wtp_grid)
+                               reward_at, task_rows, wtp_grid)
 
 OVERLAP = ("drop", "keep")
 ZERO = "zero_router"
@@ -153,16 +153,19 @@ def _shares(decisions: np.ndarray, rows: np.ndarray, names: Sequence[str]) -> di
     return {n: round(float(c), 4) for n, c in zip(names, counts) if c > 0}
 
 
-def at_prices(sweep: Sweep, ws: np.ndarray, lams: Sequence[float], test: EvalSet, by_task: Mapping[str, np.ndarray],
-              setting_for: Mapping[float, int] | None = None) -> dict[str, Any]:
-    """At each price weight lam: the setting routing at w = 1/(1000 lam) (or ``setting_for[lam]``), its quality,
-    cost (USD per 1k prompts), reward (quality - lam * 1000 * cost) and call shares, per task and overall."""
+def settings_for_prices(train_sweep: Sweep, lams: Sequence[float]) -> dict[float, int]:
+    """Per price weight lam, the setting a user at that price would pick from train: the one with the highest
+    mean reward (quality - lam * 1000 * cost) on the training tables (ties: the first)."""
+    return {lam: int(np.argmax(reward_at(train_sweep, lam))) for lam in lams}
+
+
+def at_prices(sweep: Sweep, lams: Sequence[float], test: EvalSet, by_task: Mapping[str, np.ndarray],
+              setting_for: Mapping[float, int]) -> dict[str, Any]:
+    """At each price weight lam: the setting ``setting_for[lam]`` (chosen on train), its quality, cost (USD per
+    1k prompts), reward (quality - lam * 1000 * cost) and call shares on test, per task and overall."""
     out = {}
     for lam in lams:
-        if setting_for is not None:
-            s = setting_for[lam]
-        else:
-            s = int(np.argmin(np.abs(ws - 1.0 / (1000.0 * lam))))
+        s = setting_for[lam]
         q, c = sweep.quality[s], sweep.cost[s]
         entry = {"setting": sweep.labels[s]}
         for t, rows in [("overall", np.arange(len(test))), *by_task.items()]:
@@ -198,6 +201,8 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
     sweeps: dict[str, Sweep] = {ZERO: fixed_sweep(test.scores, test.costs, test.names)}
     routers: dict[str, dict[str, Any]] = {ZERO: {"type": "fixed", "reads_outcomes": False}}
+    # each router's setting at each price weight, picked on train (the zero router's: the best fixed route)
+    at_price_setting = {ZERO: settings_for_prices(fixed_sweep(train.scores, train.costs, train.names), lams)}
     specs = {k: dict(v) for k, v in (ev.get("routers") or {}).items() if v}
     for name, spec in (cfg.get("routers") or {}).items():  # more routers from the command line
         if spec:
@@ -213,27 +218,28 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
             bar.set_postfix_str(name)
             t = time.perf_counter()
             chosen, table = select_settings(name, spec, train, embed, folds, num_w, seed, convention)
+            t_select = time.perf_counter() - t
             router: PoolRouter = build_pool_router(name, chosen, embed, seed)
             router.fit(train)
+            at_price_setting[name] = settings_for_prices(router.sweep(train, ws), lams)
+            t_fit = time.perf_counter() - t - t_select  # with the train sweep that picks the price settings
             sweeps[name] = router.sweep(test, ws)
             routers[name] = {"type": chosen.get("type"), "params": {k: v for k, v in chosen.items() if k != "type"},
                              "cv": table, "reads_outcomes": router.reads_outcomes,
-                             "seconds": round(time.perf_counter() - t, 2)}
+                             "seconds": round(time.perf_counter() - t, 2),
+                             "seconds_by_stage": {"select_on_train": round(t_select, 2), "fit": round(t_fit, 2),
+                                                  "sweep_test": round(time.perf_counter() - t - t_select - t_fit, 2)}}
             bar.update(1)
 
     boot_cfg = dict(ev.get("bootstrap") or {})
     boot = aiq_minus_reference(sweeps, ZERO, test.tasks, ranges, n_boot=int(boot_cfg.get("n_boot", 1000)),
                                level=float(boot_cfg.get("level", 0.95)), seed=seed)
-    # the fixed route a price weight's user would pick from train (the best single model overall at that lam)
-    best_fixed = {lam: int(np.argmax(train.scores.mean(axis=0) - lam * 1000 * train.costs.mean(axis=0)))
-                  for lam in lams}
     for name, sweep in sweeps.items():
         entry = routers[name]
         entry["aiq"] = aiq_by_task(sweep, test.tasks, ranges)
         entry["aiq_minus_zero"] = boot[name]
         entry["curve"] = {t: hull_points(sweep, rows) for t, rows in by_task.items()}
-        entry["at_price"] = at_prices(sweep, ws, lams, test, by_task,
-                                      setting_for={lam: best_fixed[lam] for lam in lams} if name == ZERO else None)
+        entry["at_price"] = at_prices(sweep, lams, test, by_task, at_price_setting[name])
     singles = {c: {t: {"quality": float(test.scores[rows, j].mean()), "cost_per_1k": float(1000 * test.costs[rows, j].mean())}
                    for t, rows in [("overall", np.arange(len(test))), *by_task.items()]}
                for j, c in enumerate(test.names)}
@@ -244,7 +250,7 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "aiq_range": {"convention": convention,
                       **{t: {"cost_min_per_1k": 1000 * lo, "cost_max_per_1k": 1000 * hi} for t, (lo, hi) in ranges.items()}},
         "price_weights": lams,
-        "best_fixed_on_train": {f"{lam:g}": test.names[j] for lam, j in best_fixed.items()},
+        "best_fixed_on_train": {f"{lam:g}": test.names[j] for lam, j in at_price_setting[ZERO].items()},
         "single_models": singles,
         "routers": routers,
         "bootstrap": {"reference": ZERO, "n_boot": int(boot_cfg.get("n_boot", 1000)),

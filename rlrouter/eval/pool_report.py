@@ -19,6 +19,21 @@ def _interval(x: dict[str, float]) -> str:
     return f"{x['mean']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}]"
 
 
+def aiq_table(report: dict[str, Any]) -> str:
+    """The AIQ table, one row a router, best first: per task, overall, and overall minus the zero router's
+    with its interval. The docs quote it as rendered here (tests/test_doc_figures.py)."""
+    tasks = list(report["data"]["tasks"])
+    routers = report["routers"]
+    head = ["router", *tasks, "overall", "overall - zero router"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in sorted(routers, key=lambda n: -routers[n]["aiq"]["overall"]):
+        r = routers[name]
+        label = f"{name} (reads test outcomes)" if r.get("reads_outcomes") else name
+        lines.append("| " + " | ".join([label, *[f"{r['aiq'][t]:.3f}" for t in tasks], f"{r['aiq']['overall']:.3f}",
+                                        _interval(r["aiq_minus_zero"]["overall"])]) + " |")
+    return "\n".join(lines)
+
+
 def pool_markdown(report: dict[str, Any]) -> str:
     data = report["data"]
     tasks = list(data["tasks"])
@@ -34,15 +49,7 @@ def pool_markdown(report: dict[str, Any]) -> str:
              f"({report['bootstrap']['n_boot']} resamples, stratified by task), AIQ minus the zero router's.", ""]
     if data.get("quirks"):
         lines += ["Data:", *[f"- {q}" for q in data["quirks"]], ""]
-    head = ["router", *tasks, "overall", "overall - zero router"]
-    lines += ["## AIQ", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    order = sorted(routers, key=lambda n: -routers[n]["aiq"]["overall"])
-    for name in order:
-        r = routers[name]
-        label = f"{name} (reads test outcomes)" if r.get("reads_outcomes") else name
-        lines.append("| " + " | ".join([label, *[f"{r['aiq'][t]:.3f}" for t in tasks], f"{r['aiq']['overall']:.3f}",
-                                        _interval(r["aiq_minus_zero"]["overall"])]) + " |")
-    lines.append("")
+    lines += ["## AIQ", "", aiq_table(report), ""]
     for lam in report["price_weights"]:
         key = f"{lam:g}"
         lines += [f"## At price weight {key} (reward = quality - {key} x cost in thousandths of a dollar)", "",
@@ -109,3 +116,27 @@ def write_pool_report(out_dir: Path, report: dict[str, Any]) -> dict[str, Path]:
         name = f"cost_quality_{_safe(task)}.png"
         paths[name] = plot_pool(report, task, out_dir / name)
     return paths
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- begin {name} (rendered from benchmarks/results; do not edit) -->", f"<!-- end {name} -->"
+
+
+def doc_block(text: str, name: str) -> str | None:
+    """The text between a doc's ``name`` markers (None when the doc has none)."""
+    begin, end = _markers(name)
+    if begin not in text or end not in text:
+        return None
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def replace_doc_block(path: Path, name: str, body: str) -> bool:
+    """Write ``body`` between the ``name`` markers of the doc at ``path``; False when it has no markers."""
+    text = Path(path).read_text(encoding="utf-8")
+    begin, end = _markers(name)
+    if doc_block(text, name) is None:
+        return False
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    Path(path).write_text(f"{head}{begin}\n{body}\n{end}{tail}", encoding="utf-8")
+    return True

@@ -33,6 +33,10 @@ that reads replies (the cascade) makes its own settings instead. The rules:
   replies agree (the majority's share, how many distinct answers), for a probe also whether its own reply
   sides with the others, and optionally the question's embedding. Each probe set (none, the cheapest, the
   two cheapest, ...) is swept over willingness to pay; every setting pays for its probes.
+* ``selector``: the online bandit selector (``rlrouter.selector``: linear Thompson sampling on the question's
+  embedding, one arm a candidate, with its cost bonus), warmed up on train as a bandit and then learning from
+  each test prompt's logged outcome, in a seeded stream order, before the next. Its settings are the cost
+  weights (how much cheaper candidates are favoured), one fresh selector each.
 * ``oracle``: the test outcomes themselves (an upper bound, not a router): at each willingness to pay the
   best achievable route per prompt.
 """
@@ -301,6 +305,42 @@ class MFPoolRouter(_TorchScoreRouter):
         return MF()
 
 
+class SelectorPoolRouter(PoolRouter):
+    """The online bandit selector over every candidate, one per cost weight (module docstring)."""
+
+    name = "selector"
+
+    def __init__(self, embed: Embed, cost_weights: Sequence[float] = (0.0, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0),
+                 config: dict[str, Any] | None = None, seed: int = 0):
+        if not cost_weights or min(cost_weights) < 0:
+            raise ValueError(f"selector.cost_weights: a non-empty list of numbers >= 0, got {cost_weights}")
+        self.embed, self.cost_weights, self.config, self.seed = embed, list(cost_weights), dict(config or {}), seed
+        self.train: EvalSet | None = None
+
+    def fit(self, train: EvalSet) -> None:
+        self.train = train  # each cost weight's selector warms up on it in sweep(): one fresh bandit a setting
+
+    def predict(self, test: EvalSet) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError("the selector learns online: it makes its own settings (sweep)")
+
+    def sweep(self, test: EvalSet, ws: np.ndarray) -> Sweep:
+        from rlrouter.eval.adapters import SelectorRouter
+
+        if self.train is None:
+            raise RuntimeError(f"{self.name}: fit() before sweep()")
+        costs = dict(zip(self.train.names, self.train.costs.mean(axis=0).tolist()))
+        decisions = []
+        for weight in self.cost_weights:
+            cfg = {"use_contextual": True, **self.config, "cost_awareness": weight > 0, "cost_weight": float(weight),
+                   "costs": costs}
+            bandit = SelectorRouter(self.name, self.train.names, cfg, self.embed, warmup=True, seed=self.seed,
+                                    online=True)
+            bandit.fit(self.train)
+            decisions.append(bandit.replay(test))
+        return Sweep.from_decisions(np.stack(decisions), test.scores, test.costs,
+                                    [f"cost_weight={w:g}" for w in self.cost_weights])
+
+
 # ---------------------------------------------------------------- the cascade: reads replies
 
 _CHOICE = re.compile(r"^\W*([A-J])\b")
@@ -380,9 +420,9 @@ class CascadeRouter(PoolRouter):
 
     def __init__(self, embed: Embed, chain: Sequence[str] | str = "hull", features: Sequence[str] = ("agreement",),
                  l2: float = 1.0, thresholds: int = 41):
-        unknown = sorted(set(features) - {"agreement", "embedding"})
+        unknown = sorted(set(features) - {"agreement", "embedding", "reply_embedding"})
         if unknown:
-            raise ValueError(f"cascade.features: unknown {unknown} (agreement, embedding)")
+            raise ValueError(f"{self.name}.features: unknown {unknown} (agreement, embedding, reply_embedding)")
         if thresholds < 2:
             raise ValueError(f"cascade.thresholds: must be >= 2, got {thresholds}")
         if isinstance(chain, str) and chain not in ("hull", "cost"):
@@ -493,9 +533,16 @@ class EscalateRouter(CascadeRouter):
                 reply = es.responses[es.names[m]]
                 cols += [support[j][:, None], (support[j] == support.max(axis=0)).astype(np.float64)[:, None],
                          np.log1p([len(r or "") for r in reply])[:, None]]
+        if "reply_embedding" in self.features and m in self.chain[:n_probes]:
+            cols.append(self._reply_embedding(es, m))
         if emb is not None:
             cols.append(emb)
         return np.concatenate(cols, axis=1)
+
+    def _reply_embedding(self, es: EvalSet, m: int) -> np.ndarray:
+        """(N, D) the embedding of candidate m's logged reply: what the reply says, not only whether it agrees
+        (a code reply in another language than the one asked for, a refusal)."""
+        return np.asarray(self.embed([r or "" for r in es.responses[es.names[m]]]), dtype=np.float64)
 
     def _keys(self, es: EvalSet) -> np.ndarray:
         if self.max_probes == 0:
@@ -620,3 +667,8 @@ def _escalate(cfg: dict[str, Any], embed: Embed, seed: int) -> PoolRouter:
 @register_pool_router("cascade_judge")
 def _cascade_judge(cfg: dict[str, Any], embed: Embed, seed: int) -> PoolRouter:
     return JudgeCascadeRouter(**{"seed": seed, **cfg})
+
+
+@register_pool_router("selector")
+def _selector(cfg: dict[str, Any], embed: Embed, seed: int) -> PoolRouter:
+    return SelectorPoolRouter(embed, **{"seed": seed, **cfg})

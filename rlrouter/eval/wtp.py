@@ -185,7 +185,7 @@ def aiq_minus_reference(sweeps: Mapping[str, Sweep], reference: str, tasks: Sequ
     return out
 
 
-def reward_at(sweep: Sweep, lam: float, w_values: Sequence[float] | None = None) -> np.ndarray:
+def reward_at(sweep: Sweep, lam: float) -> np.ndarray:
     """(S,) mean of quality - lam * 1000 * cost per setting: the score a price weight ``lam`` puts on each."""
     return (sweep.quality - lam * USD_PER_THOUSANDTH * sweep.cost).mean(axis=1)
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from rlrouter.eval.pool_routers import (CascadeRouter, EscalateRouter, JudgeCascadeRouter, KNNPoolRouter, MFPoolRouter,
-                                        MLPPoolRouter, OracleRouter, PerTaskRouter, build_pool_router, hull_chain, reply_key)
+                                        MLPPoolRouter, OracleRouter, PerTaskRouter, SelectorPoolRouter, build_pool_router,
+                                        hull_chain, reply_key)
 from rlrouter.eval.reader import EvalSet
 from rlrouter.eval.wtp import (Sweep, aiq_by_task, aiq_minus_reference, cost_ranges, fixed_sweep, route_by_wtp,
                                wtp_grid)
@@ -228,3 +229,17 @@ def test_build_pool_router_names_unknown_types_and_fields():
         build_pool_router("k", {"type": "knn", "kk": 3}, _embed)
     with pytest.raises(ValueError, match="knn.k"):
         build_pool_router("k", {"type": "knn", "k": 0}, _embed)
+
+
+def test_selector_learns_online_one_bandit_per_cost_weight():
+    es = _hand_table()
+    big = EvalSet.concat([es] * 8)  # 96 prompts: enough feedback for the bandit to tell the candidates apart
+    r = SelectorPoolRouter(_embed, cost_weights=[0.0, 1000.0], seed=0)
+    r.fit(big)
+    s = r.sweep(big, np.array([]))
+    assert s.labels == ["cost_weight=0", "cost_weight=1000"] and s.decisions.shape == (2, 96)
+    # without a cost bonus the always-right candidate wins most calls; a huge bonus favours cheaper ones
+    assert (s.decisions[0] == 2).mean() > 0.5
+    assert (s.decisions[1] == 2).mean() < 0.2 and s.cost[1].mean() < s.cost[0].mean() / 3
+    with pytest.raises(ValueError, match="selector.cost_weights"):
+        SelectorPoolRouter(_embed, cost_weights=[])

@@ -68,11 +68,12 @@ def test_overlap_between_train_and_test_is_reported_and_dropped_or_kept(tmp_path
 def test_pool_job_end_to_end_report_curves_intervals_and_ledger(tmp_path, tables):
     train, test = tables
     routers = {"oracle": {"type": "oracle"}, "per_task": {"type": "per_task"},
-               "knn": {"type": "knn", "select": {"k": [3, 30]}}, "escalate": {"type": "escalate", "max_probes": 1}}
+               "knn": {"type": "knn", "select": {"k": [3, 30]}}, "escalate": {"type": "escalate", "max_probes": 1},
+               "selector": {"type": "selector", "cost_weights": [0.0, 10.0]}}
     report = run_pool(_cfg(tmp_path, train, test, routers))
     out = Path(report["paths"]["report.json"]).parent
     saved = json.loads((out / "report.json").read_text())
-    assert set(saved["routers"]) == {"zero_router", "oracle", "per_task", "knn", "escalate"}
+    assert set(saved["routers"]) == {"zero_router", "oracle", "per_task", "knn", "escalate", "selector"}
     for name, r in saved["routers"].items():
         for key in ("overall", "arc-challenge", "mbpp"):
             iv = r["aiq_minus_zero"][key]
@@ -89,12 +90,15 @@ def test_pool_job_end_to_end_report_curves_intervals_and_ledger(tmp_path, tables
     price = saved["routers"]["per_task"]["at_price"]["0.1"]["overall"]
     assert price["reward"] == pytest.approx(price["quality"] - 0.1 * price["cost_per_1k"])
     assert sum(price["shares"].values()) == pytest.approx(1.0, abs=1e-3)
+    # every router has a setting at each price weight, chosen on train, whatever its settings are
+    assert saved["routers"]["selector"]["at_price"]["0.1"]["setting"] in ("cost_weight=0", "cost_weight=10")
+    assert saved["routers"]["zero_router"]["at_price"]["0.1"]["setting"] == saved["best_fixed_on_train"]["0.1"]
     for f in ("report.md", "cost_quality_arc-challenge.png", "cost_quality_mbpp.png"):
         assert (out / f).stat().st_size > 0
     md = (out / "report.md").read_text()
     assert "| oracle (reads test outcomes) |" in md and "training rows share a sample_id" in md
     ledger = [json.loads(x) for x in (tmp_path / "ledger.jsonl").read_text().splitlines()]
-    assert len(ledger) == 1 and ledger[0]["router_types"] == ["escalate", "fixed", "knn", "oracle", "per_task"]
+    assert len(ledger) == 1 and ledger[0]["router_types"] == ["escalate", "fixed", "knn", "oracle", "per_task", "selector"]
     again = run_pool(_cfg(tmp_path, train, test, {"knn": {"type": "knn", "k": 3}}))
     assert again["ledger"]["read_before_by_type"] == {"fixed": [ledger[0]["date"]], "knn": [ledger[0]["date"]]}
 
