@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -120,6 +120,33 @@ class KNNRouter(ThresholdRouter):
         return out
 
 
+def train_bce(model, logits_of: Callable[[Any], Any], targets, epochs: int, batch_size: int, lr: float,
+              weight_decay: float, gen, decoupled: bool = False) -> list[float]:
+    """Minibatch Adam (AdamW's decoupled weight decay when ``decoupled``) on binary cross-entropy:
+    ``logits_of(idx)`` gives the model's logits for the rows ``idx`` of ``targets`` (soft targets in [0, 1]
+    allowed). Returns the mean loss of each epoch; the model is left in eval mode. The MF routers' one
+    training loop (two candidates here, N in ``pool_routers``)."""
+    import torch
+
+    opt = (torch.optim.AdamW if decoupled else torch.optim.Adam)(model.parameters(), lr=lr, weight_decay=weight_decay)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    losses = []
+    model.train()
+    for _ in range(epochs):
+        perm = torch.randperm(len(targets), generator=gen)
+        total = 0.0
+        for start in range(0, len(perm), batch_size):
+            i = perm[start:start + batch_size]
+            loss = loss_fn(logits_of(i), targets[i])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(i)
+        losses.append(total / len(perm))
+    model.eval()
+    return losses
+
+
 class MFRouter(ThresholdRouter):
     """RouteLLM's matrix-factorisation router on MiniLM prompt embeddings (see module docstring)."""
 
@@ -197,24 +224,9 @@ class MFRouter(ThresholdRouter):
         import torch
 
         self.model = self._build(emb.shape[1])
-        opt = torch.optim.Adam(self.model.parameters(), lr=self.lr, weight_decay=self.wd)
         rows_t, a_t, b_t = (torch.from_numpy(x).long() for x in (rows, a, b))
-        y_t = torch.from_numpy(y).float()
-        loss_fn = torch.nn.BCEWithLogitsLoss()
-        self.model.train()
-        for _ in range(self.epochs):
-            perm = torch.randperm(len(rows_t), generator=gen)
-            total = 0.0
-            for start in range(0, len(perm), self.batch_size):
-                i = perm[start:start + self.batch_size]
-                logits = self.model(emb[rows_t[i]], a_t[i], b_t[i])
-                loss = loss_fn(logits, y_t[i])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                total += loss.item() * len(i)
-            self.train_loss.append(total / len(perm))
-        self.model.eval()
+        self.train_loss = train_bce(self.model, lambda i: self.model(emb[rows_t[i]], a_t[i], b_t[i]),
+                                    torch.from_numpy(y).float(), self.epochs, self.batch_size, self.lr, self.wd, gen)
 
     def strong_score(self, prompts: list[str]) -> np.ndarray:
         import torch

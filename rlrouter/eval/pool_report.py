@@ -7,12 +7,11 @@ with the paired interval against the zero router) and, per price weight, each ro
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from rlrouter.eval.report import _json_default
+from rlrouter.eval.report import write_json_and_markdown
 
 
 def _interval(x: dict[str, float]) -> str:
@@ -106,12 +105,7 @@ def plot_pool(report: dict[str, Any], task: str, path: Path) -> Path:
 
 def write_pool_report(out_dir: Path, report: dict[str, Any]) -> dict[str, Path]:
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"report.json": out_dir / "report.json", "report.md": out_dir / "report.md"}
-    tmp = paths["report.json"].with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2, default=_json_default, allow_nan=True))
-    tmp.replace(paths["report.json"])
-    paths["report.md"].write_text(pool_markdown(report))
+    paths = write_json_and_markdown(out_dir, report, pool_markdown(report))
     for task in report["data"]["tasks"]:
         name = f"cost_quality_{_safe(task)}.png"
         paths[name] = plot_pool(report, task, out_dir / name)

@@ -49,9 +49,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from rlrouter.eval.baselines import train_bce
 from rlrouter.eval.learned import fit_logistic
 from rlrouter.eval.metrics import nondecreasing_convex_hull
 from rlrouter.eval.reader import EvalSet
+from rlrouter.eval.routers import Registry
 from rlrouter.eval.wtp import Sweep, route_by_wtp
 from rlrouter.rewards.router_r1 import normalize_answer
 
@@ -172,65 +174,6 @@ class KNNPoolRouter(PoolRouter):
         return self.train.scores[top].mean(axis=1), self.train.costs[top].mean(axis=1)
 
 
-class _TorchScoreRouter(PoolRouter):
-    """Shared training loop of the routers that fit a torch model of P(correct | question, candidate)."""
-
-    def __init__(self, embed: Embed, epochs: int, lr: float, weight_decay: float, batch_size: int, cost_k: int,
-                 seed: int):
-        for f, v in (("epochs", epochs), ("batch_size", batch_size)):
-            if v < 1:
-                raise ValueError(f"{self.name}.{f}: must be >= 1, got {v}")
-        self.embed = embed
-        self.epochs, self.lr, self.wd, self.batch_size, self.seed = epochs, lr, weight_decay, batch_size, seed
-        self.cost = NeighbourCost(embed, cost_k)
-        self.model = None
-        self.train_loss: list[float] = []
-
-    @abc.abstractmethod
-    def build(self, text_dim: int, num_candidates: int):
-        """The torch module: (B, D) embeddings -> (B, M) logits."""
-
-    def fit(self, train: EvalSet) -> None:
-        import torch
-
-        self.cost.fit(train)
-        x = torch.from_numpy(np.asarray(self.embed(train.prompts), dtype=np.float32))  # (N_tr, D)
-        y = torch.from_numpy(train.scores.astype(np.float32))  # (N_tr, M) soft targets in [0, 1]
-        torch.manual_seed(self.seed)
-        gen = torch.Generator().manual_seed(self.seed)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # a tiny model: intra-op threads only oversubscribe shared cores
-        try:
-            self.model = self.build(x.shape[1], y.shape[1])
-            opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.wd)
-            loss_fn = torch.nn.BCEWithLogitsLoss()
-            self.model.train()
-            for _ in range(self.epochs):
-                perm = torch.randperm(len(x), generator=gen)
-                total = 0.0
-                for start in range(0, len(perm), self.batch_size):
-                    i = perm[start:start + self.batch_size]
-                    loss = loss_fn(self.model(x[i]), y[i])
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    total += loss.item() * len(i)
-                self.train_loss.append(total / len(perm))
-            self.model.eval()
-        finally:
-            torch.set_num_threads(threads)
-
-    def predict(self, test: EvalSet) -> tuple[np.ndarray, np.ndarray]:
-        import torch
-
-        if self.model is None:
-            raise RuntimeError(f"{self.name}: fit() before predict()")
-        emb = np.asarray(self.embed(test.prompts), dtype=np.float32)
-        with torch.no_grad():
-            q = torch.sigmoid(self.model(torch.from_numpy(emb))).numpy().astype(np.float64)
-        return q, self.cost(test.prompts, emb)
-
-
 class MLPPoolRouter(PoolRouter):
     """One ``MLPRegressor`` a candidate, question embedding -> logged score (RouterBench's rule)."""
 
@@ -271,17 +214,21 @@ class MLPPoolRouter(PoolRouter):
         return q, self.cost(test.prompts, emb)
 
 
-class MFPoolRouter(_TorchScoreRouter):
+class MFPoolRouter(PoolRouter):
     """RouteLLM's MF scorer over N candidates, fit pointwise: logit(m, q) = w^T (v_m * W e_q) + b_m."""
 
     name = "mf"
 
     def __init__(self, embed: Embed, dim: int = 64, epochs: int = 60, lr: float = 3e-3, weight_decay: float = 1e-4,
                  batch_size: int = 64, cost_k: int = 20, seed: int = 0):
-        if dim < 1:
-            raise ValueError(f"mf.dim: must be >= 1, got {dim}")
-        self.dim = dim
-        super().__init__(embed, epochs, lr, weight_decay, batch_size, cost_k, seed)
+        for f, v in (("dim", dim), ("epochs", epochs), ("batch_size", batch_size)):
+            if v < 1:
+                raise ValueError(f"mf.{f}: must be >= 1, got {v}")
+        self.embed, self.dim, self.seed = embed, dim, seed
+        self.epochs, self.lr, self.wd, self.batch_size = epochs, lr, weight_decay, batch_size
+        self.cost = NeighbourCost(embed, cost_k)
+        self.model = None
+        self.train_loss: list[float] = []
 
     def build(self, text_dim: int, num_candidates: int):
         import torch
@@ -303,6 +250,33 @@ class MFPoolRouter(_TorchScoreRouter):
                 return self.classifier(h[:, None, :] * v[None, :, :]).squeeze(-1) + self.bias  # (B, M)
 
         return MF()
+
+    def fit(self, train: EvalSet) -> None:
+        import torch
+
+        self.cost.fit(train)
+        x = torch.from_numpy(np.asarray(self.embed(train.prompts), dtype=np.float32))  # (N_tr, D)
+        y = torch.from_numpy(train.scores.astype(np.float32))  # (N_tr, M) soft targets in [0, 1]
+        torch.manual_seed(self.seed)
+        gen = torch.Generator().manual_seed(self.seed)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a tiny model: intra-op threads only oversubscribe shared cores
+        try:
+            self.model = self.build(x.shape[1], y.shape[1])
+            self.train_loss = train_bce(self.model, lambda i: self.model(x[i]), y, self.epochs, self.batch_size,
+                                        self.lr, self.wd, gen, decoupled=True)
+        finally:
+            torch.set_num_threads(threads)
+
+    def predict(self, test: EvalSet) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        if self.model is None:
+            raise RuntimeError(f"{self.name}: fit() before predict()")
+        emb = np.asarray(self.embed(test.prompts), dtype=np.float32)
+        with torch.no_grad():
+            q = torch.sigmoid(self.model(torch.from_numpy(emb))).numpy().astype(np.float64)
+        return q, self.cost(test.prompts, emb)
 
 
 class SelectorPoolRouter(PoolRouter):
@@ -596,23 +570,9 @@ class EscalateRouter(CascadeRouter):
 # ---------------------------------------------------------------- building from config
 
 PoolFactory = Callable[[dict[str, Any], Embed, int], PoolRouter]
-_POOL_REGISTRY: dict[str, PoolFactory] = {}
-
-
-def register_pool_router(type_name: str) -> Callable[[PoolFactory], PoolFactory]:
-    """Decorator: make ``type_name`` buildable under ``eval.routers`` of a pool evaluation."""
-
-    def deco(factory: PoolFactory) -> PoolFactory:
-        if type_name in _POOL_REGISTRY and _POOL_REGISTRY[type_name] is not factory:
-            raise ValueError(f"pool router type '{type_name}' is already registered")
-        _POOL_REGISTRY[type_name] = factory
-        return factory
-
-    return deco
-
-
-def pool_router_types() -> list[str]:
-    return sorted(_POOL_REGISTRY)
+_POOL_REGISTRY: Registry[PoolFactory] = Registry("pool router type")
+register_pool_router = _POOL_REGISTRY.register  # decorator: buildable under eval.routers of a pool evaluation
+pool_router_types = _POOL_REGISTRY.types
 
 
 def build_pool_router(name: str, cfg: dict[str, Any], embed: Embed, seed: int = 0) -> PoolRouter:

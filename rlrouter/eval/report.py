@@ -133,14 +133,21 @@ def _json_default(x: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
-def write_report(out_dir: Path, report: dict[str, Any]) -> dict[str, Path]:
+def write_json_and_markdown(out_dir: Path, report: dict[str, Any], md: str) -> dict[str, Path]:
+    """``report.json`` (written whole, then renamed: a reader never sees half a file) and ``report.md``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"report.json": out_dir / "report.json", "report.md": out_dir / "report.md"}
     tmp = paths["report.json"].with_suffix(".json.tmp")
     tmp.write_text(json.dumps(report, indent=2, default=_json_default, allow_nan=True))
     tmp.replace(paths["report.json"])
-    paths["report.md"].write_text(markdown(report))
+    paths["report.md"].write_text(md)
+    return paths
+
+
+def write_report(out_dir: Path, report: dict[str, Any]) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    paths = write_json_and_markdown(out_dir, report, markdown(report))
     for sname in report["slices"]:
         paths[f"cost_quality_{sname}.png"] = plot_cost_quality(report, sname, out_dir / f"cost_quality_{sname}.png")
     paths["call_shares.png"] = plot_call_shares(report, out_dir / "call_shares.png")

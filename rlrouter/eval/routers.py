@@ -22,7 +22,7 @@ import abc
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Generic, Mapping, TypeVar
 
 import numpy as np
 
@@ -96,24 +96,35 @@ class RouterContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Registry(dict, Generic[F]):
+    """Factories by type name (a dict), filled by the ``register`` decorator; ``what`` names the kind in errors."""
+
+    def __init__(self, what: str):
+        super().__init__()
+        self.what = what
+
+    def register(self, type_name: str) -> Callable[[F], F]:
+        """Decorator: make ``type_name`` buildable from config."""
+
+        def deco(factory: F) -> F:
+            if type_name in self and self[type_name] is not factory:
+                raise ValueError(f"{self.what} '{type_name}' is already registered")
+            self[type_name] = factory
+            return factory
+
+        return deco
+
+    def types(self) -> list[str]:
+        return sorted(self)
+
+
 RouterFactory = Callable[[dict[str, Any], RouterContext], Router]
-_REGISTRY: dict[str, RouterFactory] = {}
-
-
-def register_router(type_name: str) -> Callable[[RouterFactory], RouterFactory]:
-    """Decorator: make ``type_name`` buildable from config."""
-
-    def deco(factory: RouterFactory) -> RouterFactory:
-        if type_name in _REGISTRY and _REGISTRY[type_name] is not factory:
-            raise ValueError(f"router type '{type_name}' is already registered")
-        _REGISTRY[type_name] = factory
-        return factory
-
-    return deco
-
-
-def registered_types() -> list[str]:
-    return sorted(_REGISTRY)
+_REGISTRY: Registry[RouterFactory] = Registry("router type")
+register_router = _REGISTRY.register
+registered_types = _REGISTRY.types
 
 
 def _import_attr(spec: str) -> Any:
