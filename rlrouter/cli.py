@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import numpy as np
+
 from rlrouter.data.formats import FORMATS
 
 
@@ -23,22 +25,21 @@ def _validate_routerbench(args: argparse.Namespace) -> int:
     """A RouterBench-style table (CSV or parquet): the first malformed cell stops it, named by file, row and
     column; blank correctness cells and repeated ids are counted and their first places listed."""
     from rlrouter.data.io import DataFileError
-    from rlrouter.eval.reader import read_routerbench
+    from rlrouter.data.routerbench import read_routerbench_table
 
-    report: list = []
     try:
-        es = read_routerbench(args.file, blank_scores="drop", repeated_ids="keep", report=report,
-                              candidates=args.candidates.split(",") if args.candidates else None)
+        table = read_routerbench_table(args.file, args.candidates.split(",") if args.candidates else None,
+                                       blank_scores="drop", repeated_ids="keep")
     except DataFileError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except (FileNotFoundError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    t = report[0]
-    tasks = sorted(set(es.tasks))
-    print(f"{args.file}: RouterBench table, {t.rows} rows, {len(es.names)} candidates, tasks {tasks}; "
-          f"{len(es.responses or {})} with logged replies")
+    t = table.report
+    print(f"{args.file}: RouterBench table, {t.rows} rows, {len(table.candidates)} candidates, tasks "
+          f"{sorted(set(table.sources))}; {len(table.responses)} with logged replies, "
+          f"{int(np.isfinite(table.costs).all(axis=0).sum())} with logged costs")
     for line in t.lines():
         print(f"warning: {line.split(': ', 1)[1]}")
     for ex in t.examples:

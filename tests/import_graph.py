@@ -34,10 +34,10 @@ PACKAGES = ("rlrouter", "jobs", "serve", "benchmarks")
 # rooms on one line do not import each other. Top-level modules of rlrouter/ are rooms of their own.
 LAYERS: list[tuple[str, ...]] = [
     ("benchmarks", "jobs", "serve"),                                    # entry points, thin
-    ("rlrouter.trainer", "rlrouter.serving", "rlrouter.cli"),           # the controller; request -> decision; CLI
+    ("rlrouter.trainer", "rlrouter.serving"),                           # the controller; request -> decision
     ("rlrouter.learner", "rlrouter.eval"),                              # learner ranks; offline evaluation
     ("rlrouter.rollout",),                                              # router env, vLLM workers, policy
-    ("rlrouter.pool", "rlrouter.gmt", "rlrouter.intent"),
+    ("rlrouter.pool", "rlrouter.gmt", "rlrouter.intent", "rlrouter.cli"),
     ("rlrouter.data", "rlrouter.rewards", "rlrouter.engine", "rlrouter.embeddings", "rlrouter.jobkit"),
     ("rlrouter.algos", "rlrouter.sync", "rlrouter.distributed", "rlrouter.selector", "rlrouter.protocol",
      "rlrouter.models", "rlrouter.storage", "rlrouter.metrics", "rlrouter.progress", "rlrouter.paths",

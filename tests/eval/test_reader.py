@@ -244,7 +244,7 @@ def test_bad_routerbench_csv_names_file_row_and_column(tmp_path, column, cell, w
 def test_the_question_rule_on_routerbench_three_tasks(shared_data):
     """The last paragraph is the question: ARC's and Winogrande's few-shot prompts end in the question with
     its options and answer instruction, and MBPP's prompts are the task alone."""
-    from rlrouter.eval.reader import question_text
+    from rlrouter.data.routerbench import question_text
 
     root = shared_data / "routerbench"
     if not root.exists():
