@@ -45,10 +45,15 @@ class SourceSpec:
     path: str | None = None
     split: str | None = None
     """The dataset split to read (QA sets: ``train`` by default, ``test`` for Router-R1's test sets)."""
+    feeds: str = "both"
+    """Which built split the source's questions go to: ``both`` (split by question), ``train`` or ``test``
+    (a source whose files are already split, e.g. RouterBench's ``*_train`` / ``*_test`` tables)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.weight, (int, float)) or self.weight < 0:
             raise ValueError(f"data.sources[{self.name}].weight: must be a number >= 0, got {self.weight!r}")
+        if self.feeds not in ("both", "train", "test"):
+            raise ValueError(f"data.sources[{self.name}].feeds: 'both', 'train' or 'test', got {self.feeds!r}")
 
 
 @dataclass
@@ -86,6 +91,8 @@ class BuildConfig:
 def _allocate(total: int, weights: Sequence[float]) -> list[int]:
     """Split ``total`` into integer counts proportional to ``weights`` (largest remainder)."""
     s = sum(weights)
+    if s <= 0:
+        return [0] * len(weights)
     raw = [total * w / s for w in weights]
     counts = [int(r) for r in raw]
     order = sorted(range(len(raw)), key=lambda i: raw[i] - counts[i], reverse=True)
@@ -115,8 +122,12 @@ def build(cfg: BuildConfig, logged: LoggedTable | None = None) -> dict[str, Any]
 
     rng = random.Random(cfg.seed)
     active = [s for s in cfg.sources if s.weight > 0]
-    train_n = _allocate(cfg.train_size, [s.weight for s in active])
-    test_n = _allocate(cfg.test_size, [s.weight for s in active])
+    train_n = _allocate(cfg.train_size, [s.weight if s.feeds != "test" else 0.0 for s in active])
+    test_n = _allocate(cfg.test_size, [s.weight if s.feeds != "train" else 0.0 for s in active])
+    for split, size, counts in (("train", cfg.train_size, train_n), ("test", cfg.test_size, test_n)):
+        if size and not sum(counts):
+            raise ValueError(f"data.{split}_size: {size}, but no source with a weight feeds the {split} split "
+                             "(data.sources[].feeds)")
     replayed = [c for c in cfg.candidates if c.logged_as]
     rows: dict[str, list[dict]] = {"train": [], "test": []}
     stats: dict[str, Any] = {"sources": {}}

@@ -11,7 +11,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlrouter.data.build import BuildConfig, CandidateSpec, SourceSpec, build
-from rlrouter.data.logged import default_routellm_source, load_routellm
+from rlrouter.data.logged import default_routellm_source
+from rlrouter.data.routerbench import load_logged_outcomes
 from rlrouter.data.records import RecordsConfig, build_records
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def build_config(cfg: DictConfig) -> BuildConfig:
 
 
 def load_logged(cfg: DictConfig):
-    return load_routellm(logged_source(cfg))
+    return load_logged_outcomes(logged_source(cfg))
 
 
 def records_config(cfg: DictConfig):

@@ -102,6 +102,7 @@ class LoggedOutcomes:
     scores: np.ndarray  # (N, M) float in [0, 1]
     responses: dict[str, list[str | None]] | None = None
     source: list[str] = field(default_factory=list)
+    costs: np.ndarray | None = None  # (N, M) logged USD of each call (RouterBench); None: priced from tokens
     _index: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
     # derived lookup structures built by users of the table (e.g. the replay's fuzzy index), kept with it
     cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -120,6 +121,10 @@ class LoggedOutcomes:
             self.source = [""] * n
         if len(self.source) != n:
             raise ValueError(f"source: {len(self.source)} labels for {n} prompts")
+        if self.costs is not None:
+            self.costs = np.asarray(self.costs, dtype=np.float64)
+            if self.costs.shape != self.scores.shape:
+                raise ValueError(f"costs: shape {self.costs.shape} != scores' {self.scores.shape}")
         if self.responses is not None:
             for m, texts in self.responses.items():
                 if m not in self.models:
@@ -152,6 +157,13 @@ class LoggedOutcomes:
             return None
         return self.responses[model][row]
 
+    def cost(self, row: int, model: str) -> float | None:
+        """The logged USD of ``model``'s call on ``row``, or None where the table logs no cost."""
+        if self.costs is None:
+            return None
+        c = float(self.costs[row, self.model_index(model)])
+        return c if np.isfinite(c) else None
+
     def accuracy(self) -> dict[str, float]:
         """Mean score per model."""
         return {m: float(self.scores[:, j].mean()) if len(self) else float("nan")
@@ -163,7 +175,7 @@ class LoggedOutcomes:
         return LoggedOutcomes(
             prompts=[self.prompts[r] for r in rows], models=list(self.models), scores=self.scores[rows],
             responses=None if self.responses is None else {m: [t[r] for r in rows] for m, t in self.responses.items()},
-            source=[self.source[r] for r in rows])
+            source=[self.source[r] for r in rows], costs=None if self.costs is None else self.costs[rows])
 
     def where_source(self, prefix: str) -> LoggedOutcomes:
         """Rows whose source is ``prefix`` or lies under it (``"mmlu"`` keeps every MMLU subject)."""
@@ -282,10 +294,14 @@ def concat(tables: Sequence[LoggedOutcomes], names: Sequence[str] | None = None)
         for t in tables:
             for m in models:
                 responses[m].extend(t.responses[m] if t.responses is not None else [None] * len(t))
+    costs = None
+    if any(t.costs is not None for t in tables):  # a table without logged costs contributes NaN (priced later)
+        costs = np.concatenate([t.costs[:, o] if t.costs is not None else np.full((len(t), len(models)), np.nan)
+                                for t, o in zip(tables, order, strict=True)], axis=0)
     return LoggedOutcomes(
         prompts=[p for t in tables for p in t.prompts], models=models,
         scores=np.concatenate([t.scores[:, o] for t, o in zip(tables, order, strict=True)], axis=0),
-        responses=responses, source=[s for t in tables for s in t.source])
+        responses=responses, source=[s for t in tables for s in t.source], costs=costs)
 
 
 def _is_url(src: str | Path) -> bool:

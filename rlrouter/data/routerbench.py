@@ -292,3 +292,70 @@ def read_routerbench_table(path: str | Path, candidates: Sequence[str] | None = 
                                                             if blank[:, j].any()},
                                                blank_rows=int(blank.any(axis=1).sum()), blank_scores=blank_scores,
                                                repeated_ids=repeats, repeated_policy=repeated_ids, examples=examples))
+
+
+def is_routerbench_table(path: str | Path) -> bool:
+    """A parquet file, or a local CSV whose header names a ``<model>|model_response`` or ``<model>|total_cost``
+    column: RouterBench's layout rather than RouteLLM's."""
+    p = Path(path)
+    if p.suffix.lower() == ".parquet":
+        return True
+    if not (p.suffix.lower() == ".csv" and p.is_file()):
+        return False
+    with p.open(encoding="utf-8", errors="replace") as f:
+        header = f.readline()
+    return ROUTERBENCH_RESPONSE in header or ROUTERBENCH_COST in header
+
+
+def routerbench_files(path: str | Path, split: str | None = None) -> list[Path]:
+    """The tables under ``path``: the file itself, or a folder's ``*.csv`` / ``*.parquet`` in RouterBench's
+    layout, only those named ``*_<split>.*`` when ``split`` is given (RouterDC's re-split: ``mbpp_train.csv``)."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise FileNotFoundError(f"{p}: no such RouterBench table or folder")
+    files = sorted(f for f in p.iterdir() if f.suffix.lower() in (".csv", ".parquet") and is_routerbench_table(f)
+                   and (split is None or f.stem.endswith(f"_{split}")))
+    if not files:
+        raise FileNotFoundError(f"{p}: no RouterBench table{'' if split is None else f' named *_{split}'} "
+                                "(CSV or parquet with <model>|model_response or <model>|total_cost columns)")
+    return files
+
+
+def load_routerbench(paths: str | Path | Sequence[str | Path], split: str | None = None,
+                     blank_scores: str = "drop", repeated_ids: str = "drop", question: str = "last_block"):
+    """RouterBench tables as one ``LoggedOutcomes`` for the replay pool: a prompt is the question routers read
+    (``question``), and the logged costs ride along (``LoggedOutcomes.costs``)."""
+    from rlrouter.data.logged import LoggedOutcomes, concat
+
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    tables = [read_routerbench_table(f, blank_scores=blank_scores, repeated_ids=repeated_ids)
+              for p in paths for f in routerbench_files(p, split)]
+    logged = [LoggedOutcomes(prompts=t.questions(question), models=list(t.candidates), scores=t.scores,
+                             responses={m: t.responses.get(m, [None] * len(t.prompts)) for m in t.candidates},
+                             source=list(t.sources), costs=t.costs) for t in tables]
+    return concat(logged, names=[t.path for t in tables]) if len(logged) > 1 else logged[0]
+
+
+def is_routerbench_source(source: Any) -> bool:
+    """A folder of RouterBench tables, one such table, or a list of them (else: RouteLLM's CSVs)."""
+    if source is None:
+        return False
+    items = [source] if isinstance(source, (str, Path)) else list(source)
+
+    def one(x: Any) -> bool:
+        p = Path(str(x))
+        return is_routerbench_table(p) or (p.is_dir() and any(is_routerbench_table(f) for f in p.glob("*.csv")))
+
+    return all(one(x) for x in items)
+
+
+def load_logged_outcomes(source: Any = None):
+    """The logged outcomes a replay pool and the data builder read: RouterBench's tables when ``source`` is
+    one (``load_routerbench``), else RouteLLM's CSVs (``rlrouter.data.logged.load_routellm``; None: its
+    default source)."""
+    from rlrouter.data.logged import load_routellm
+
+    return load_routerbench(source) if is_routerbench_source(source) else load_routellm(source)

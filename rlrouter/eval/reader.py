@@ -29,8 +29,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlrouter.data.io import DataFileError, read_jsonl
-from rlrouter.data.routerbench import (QUESTION_RULES, ROUTERBENCH_COST, ROUTERBENCH_RESPONSE, TableReport,
-                                       read_routerbench_table)
+from rlrouter.data.routerbench import (QUESTION_RULES, TableReport,
+                                       is_routerbench_table, read_routerbench_table)
 from rlrouter.pool.base import Candidate
 
 
@@ -330,16 +330,6 @@ def read_routellm(path: str | Path, prices: Mapping[str, Mapping[str, float]],
                           list(logged.source), logged.responses, prices, tokens or TokenEstimate())
 
 
-def _routerbench_header(path: str) -> bool:
-    """A local CSV whose header names a ``<model>|model_response`` or ``<model>|total_cost`` column."""
-    p = Path(path)
-    if not (p.suffix.lower() == ".csv" and p.is_file()):
-        return False
-    with p.open(encoding="utf-8", errors="replace") as f:
-        header = f.readline()
-    return ROUTERBENCH_RESPONSE in header or ROUTERBENCH_COST in header
-
-
 def read_eval_set(path: str | Path, fmt: str = "auto", prices: Mapping[str, Mapping[str, float]] | None = None,
                   tokens: TokenEstimate | None = None, allow_pickle: bool = False,
                   **table: Any) -> EvalSet:
@@ -349,7 +339,7 @@ def read_eval_set(path: str | Path, fmt: str = "auto", prices: Mapping[str, Mapp
     RouterBench reader's options (candidates, blank_scores, repeated_ids, question, report)."""
     s = str(path)
     if fmt == "auto":
-        if s.lower().endswith((".parquet", ".pkl", ".pickle")) or _routerbench_header(s):
+        if s.lower().endswith((".pkl", ".pickle")) or is_routerbench_table(s):
             fmt = "routerbench"
         elif (Path(s) / "question.jsonl").exists():
             fmt = "mtbench"

@@ -1,7 +1,9 @@
 """Replay candidate: answers from a table of logged outcomes instead of calling a model.
 
-The table is RouteLLM's logged GPT-4 / Mixtral outcomes (``rlrouter.data.logged``). A replayed
-answer carries the logged correctness in ``CandidateResponse.correct`` and, in its text:
+The table is RouteLLM's logged GPT-4 / Mixtral outcomes (``rlrouter.data.logged``), or RouterBench's
+11-model tables (``rlrouter.data.routerbench``: a folder of them or a list of files; a prompt is the
+question without the few-shot examples, and each call costs what RouterBench logged). A replayed answer
+carries the logged correctness in ``CandidateResponse.correct`` and, in its text:
 
 - the model's full logged response where the table has one (GSM8K);
 - for MMLU, the gold option letter when the model was logged correct and a wrong letter (chosen
@@ -29,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from rlrouter.config import to_plain
-from rlrouter.data.logged import (LoggedOutcomes, default_routellm_source, load_routellm, mmlu_answer_key,
-                                  normalize_prompt)
+from rlrouter.data.logged import LoggedOutcomes, default_routellm_source, mmlu_answer_key, normalize_prompt
+from rlrouter.data.routerbench import load_logged_outcomes
 from rlrouter.pool.base import Backend, Candidate, CandidateResponse
 from rlrouter.pool.options import OptionError, OptionReader, estimate_tokens, non_negative
 
@@ -46,11 +48,13 @@ def _source_key(source: Any) -> str:
 
 
 def shared_table(source: Any = None) -> LoggedOutcomes:
-    """One loaded table per source for the whole process: replay candidates over the same files share it."""
+    """One loaded table per source for the whole process: replay candidates over the same files share it.
+    RouteLLM's CSVs, or RouterBench's tables (every file of a folder; their logged costs come along)."""
     key = _source_key(source)
     with _LOCK:
         if key not in _TABLES:
-            _TABLES[key] = load_routellm(source)  # None: default_routellm_source()
+            # None: default_routellm_source()
+            _TABLES[key] = load_logged_outcomes(source)
         return _TABLES[key]
 
 
@@ -193,9 +197,11 @@ class ReplayBackend(Backend):
             text = self._text(row, correct)
         p_tok = self.prompt_tokens if self.prompt_tokens is not None else estimate_tokens(prompt)
         c_tok = self.completion_tokens if self.completion_tokens is not None else estimate_tokens(text)
-        return CandidateResponse(text=text, prompt_tokens=p_tok, completion_tokens=c_tok,
-                                 cost=self.candidate.cost(p_tok, c_tok), latency_s=time.perf_counter() - t0,
-                                 correct=correct)
+        logged = self.table.cost(row, self.model) if row is not None else None
+        # a logged cost (RouterBench) is what the call cost; otherwise the candidate's prices times tokens
+        cost = logged if logged is not None else self.candidate.cost(p_tok, c_tok)
+        return CandidateResponse(text=text, prompt_tokens=p_tok, completion_tokens=c_tok, cost=cost,
+                                 latency_s=time.perf_counter() - t0, correct=correct)
 
     async def generate(self, prompts: list[str], **kwargs: Any) -> list[CandidateResponse]:
         out = []
