@@ -78,6 +78,7 @@ def test_build_reads_train_and_test_tables_into_their_own_splits(folder):
     # test.0 has no correct reply, so no gold answer: left out; the three others are the test split
     assert sorted(r["id"] for r in test) == ["routerbench-test.1", "routerbench-test.2", "routerbench-test.3"]
     assert all(list(r["ground_truth"]) == ["B"] for r in train + test)
+    assert {r["source"] for r in train + test} == {"arc-challenge"}  # the task: what reports slice by
     assert train[0]["query"].startswith("Question train") and "Q: 1+1?" not in train[0]["query"]
     odd = next(r for r in train if r["id"] == "routerbench-train.1")
     assert odd["optimal_model"] == "big"  # the cheapest model logged right
