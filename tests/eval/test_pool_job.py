@@ -148,3 +148,15 @@ def test_cli_validate_routerbench_names_row_and_column(tmp_path, tables, capsys)
     assert cli(["validate", str(bad), "--format", "routerbench"]) == 0
     out = capsys.readouterr().out
     assert "1 blank correctness cells in 1 rows" in out and "row 2, column 'cheap': blank correctness" in out
+
+
+def test_one_table_is_split_by_question_and_only_names_known_routers(tmp_path, tables):
+    train, _ = tables
+    ev = {**_cfg(tmp_path, train, train, {})["eval"], "train_data": None, "test_data": None, "data": [str(train)],
+          "split": {"test_fraction": 0.25, "seed": 0}}
+    tr, te, data = load_pool(ev, 0)
+    assert data["protocol"] == "split by question" and len(tr) + len(te) == 60 and len(te) == 15
+    assert not {*tr.ids} & {*te.ids}
+    cfg = _cfg(tmp_path, train, train, {"knn": {"type": "knn", "k": 3}}, only=["knn", "nope"], overlap="keep")
+    with pytest.raises(ValueError, match=r"eval.only: \['nope'\] are not configured routers"):
+        run_pool(cfg)
