@@ -864,6 +864,38 @@ MANY_MODELS_FIGURES += [
 ]
 
 
+def _rb_r1_gap(r: dict[str, Any]) -> str:
+    g, loss, best = r["routing"]["policy_minus_best_fixed"], r["routing"]["policy_loss"], r["routes"]["always_yi-34b"]
+    return (f"earns {best['mean_reward']:.3f} and the per-task rule (Yi-34B for ARC and Winogrande, GPT-3.5 for MBPP) "
+            f"{r['routes']['per_task_rule']['mean_reward']:.3f}: the policy is {g['value']:+.3f} [{g['lo']:+.3f}, "
+            f"{g['hi']:+.3f}] below the best fixed route, most of it the route ({loss['route']:.3f} of the "
+            f"{loss['gap']:.3f} gap)")
+
+
+MANY_MODELS_FIGURES += [
+    Figure("docs/many_models.md", "router_r1_routerbench.json", "held_out_curve",
+           lambda c: "| mean reward | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |", "R1 curve"),
+    Figure("docs/many_models.md", "router_r1_routerbench.json", "held_out_curve",
+           lambda c: "| accuracy | " + " | ".join(f"{m['eval/accuracy']:.3f}" for m in c) + " |", "R1 accuracy"),
+    Figure("docs/many_models.md", "router_r1_routerbench.json", "", _rb_r1_gap, "R1 against fixed routes"),
+    Figure("docs/many_models.md", "router_r1_routerbench.json", "routes.policy.route_share",
+           lambda s: f"asks GPT-3.5 on {100 * s['gpt-3.5']:.0f}% of the held-out questions and GPT-4 on "
+                     f"{100 * s['gpt-4']:.0f}%", "R1 call shares"),
+    Figure("docs/many_models.md", "router_r1_routerbench.json", "",
+           lambda r: f"1,{int(r['wall_s']) - 1000:03d} s on 2 cores", "R1 wall time"),
+    Figure("README.md", "router_r1_routerbench.json", "",
+           lambda r: f"lifts held-out reward from {r['held_out_curve'][0]['eval/mean_reward']:.3f} to "
+                     f"{r['held_out_curve'][-1]['eval/mean_reward']:.3f} in 10 GRPO steps but stays below always-Yi-34B "
+                     f"({r['routing']['policy_minus_best_fixed']['value']:+.3f} [{r['routing']['policy_minus_best_fixed']['lo']:+.3f}, "
+                     f"{r['routing']['policy_minus_best_fixed']['hi']:+.3f}], 32 questions)", "README: R1 on the pool"),
+    Figure("README.md", "many_models.json", "routers",
+           lambda r: f"AIQ {r['escalate']['aiq']['overall']:.3f} vs the zero router's {r['zero_router']['aiq']['overall']:.3f}, "
+                     f"{_mz(r['escalate']['aiq_minus_zero']['overall'])}; RouterBench's kNN does not "
+                     f"({_mz(r['knn']['aiq_minus_zero']['overall'])}); the oracle sits "
+                     f"{r['oracle']['aiq_minus_zero']['overall']['mean']:+.3f} above", "README: many models"),
+]
+
+
 @pytest.mark.parametrize("fig", MANY_MODELS_FIGURES, ids=[f.what for f in MANY_MODELS_FIGURES])
 def test_many_models_doc_quotes_the_committed_result(fig: Figure) -> None:
     test_the_doc_quotes_the_committed_result(fig)
