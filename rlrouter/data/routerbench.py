@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlrouter.data.io import DataFileError
+from rlrouter.data.logged import LoggedOutcomes, concat, load_routellm
 
 ROUTERBENCH_RESPONSE = "|model_response"
 ROUTERBENCH_COST = "|total_cost"
@@ -324,11 +325,9 @@ def routerbench_files(path: str | Path, split: str | None = None) -> list[Path]:
 
 
 def load_routerbench(paths: str | Path | Sequence[str | Path], split: str | None = None,
-                     blank_scores: str = "drop", repeated_ids: str = "drop", question: str = "last_block"):
+                     blank_scores: str = "drop", repeated_ids: str = "drop", question: str = "last_block") -> LoggedOutcomes:
     """RouterBench tables as one ``LoggedOutcomes`` for the replay pool: a prompt is the question routers read
     (``question``), and the logged costs ride along (``LoggedOutcomes.costs``)."""
-    from rlrouter.data.logged import LoggedOutcomes, concat
-
     if isinstance(paths, (str, Path)):
         paths = [paths]
     tables = [read_routerbench_table(f, blank_scores=blank_scores, repeated_ids=repeated_ids)
@@ -352,10 +351,8 @@ def is_routerbench_source(source: Any) -> bool:
     return all(one(x) for x in items)
 
 
-def load_logged_outcomes(source: Any = None):
+def load_logged_outcomes(source: Any = None) -> LoggedOutcomes:
     """The logged outcomes a replay pool and the data builder read: RouterBench's tables when ``source`` is
     one (``load_routerbench``), else RouteLLM's CSVs (``rlrouter.data.logged.load_routellm``; None: its
     default source)."""
-    from rlrouter.data.logged import load_routellm
-
     return load_routerbench(source) if is_routerbench_source(source) else load_routellm(source)

@@ -17,6 +17,7 @@ from typing import Callable
 
 from rlrouter.data.io import DataFileError, read_jsonl
 from rlrouter.data.qa import QA_DATASETS, load_qa
+from rlrouter.data.routerbench import read_routerbench_table, routerbench_files
 from rlrouter.data.question import Question, local_path, question_id
 
 log = logging.getLogger(__name__)
@@ -144,8 +145,6 @@ def routerbench(path: str | Path | None = None, split: str | None = None) -> lis
     ``train`` / ``test`` picks RouterDC's ``*_train`` / ``*_test`` files). The query is the question after the
     few-shot examples; the gold answers come from the logged replies (``routerbench_golds``). A prompt that
     no model answered correctly has no gold answer and is left out."""
-    from rlrouter.data.routerbench import read_routerbench_table, routerbench_files
-
     if not path:
         raise ValueError("data.sources[routerbench].path: required (a folder of RouterBench tables or one table, "
                          "e.g. ${paths.shared_data}/routerbench)")

@@ -24,8 +24,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from tqdm.auto import tqdm
+
 from rlrouter.config import to_plain_dict
+from rlrouter.data.io import read_jsonl
 from rlrouter.eval.job import _command_line, _embedder, load_eval_set, run, split_by_question
+from rlrouter.eval.pool_report import write_pool_report
 from rlrouter.eval.pool_routers import PoolRouter, build_pool_router
 from rlrouter.eval.reader import EvalSet
 from rlrouter.eval.wtp import (Sweep, aiq_by_task, aiq_minus_reference, cost_ranges, fixed_sweep, hull_points,
@@ -178,10 +182,6 @@ def at_prices(sweep: Sweep, lams: Sequence[float], test: EvalSet, by_task: Mappi
 
 def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Evaluate every configured router over the pool; write report.json, report.md and one PNG per task."""
-    from tqdm.auto import tqdm
-
-    from rlrouter.eval.pool_report import write_pool_report
-
     ev = cfg["eval"]
     seed = int(cfg.get("seed", 0))
     t0 = time.perf_counter()
@@ -280,8 +280,6 @@ def record_test_reading(ev: Mapping[str, Any], report: Mapping[str, Any]) -> dic
     types = {n: r.get("type") for n, r in report["routers"].items()}
     earlier = []
     if path.exists():
-        from rlrouter.data.io import read_jsonl
-
         earlier = [rec for _, rec in read_jsonl(path) if rec.get("test_key") == key]
     before = {t: [r["date"] for r in earlier if t in (r.get("router_types") or [])] for t in sorted(set(types.values()))}
     rec = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "test_key": key,

@@ -49,6 +49,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from rlrouter.eval.adapters import SelectorRouter
 from rlrouter.eval.baselines import train_bce
 from rlrouter.eval.learned import fit_logistic
 from rlrouter.eval.metrics import nondecreasing_convex_hull
@@ -298,8 +299,6 @@ class SelectorPoolRouter(PoolRouter):
         raise NotImplementedError("the selector learns online: it makes its own settings (sweep)")
 
     def sweep(self, test: EvalSet, ws: np.ndarray) -> Sweep:
-        from rlrouter.eval.adapters import SelectorRouter
-
         if self.train is None:
             raise RuntimeError(f"{self.name}: fit() before sweep()")
         costs = dict(zip(self.train.names, self.train.costs.mean(axis=0).tolist()))
