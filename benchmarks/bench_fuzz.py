@@ -8,7 +8,9 @@ code}}`` whose message names what was wrong (the field, or the auth header for 4
     .venv/bin/python benchmarks/bench_fuzz.py --cases 10000            # live Serve app (own Ray cluster)
     .venv/bin/python benchmarks/bench_fuzz.py --cases 10000 --inprocess   # the FastAPI app in-process
 
-Results: ``benchmarks/results/fuzz.json``.
+Results: ``benchmarks/results/fuzz_live.json`` (live) and ``benchmarks/results/fuzz.json`` (in-process).
+Every import is at the top of the module: ``tests/ops/test_benchmarks_import.py`` imports each benchmark, so
+a name that moves breaks ``make test``, not the next person who runs the benchmark.
 """
 
 from __future__ import annotations
@@ -18,14 +20,30 @@ import json
 import random
 import socket
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hseed
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.bench_durability import StackServer  # noqa: E402 - needs ROOT on the path
+from rlrouter.pool.pool import CandidatePool, read_pool_config  # noqa: E402
+from rlrouter.selector import Selector, SelectorConfig  # noqa: E402
+from rlrouter.serving.api import create_app, install  # noqa: E402
+from rlrouter.serving.auth import ApiKeyAuth  # noqa: E402
+from rlrouter.serving.config import ServingConfig  # noqa: E402
+from rlrouter.serving.service import LocalSelectorClient, RouterService  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 KEYS = {"k-alice": "alice", "k-bob": "bob"}
 ADMIN_KEY = "k-ops"
@@ -86,13 +104,6 @@ def judge(status: int, body: Any) -> str | None:
 def inprocess_app(tmp: Path) -> Any:
     """The real FastAPI app around a real selector and the replay pool; the implicit-feedback classifier is
     the real MiniLM one (loaded lazily on the first follow-up)."""
-    from rlrouter.pool.pool import CandidatePool, read_pool_config
-    from rlrouter.selector import Selector, SelectorConfig
-    from rlrouter.serving.api import create_app, install
-    from rlrouter.serving.auth import ApiKeyAuth
-    from rlrouter.serving.config import ServingConfig
-    from rlrouter.serving.service import LocalSelectorClient, RouterService
-
     pool = CandidatePool.from_config(read_pool_config(ROOT / "conf" / "pool" / "routellm_replay.yaml"))
     cfg = SelectorConfig(storage_path=str(tmp / "state.json"), seed=0)
     selector = Selector(cfg, pool.names)
@@ -107,8 +118,6 @@ def inprocess_app(tmp: Path) -> Any:
 def fuzz_schema(schema: Any, cases: int, tally: Tally, seed: int = 0, base_url: str | None = None) -> None:
     """``cases`` schemathesis cases spread over every operation, positive and negative generation;
     two thirds carry a valid key (so validation is reached), the rest the generated auth headers."""
-    from schemathesis import GenerationMode
-
     ops = [r.ok() for r in schema.get_all_operations()]
     rng = random.Random(seed)
     target = tally.cases + cases
@@ -119,8 +128,6 @@ def fuzz_schema(schema: Any, cases: int, tally: Tally, seed: int = 0, base_url: 
         per = max(5, left // (2 * len(ops)) + 1)
         for op in ops:
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-                from hypothesis.errors import Unsatisfiable
-
                 try:
                     _case_runner(op, mode, per, rng, tally, base_url)()
                 except Unsatisfiable:
@@ -128,9 +135,6 @@ def fuzz_schema(schema: Any, cases: int, tally: Tally, seed: int = 0, base_url: 
 
 
 def _case_runner(op: Any, mode: Any, per: int, rng: random.Random, tally: Tally, base_url: str | None) -> Any:
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hseed
-
     label = f"{op.method.upper()} {op.path}"
 
     @hseed(rng.randrange(2**32))
@@ -218,65 +222,79 @@ def slow_client(host: str, port: int, wait_s: float) -> dict[str, Any]:
             "held": data is not None}
 
 
+def http_call(base: str) -> Any:
+    """``attacks``' ``call`` over real HTTP to the app at ``base``."""
+    def call(method: str, path: str, headers: dict, content: bytes) -> tuple[int, Any]:
+        r = httpx.request(method, f"{base}{path}", headers=headers, content=content or None, timeout=60)
+        return r.status_code, _json(r)
+    return call
+
+
+def fuzz_live(base: str, cases: int, seed: int = 0, slow_wait_s: float = 120.0) -> dict[str, Any]:
+    """The whole run against a live app at ``base`` (``http://127.0.0.1:<port>``, with the keys of ``KEYS``
+    and ``ADMIN_KEY``): schemathesis cases from its ``/openapi.json``, the attacks, the slow client."""
+    tally = Tally()
+    t0 = time.perf_counter()
+    fuzz_schema(schemathesis.openapi.from_url(f"{base}/openapi.json"), cases, tally, seed, base_url=base)
+    fuzz_s = time.perf_counter() - t0
+    rows = attacks(http_call(base), tally)
+    slow = slow_client("127.0.0.1", int(base.rsplit(":", 1)[1]), slow_wait_s)
+    return summary(tally, fuzz_s, rows, slow)
+
+
+def fuzz_inprocess(cases: int, seed: int = 0) -> dict[str, Any]:
+    tally = Tally()
+    t0 = time.perf_counter()
+    app = inprocess_app(Path(tempfile.mkdtemp(prefix="rlr-fuzz-")))
+    fuzz_schema(schemathesis.openapi.from_asgi("/openapi.json", app), cases, tally, seed)
+    fuzz_s = time.perf_counter() - t0
+    client = TestClient(app, raise_server_exceptions=False)
+
+    def call(method: str, path: str, headers: dict, content: bytes) -> tuple[int, Any]:
+        r = client.request(method, path, headers=headers, content=content or None)
+        return r.status_code, _json(r)
+    return summary(tally, fuzz_s, attacks(call, tally), None)
+
+
+def summary(tally: Tally, fuzz_s: float, rows: list[dict[str, Any]], slow: dict[str, Any] | None) -> dict[str, Any]:
+    return {"schemathesis": getattr(schemathesis, "__version__", ""), "cases": tally.cases,
+            "fuzz_s": round(fuzz_s, 1), "server_errors": tally.server_errors,
+            "bad_4xx": sum(1 for f in tally.failures if f["problem"] != "5xx"),
+            "by_status": {str(k): v for k, v in sorted(tally.by_status.items())},
+            "by_operation": dict(tally.by_operation), "attacks": rows, "slow_client": slow,
+            "failures": tally.failures[:50]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=10_000)
     ap.add_argument("--inprocess", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(RESULTS / "fuzz.json"))
+    ap.add_argument("--out", default=None, help="default: results/fuzz_live.json, or fuzz.json with --inprocess")
     args = ap.parse_args()
-    import tempfile
-
-    import httpx
-    import schemathesis
-
-    tally = Tally()
     t0 = time.perf_counter()
-    server = None
-    slow = None
     if args.inprocess:
-        from fastapi.testclient import TestClient
-
-        app = inprocess_app(Path(tempfile.mkdtemp(prefix="rlr-fuzz-")))
-        schema = schemathesis.openapi.from_asgi("/openapi.json", app)
-        client = TestClient(app, raise_server_exceptions=False)
-        fuzz_schema(schema, args.cases, tally, args.seed)
-
-        def call(method: str, path: str, headers: dict, content: bytes) -> tuple[int, Any]:
-            r = client.request(method, path, headers=headers, content=content or None)
-            return r.status_code, _json(r)
-        target = "in-process FastAPI app (TestClient), real selector + replay pool"
+        res = {"target": "in-process FastAPI app (TestClient), real selector + replay pool",
+               **fuzz_inprocess(args.cases, args.seed)}
     else:
-        from benchmarks.bench_durability import Server
-
-        server = Server(Path(tempfile.mkdtemp(prefix="rlr-fuzz-")) / "state.json")
-        server.start()
-        schema = schemathesis.openapi.from_url(f"{server.base}/openapi.json")
-        fuzz_schema(schema, args.cases, tally, args.seed, base_url=server.base)
-
-        def call(method: str, path: str, headers: dict, content: bytes) -> tuple[int, Any]:
-            r = httpx.request(method, f"{server.base}{path}", headers=headers, content=content or None, timeout=60)
-            return r.status_code, _json(r)
-        target = "live Serve app (own local Ray cluster), real selector + replay pool"
-    fuzz_s = time.perf_counter() - t0
-    rows = attacks(call, tally)
-    if server is not None:
-        slow = slow_client("127.0.0.1", server.port, 120)
-        server.stop()
-    res = {"target": target, "schemathesis": schemathesis.__version__ if hasattr(schemathesis, "__version__") else "",
-           "cases": tally.cases, "fuzz_s": round(fuzz_s, 1), "server_errors": tally.server_errors,
-           "bad_4xx": sum(1 for f in tally.failures if f["problem"] != "5xx"),
-           "by_status": {str(k): v for k, v in sorted(tally.by_status.items())},
-           "by_operation": dict(tally.by_operation), "attacks": rows, "slow_client": slow,
-           "failures": tally.failures[:50]}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2, default=str))
+        server = StackServer(Path(tempfile.mkdtemp(prefix="rlr-fuzz-")) / "state.json")
+        start_s = server.start()
+        try:
+            res = {"target": "live Serve app over HTTP (own local Ray cluster, Ray Serve proxy), real selector + "
+                             "replay pool", "start_s": round(start_s, 1), **fuzz_live(server.base, args.cases, args.seed)}
+        finally:
+            server.stop()
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    res["command"] = " ".join(["benchmarks/bench_fuzz.py", *sys.argv[1:]])
+    out = Path(args.out or RESULTS / ("fuzz.json" if args.inprocess else "fuzz_live.json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2, default=str))
     print(json.dumps({k: res[k] for k in ("target", "cases", "fuzz_s", "server_errors", "bad_4xx", "by_status")},
                      indent=2))
-    for r in rows:
+    for r in res["attacks"]:
         print(f"{'held' if r['held'] else 'BROKEN':6s} {r['attack']}: {r['status']} (expected {r['expected']})")
-    if slow:
-        print("slow client:", slow)
+    if res["slow_client"]:
+        print("slow client:", res["slow_client"])
 
 
 def _json(r: Any) -> Any:

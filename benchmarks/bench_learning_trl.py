@@ -32,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.bench_learning import compose  # noqa: E402 - needs ROOT on the path
 for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                "TRL_EXPERIMENTAL_SILENCE": "1"}.items():
     os.environ.setdefault(_k, _v)
@@ -47,7 +48,6 @@ def main() -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from benchmarks.bench_learning import compose
     from rlrouter.data.build import load_router_r1_split
     from rlrouter.trainer.report import held_out_summary
     from rlrouter.config import to_plain

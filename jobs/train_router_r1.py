@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from rlrouter.data.job import apply_epochs
 from rlrouter.trainer.job import run
 from rlrouter.paths import export_root
+from rlrouter.storage import register_resolvers
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_router_r1")
@@ -26,4 +27,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":  # vLLM spawns processes: the entry point needs the guard
     export_root()  # a submitted job runs in its package folder: paths resolve against the project instead
+    register_resolvers()  # hydra.run.dir: the run's own folder
     main()

@@ -39,6 +39,21 @@ def is_uri(location: str) -> bool:
     return "://" in location
 
 
+def run_folder(run_name: str, out_dir: str, root_dir: str, storage: str | None = None) -> str:
+    """The local folder of a run, as :meth:`RunStorage.from_cfg` resolves it: the config's resolver
+    ``${rlrouter.run_folder:...}``, so Hydra's own folder (``hydra.run.dir``) goes with the run's other
+    outputs (``~/rlrouter_results/<run>/hydra`` for a submitted job), never into the project."""
+    return str(RunStorage.resolve(run_name, out_dir, str(Path(root_dir) / "outputs" / run_name), storage).local)
+
+
+def register_resolvers() -> None:
+    """Make ``rlrouter.run_folder`` known to OmegaConf (job entry points call it before Hydra composes)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("rlrouter.run_folder"):
+        OmegaConf.register_new_resolver("rlrouter.run_folder", run_folder)
+
+
 @dataclass(frozen=True)
 class RunStorage:
     """Where one run writes: ``local`` (a folder this process writes) and, for a URI, ``remote``."""
@@ -69,7 +84,7 @@ class RunStorage:
     def from_cfg(cls, cfg: Any) -> RunStorage:
         """From a job config with ``run_name``, ``out_dir``, ``paths.root_dir`` and optional ``storage``."""
         default_out = str(Path(cfg.paths.root_dir) / "outputs" / cfg.run_name)
-        return cls.resolve(cfg.run_name, cfg.out_dir, default_out, cfg.get("storage"))
+        return cls.resolve(cfg.run_name, cfg.out_dir, default_out, cfg.get("storage"))  # run_folder's rule
 
     @classmethod
     def for_output_dir(cls, job_name: str, output_dir: str, storage: str | None = None,

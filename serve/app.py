@@ -264,8 +264,10 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
     serving = ServingConfig.from_dict(cfg.get("serving"))
     keys = serving.startup_keys()  # none, or a placeholder without dev: refused here, saying why
     cfg["api_key_digests"] = ApiKeyAuth(keys).digests()  # replicas get digests, never the keys
+    cfg["serving"] = ServingConfig.without_secrets(cfg.get("serving"))  # Serve logs deployment arguments
     print(f"rlrouter serve: {len(keys)} API key(s) for user(s) {sorted({k.user_id for k in keys})} "
-          f"(serving.api_keys + ${serving.api_keys_env}){' [dev: placeholder keys allowed]' if serving.dev else ''}",
+          f"(serving.api_keys + ${serving.api_keys_env}{' + ' + serving.api_keys_file if serving.api_keys_file else ''})"
+          f"{' [dev: placeholder keys allowed]' if serving.dev else ''}",
           flush=True)
     names = [c["name"] for c in cfg["pool"]["candidates"]]
     r1 = cfg.get("router_r1") or {}

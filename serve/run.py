@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,38 @@ def _last_error_line(message: str) -> str:
     """The exception line at the end of a DEPLOY_FAILED message (which carries the builder's traceback)."""
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     return lines[-1] if lines else message
+
+
+def auth_refusal(e: BaseException) -> str | None:
+    """The cluster's refusal of this client's authentication behind ``e``, in Ray's words; None for another
+    failure. ``ray.init`` (ray 2.60) raises "ConnectionError: Failed to connect to Ray cluster", caused by a
+    RuntimeError whose text holds the AuthenticationError's traceback."""
+    from ray.exceptions import AuthenticationError
+
+    for _ in range(10):
+        if e is None:
+            break
+        if isinstance(e, AuthenticationError):
+            return str(e)
+        said = re.search(r"AuthenticationError: (.*)", str(e))
+        if said:
+            return said.group(1)
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def auth_fix(error: str, environ: dict[str, str]) -> str:
+    """What to do when the cluster refused this client's authentication (Ray 2.60 turns token auth on for
+    ``ray start``; a client reads its mode from its own environment, never from the cluster)."""
+    mode = environ.get("RAY_AUTH_MODE", "")
+    first = (error.strip().splitlines() or [""])[0]
+    if mode != "token":
+        fix = ("the Ray cluster uses token auth and this shell does not: export RAY_AUTH_MODE=token and the "
+               "head's token (RAY_AUTH_TOKEN_PATH=<its token file>, or RAY_AUTH_TOKEN), then run this again")
+    else:
+        fix = ("the Ray cluster refused this shell's token: point RAY_AUTH_TOKEN_PATH (or RAY_AUTH_TOKEN) at the "
+               "token the head was started with, then run this again")
+    return f"{fix} (docs/serve.md, 'On a running Ray head'). Ray said: {first}"
 
 
 def wait_for_apps(names: list[str], timeout_s: float, poll_s: float = 0.5) -> dict[str, str]:
@@ -65,12 +98,20 @@ def main(argv: list[str] | None = None) -> int:
     from ray.serve._private import api as _private_api
     from ray.serve._private.constants import SERVE_NAMESPACE
     from ray.serve.config import gRPCOptions
+    from ray.exceptions import AuthenticationError
     from ray.serve.schema import ServeDeploySchema
 
     config = ServeDeploySchema.model_validate(yaml.safe_load(Path(args.config).read_text()))
     names = [a.name for a in config.applications]
     sys.path.insert(0, os.getcwd())  # as serve run's --app-dir ".": import paths resolve from here
-    ray.init(address=args.address, namespace=SERVE_NAMESPACE)
+    try:
+        ray.init(address=args.address, namespace=SERVE_NAMESPACE)
+    except (ConnectionError, RuntimeError, AuthenticationError) as e:
+        refused = auth_refusal(e)
+        if refused is None:
+            raise
+        print(f"rlrouter serve: error: {auth_fix(refused, os.environ)}", file=sys.stderr, flush=True)
+        return 1
     client = _private_api.serve_start(http_options=config.http_options.model_dump(),
                                       proxy_location=config.proxy_location,
                                       grpc_options=gRPCOptions(**config.grpc_options.model_dump()),

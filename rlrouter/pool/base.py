@@ -8,6 +8,7 @@ keeps going when one candidate misbehaves: its failure is a result, not an excep
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,3 +73,33 @@ class Backend(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections or engines."""
+
+
+class RequestTooLong(ValueError):
+    """A chat request that does not fit a candidate's context: the prompt alone (``prompt_tokens >=
+    context``), or the prompt plus the caller's ``max_tokens``. Raised by the serving path of the vLLM
+    candidate; its text crosses the Ray actor boundary, so :meth:`find` reads the numbers back from it
+    (``rlrouter.serving.errors`` turns them into OpenAI's error)."""
+
+    _TEXT = re.compile(r"request does not fit the context: context (\d+) tokens, prompt (\d+) tokens, "
+                       r"max_tokens (\d+|None)")
+
+    def __init__(self, context: int, prompt_tokens: int, max_tokens: int | None = None):
+        self.context, self.prompt_tokens, self.max_tokens = context, prompt_tokens, max_tokens
+        super().__init__(f"request does not fit the context: context {context} tokens, prompt {prompt_tokens} "
+                         f"tokens, max_tokens {max_tokens}")
+
+    def __reduce__(self) -> tuple:  # pickled by Ray to the caller: rebuilt from the numbers, not the text
+        return RequestTooLong, (self.context, self.prompt_tokens, self.max_tokens)
+
+    @property
+    def prompt_too_long(self) -> bool:
+        """The prompt leaves no room for one generated token (else ``max_tokens`` is what does not fit)."""
+        return self.prompt_tokens >= self.context
+
+    @classmethod
+    def find(cls, text: str) -> RequestTooLong | None:
+        m = cls._TEXT.search(text)
+        if m is None:
+            return None
+        return cls(int(m.group(1)), int(m.group(2)), None if m.group(3) == "None" else int(m.group(3)))

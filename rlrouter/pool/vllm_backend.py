@@ -39,7 +39,7 @@ import ray
 
 from rlrouter.config import to_plain
 from rlrouter.engine import EngineConfig, build_engine
-from rlrouter.pool.base import Backend, Candidate, CandidateResponse
+from rlrouter.pool.base import Backend, Candidate, CandidateResponse, RequestTooLong
 from rlrouter.pool.options import OptionReader, non_negative, positive
 
 
@@ -60,10 +60,35 @@ class VLLMCandidateEngine:
     def info(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "start_s": self.start_s, "engine": self.engine, "pid": os.getpid()}
 
-    def generate(self, conversations: list[list[dict[str, Any]]], sampling: dict[str, Any]) -> list[dict[str, Any]]:
-        """Chat-templated generation; one dict {text, prompt_tokens, completion_tokens, finish_reason} each."""
+    def _prompt_ids(self, conversation: list[dict[str, Any]]) -> list[int]:
+        """The chat-templated prompt's token ids (the template renders the whole prompt: no tokenizer special
+        tokens on top, as ``LLM.chat``)."""
+        tok = self.llm.get_tokenizer()
+        return tok.encode(tok.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False),
+                          add_special_tokens=False)
+
+    def fit(self, conversation: list[dict[str, Any]], sampling: dict[str, Any],
+            caller_max_tokens: bool) -> tuple[list[int], dict[str, Any]]:
+        """A served request checked against the context, as vLLM's OpenAI server does: a prompt that leaves no
+        room, or a caller's ``max_tokens`` beyond the room left, raises :class:`RequestTooLong`; the
+        candidate's default ``max_tokens`` (not the caller's) is cut to the room left."""
+        ids = self._prompt_ids(conversation)
+        context = int(self.engine["max_model_len"])
+        room = context - len(ids)
+        asked = int(sampling.get("max_tokens") or room)
+        if room < 1 or (caller_max_tokens and asked > room):
+            raise RequestTooLong(context, len(ids), asked)
+        return ids, {**sampling, "max_tokens": min(asked, room)}
+
+    def generate(self, conversations: list[list[dict[str, Any]]], sampling: dict[str, Any],
+                 caller_max_tokens: bool | None = None) -> list[dict[str, Any]]:
+        """Chat-templated generation; one dict {text, prompt_tokens, completion_tokens, finish_reason} each.
+        ``caller_max_tokens`` None: rollouts (vLLM's own checks); True/False: a served request, checked by
+        :meth:`fit` (True: the caller set ``max_tokens``)."""
         from vllm import SamplingParams
 
+        if caller_max_tokens is not None:  # a served request: one conversation
+            _, sampling = self.fit(conversations[0], sampling, caller_max_tokens)
         outs = self.llm.chat(conversations, SamplingParams(**sampling), use_tqdm=False,
                              add_generation_prompt=True)
         res = []
@@ -74,21 +99,19 @@ class VLLMCandidateEngine:
         return res
 
 
-    def stream(self, conversation: list[dict[str, Any]], sampling: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def stream(self, conversation: list[dict[str, Any]], sampling: dict[str, Any],
+               caller_max_tokens: bool = False) -> Iterator[dict[str, Any]]:
         """One chat-templated generation, yielded as the engine decodes it: dicts {text (the new text only),
         prompt_tokens, completion_tokens (so far), finish_reason (None until the last)}.
 
         ``LLM.chat`` hands back finished requests only (it sets each request's output kind to FINAL_ONLY),
         so this adds the request to the engine itself with output kind DELTA and drives the engine's steps.
-        The actor runs one method at a time, so no other request is in the engine meanwhile. A prompt the
-        engine refuses (longer than the context) raises before the first yield."""
+        The actor runs one method at a time, so no other request is in the engine meanwhile. A request that
+        does not fit the context (:meth:`fit`) raises before the first yield."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        tok = self.llm.get_tokenizer()
-        # the chat template renders the whole prompt: no tokenizer special tokens on top (as LLM.chat)
-        ids = tok.encode(tok.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False),
-                         add_special_tokens=False)
+        ids, sampling = self.fit(conversation, sampling, caller_max_tokens)
         engine = self.llm.llm_engine
         rid = f"stream-{next(self._stream_ids)}"
         engine.add_request(rid, {"prompt_token_ids": ids},
@@ -190,12 +213,15 @@ class VLLMBackend(Backend):
         return {**self.sampling, **{k: v for k, v in kwargs.items() if k in ("max_tokens", "temperature",
                                                                                "top_p", "seed", "stop")}}
 
-    async def _call(self, conversations: list[list[dict[str, Any]]], kwargs: dict[str, Any]) -> list[CandidateResponse]:
+    async def _call(self, conversations: list[list[dict[str, Any]]], kwargs: dict[str, Any],
+                    served: bool = False) -> list[CandidateResponse]:
+        """``served``: one conversation of a caller, checked against the context (``fit``)."""
         t0 = time.perf_counter()
         try:
             if self._actor is None:
                 await self.start()
-            outs = await self._actor.generate.remote(conversations, self._sampling(kwargs))
+            outs = await self._actor.generate.remote(conversations, self._sampling(kwargs),
+                                                     ("max_tokens" in kwargs) if served else None)
         except Exception as e:  # noqa: BLE001 - engine death or a bad request: per-prompt errors, no raise
             msg = _engine_error(self.candidate.name, e)
             return [CandidateResponse(text="", latency_s=time.perf_counter() - t0, error=msg) for _ in conversations]
@@ -218,7 +244,7 @@ class VLLMBackend(Backend):
         """A full conversation through the chat template (the Serve proxy keeps multi-turn context)."""
         from rlrouter.pool.chat import completion_dict
 
-        r = (await self._call([self._with_system(messages)], params))[0]
+        r = (await self._call([self._with_system(messages)], params, served=True))[0]
         return r, (completion_dict(self.candidate.name, r) if r.ok else {})
 
     async def stream(self, messages: list[dict[str, Any]], **params: Any) -> AsyncIterator[dict[str, Any]]:
@@ -238,8 +264,8 @@ class VLLMBackend(Backend):
         try:
             if self._actor is None:
                 await self.start()
-            pieces = self._actor.stream.options(num_returns="streaming").remote(self._with_system(messages),
-                                                                                self._sampling(params))
+            pieces = self._actor.stream.options(num_returns="streaming").remote(
+                self._with_system(messages), self._sampling(params), "max_tokens" in params)
         except Exception as e:  # noqa: BLE001 - the engine did not start
             raise RuntimeError(_engine_error(name, e)) from None
         started = False

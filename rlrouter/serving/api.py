@@ -8,13 +8,14 @@ replica installs its own in its process; tests install one around a local select
 Errors are always ``{"error": {"message", "type", "field", "param", "code"}}`` (OpenAI's shape; ``param``
 is ``field`` under OpenAI's name, ``code`` the status or OpenAI's code): 401 without a valid key,
 403 when a key acts for another user, 404 for an unknown request_id or model, 409 for a second
-feedback, 413 for a body over ``max_body_bytes``, 422 (or 400 for unparsable JSON, an unsupported
+feedback, 408 for a body not received within ``body_timeout_s``, 413 for a body over ``max_body_bytes``, 422 (or 400 for unparsable JSON, an unsupported
 option, or a prompt a candidate refuses) naming the field, 502/503 when a candidate or the Router-R1
 server fails. Bad input never yields a 5xx, and no message carries a traceback or a Ray actor id.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import Any
@@ -45,12 +46,13 @@ from rlrouter.serving.errors import ApiError, public_text
 from rlrouter.serving.metrics import METRICS, RequestMetrics
 from rlrouter.serving.service import RouterService
 
-_STATE: dict[str, Any] = {"service": None, "auth": None, "max_body_bytes": 1_000_000}
+_STATE: dict[str, Any] = {"service": None, "auth": None, "max_body_bytes": 1_000_000, "body_timeout_s": 30.0}
 
 
 def install(service: RouterService, auth: ApiKeyAuth) -> None:
     """Make ``service`` and ``auth`` the ones this process's app uses."""
-    _STATE.update(service=service, auth=auth, max_body_bytes=service.serving.max_body_bytes)
+    _STATE.update(service=service, auth=auth, max_body_bytes=service.serving.max_body_bytes,
+                  body_timeout_s=service.serving.body_timeout_s)
 
 
 def _service() -> RouterService:
@@ -116,12 +118,15 @@ def router_r1_principal(request: Request, authorization: str | None = Header(def
     raise AuthError(401, f"{send} (client address {host} is not in serving.router_r1_keyless_networks)")
 
 
-class BodySizeLimit:
-    """Pure ASGI middleware: 413 when the body is (or turns out to be) over the cap, before parsing.
+class BodyLimits:
+    """Pure ASGI middleware: 413 when the body is (or turns out to be) over the cap, before parsing; 408 when
+    the whole body has not arrived ``body_timeout_s`` after the request's first read (a slow client, e.g.
+    one that announces a body and never sends it, would otherwise hold its request open for ever: neither
+    uvicorn nor Ray Serve's proxy times out a body).
 
     A chunked body has no Content-Length: the cap is then found while reading. FastAPI turns any
     exception raised by ``receive`` into "error parsing the body" (a 1.4 MB chunked body was
-    called "not valid JSON"), so the overflow is remembered here and the app's answer replaced by 413.
+    called "not valid JSON"), so the failure is remembered here and the app's answer replaced by ours.
     """
 
     def __init__(self, app: Any):
@@ -130,8 +135,10 @@ class BodySizeLimit:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        cap = _STATE["max_body_bytes"]
+        cap, wait_s = _STATE["max_body_bytes"], _STATE["body_timeout_s"]
         too_big = _error(413, f"body: larger than the {cap}-byte limit (max_body_bytes)", "body")
+        too_slow = _error(408, f"body: not received within {wait_s:g} s (serving.body_timeout_s); send the whole "
+                               f"body at once", "body")
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -141,35 +148,46 @@ class BodySizeLimit:
                 if over:
                     return await too_big(scope, receive, send)
         seen = 0
-        overflowed = False
+        failed: JSONResponse | None = None
         started = False
+        deadline: float | None = None
+        body_done = False
 
-        class _TooBig(Exception):
+        class _Refused(Exception):
             pass
 
         async def limited_receive() -> dict:
-            nonlocal seen, overflowed
-            msg = await receive()
+            nonlocal seen, failed, deadline, body_done
+            if body_done:  # after the body only a disconnect can come: no deadline on that wait
+                return await receive()
+            loop = asyncio.get_running_loop()
+            deadline = deadline or loop.time() + wait_s
+            try:
+                msg = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.001))
+            except asyncio.TimeoutError:
+                failed = too_slow
+                raise _Refused() from None
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
+                body_done = not msg.get("more_body", False)
                 if seen > cap:
-                    overflowed = True
-                    raise _TooBig()
+                    failed = too_big
+                    raise _Refused()
             return msg
 
         async def guarded_send(msg: dict) -> None:
             nonlocal started
-            if overflowed:
-                return  # the app's answer to a truncated body is replaced by the 413 below
+            if failed is not None:
+                return  # the app's answer to a truncated body is replaced by ours below
             started = True
             await send(msg)
 
         try:
             await self.app(scope, limited_receive, guarded_send)
-        except _TooBig:
+        except _Refused:
             pass
-        if overflowed and not started:
-            await too_big(scope, receive, send)
+        if failed is not None and not started:
+            await failed(scope, receive, send)
 
 
 def _parse_failure(cause: BaseException | None) -> str:
@@ -191,8 +209,8 @@ def create_app() -> FastAPI:
                      "'Authorization: Bearer <key>'; each key is bound to one user_id."),
         responses={401: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
     )
-    app.add_middleware(BodySizeLimit)
-    app.add_middleware(RequestMetrics)  # outermost: a 413 of the body cap is counted too
+    app.add_middleware(BodyLimits)
+    app.add_middleware(RequestMetrics)  # outermost: a 413 or 408 of the body limits is counted too
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, e: ApiError) -> JSONResponse:

@@ -3,10 +3,12 @@
 Loaded from ``conf/selector/*.yaml`` (key ``serving``) or a plain mapping; every error names the
 field. API keys (docs/serve.md "API keys"): the environment variable named by ``api_keys_env``
 (default ``RLROUTER_API_KEYS``) of the Ray cluster the app runs on, formatted ``key=user_id[,key2=user2]``
-(a trailing ``:admin`` marks an admin key, which may act for any user_id), plus ``api_keys`` listed in
-the config (tests). Nothing in serve/config.yaml sets that variable: a ``runtime_env`` value would win
-over the environment without a word. :meth:`ServingConfig.startup_keys` refuses to start
-with no key, or with a placeholder key unless ``dev`` is set.
+(a trailing ``:admin`` marks an admin key, which may act for any user_id), the file named by
+``api_keys_file`` (same entries, one a line), plus ``api_keys`` listed in the config (tests). Nothing in
+serve/config.yaml sets that variable: a ``runtime_env`` value would win over the environment without a
+word. :meth:`ServingConfig.startup_keys` refuses to start with no key, or with a placeholder key unless
+``dev`` is set. The keys are read where the app is built; the deployments get their digests and a config
+without ``api_keys`` (:meth:`ServingConfig.without_secrets`), so no key reaches Serve's logs or status.
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ class ServingConfig:
     """[{key, user_id, admin?}]; more may come from the environment (api_keys_env)."""
     api_keys_env: str = "RLROUTER_API_KEYS"
     """Environment variable with 'key=user_id,...' (read when the app starts)."""
+    api_keys_file: str | None = None
+    """A file of 'key=user_id[:admin]' entries, one a line ('#' starts a comment), read when the app starts:
+    keys passed by reference, like the environment variable."""
     router_r1_keyless_networks: list[str] = field(default_factory=list)
     """CIDR ranges (e.g. 10.0.0.0/8) whose clients may call POST /router_r1/route without a key: VSR's
     Router-R1 client sends none. Empty (default): a key is required there too."""
@@ -90,8 +95,11 @@ class ServingConfig:
     first live candidate instead) or 'error' (404). Never a 200 with a placeholder text."""
     max_body_bytes: int = 1_000_000
     """Requests with a larger body get 413 before they are parsed."""
+    body_timeout_s: float = 30.0
+    """A request whose whole body has not arrived this long after the app's first read of it gets 408."""
     max_query_chars: int = 32_000
-    """A longer query (or chat message) is a 422 naming the field."""
+    """A longer prompt (a query, or a chat completion's last user message) is a 400 ``context_length_exceeded``
+    naming the field, as a prompt over a model's context is."""
     aggregation: str = "vote"
     """How multi-round / arena answers are combined: 'vote' or 'confidence'."""
     encoder: str = "minilm-l6"
@@ -120,7 +128,7 @@ class ServingConfig:
                 raise ServingConfigError(f, f"expected an integer >= 1, got {v!r}")
         if self.aggregation not in ("vote", "confidence"):
             raise ServingConfigError("aggregation", f"expected 'vote' or 'confidence', got {self.aggregation!r}")
-        for f in ("implicit_temperature", "proxy_timeout_s"):
+        for f in ("implicit_temperature", "proxy_timeout_s", "body_timeout_s"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ServingConfigError(f, f"expected a number > 0, got {v!r}")
@@ -166,6 +174,15 @@ class ServingConfig:
         keys = [ApiKey(k["key"], k["user_id"], bool(k.get("admin", False))) for k in self.api_keys]
         if self.api_keys_env and env.get(self.api_keys_env):
             keys += parse_key_list(env[self.api_keys_env], self.api_keys_env)
+        if self.api_keys_file:
+            try:
+                text = open(os.path.expanduser(self.api_keys_file), encoding="utf-8").read()
+            except OSError as e:
+                raise ServingConfigError("api_keys_file", f"cannot read {self.api_keys_file}: {e.strerror}") from None
+            for n, line in enumerate(text.splitlines(), 1):
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    keys += parse_key_list(line, f"api_keys_file {self.api_keys_file} line {n}")
         seen: dict[str, ApiKey] = {}
         for k in keys:
             if k.key in seen and seen[k.key] != k:
@@ -200,3 +217,9 @@ class ServingConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @staticmethod
+    def without_secrets(d: dict[str, Any] | None) -> dict[str, Any]:
+        """A serving mapping as the deployments may see it: ``api_keys`` emptied (they get the keys'
+        digests instead). Ray Serve logs a deployment's arguments and shows them in its status."""
+        return {**(d or {}), "api_keys": []}

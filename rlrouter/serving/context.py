@@ -14,7 +14,7 @@ from typing import Any
 
 from rlrouter.selector.config import SelectorConfig
 from rlrouter.serving.config import ServingConfig
-from rlrouter.serving.errors import ApiError
+from rlrouter.serving.errors import ApiError, context_length_exceeded
 from rlrouter.serving.selector_client import SelectorClient
 
 
@@ -47,8 +47,11 @@ class ServiceContext:
         return self.encoder_
 
     def check_query(self, text: str, field: str) -> None:
-        if len(text) > self.serving.max_query_chars:
-            raise ApiError(422, f"field '{field}': longer than {self.serving.max_query_chars} characters", field)
+        """A prompt over ``serving.max_query_chars``: the answer to any prompt too long (errors.py's rule)."""
+        cap = self.serving.max_query_chars
+        if len(text) > cap:
+            raise context_length_exceeded(field, f"this server accepts at most {cap} characters in a prompt "
+                                                 f"(serving.max_query_chars)", f"{len(text)} characters")
 
     async def embedding(self, query: str) -> list[float] | None:
         """The query's embedding when the selector is contextual, else None."""

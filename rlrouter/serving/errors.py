@@ -2,14 +2,20 @@
 mapping of a candidate's failure to it.
 
 A candidate's error text comes from deep below (a Ray actor's traceback, an upstream's body). The client
-gets what it can act on, never those internals (terminal colour codes, actor ids, tracebacks): a prompt
-longer than the candidate's context is a 400 with OpenAI's code ``context_length_exceeded``, another
-request the candidate refused as invalid a 400, any other failure a 502.
+gets what it can act on, never those internals (terminal colour codes, actor ids, tracebacks) nor the
+backend's name or words. One rule for a prompt too long, whatever found it (docs/serve.md "Errors"): a 400
+of type ``invalid_request_error`` with OpenAI's code ``context_length_exceeded`` and ``param: messages``, in
+OpenAI's words ("... maximum context length is N tokens. However, your messages resulted in M tokens ...");
+this server's own character cap (``serving.max_query_chars``) answers the same way. A ``max_tokens`` that
+leaves the prompt no room is a 400 naming ``max_tokens`` and the model's limit (OpenAI's ``invalid_value``).
+Another request the candidate refused as invalid is a 400, any other failure a 502.
 """
 
 from __future__ import annotations
 
 import re
+
+from rlrouter.pool.base import RequestTooLong
 
 
 class ApiError(Exception):
@@ -36,6 +42,11 @@ _MODULE_PATH = re.compile(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*(?:Error|Exception
 # OpenAI and compatible servers: "This model's maximum context length is M tokens"
 _CONTEXT = re.compile(r"longer than the maximum model length|maximum context length|context_length_exceeded",
                       re.IGNORECASE)
+_VLLM_NUMBERS = re.compile(r"prompt \(length (\d+)\) is longer than the maximum model length of (\d+)")
+_OPENAI_NUMBERS = re.compile(r"maximum context length is (\d+) tokens\. However, your messages resulted in (\d+) tokens")
+# the backend's prefix of a candidate's error ("vllm 'name': ", "openai 'name' at URL: HTTP 400: ") and an
+# exception's class name ("ValueError: "): who said it, not what is wrong
+_BACKEND_PREFIX = re.compile(r"^(?:\w+ '[^']*'(?: at \S+)?: )?(?:HTTP \d{3}: )?(?:\w*(?:Error|Exception)(?::\s*|$))*")
 # a candidate that refused the request itself as invalid (vLLM's validation of prompt and sampling)
 _REFUSED = re.compile(r"\b(VLLMValidationError|HTTP 400)\b")
 
@@ -52,12 +63,40 @@ def public_text(text: str) -> str:
     return re.sub(r"[\s:]+$", "", line)
 
 
+def context_length_exceeded(field: str, limit: str, used: str | None = None) -> ApiError:
+    """The one answer to a prompt too long (a model's context, or this server's character cap)."""
+    what = "messages" if field == "messages" else f"'{field}'"
+    used = f" However, your {what} resulted in {used}." if used else ""
+    return ApiError(400, f"field '{field}': {limit}.{used} Please reduce the length of the {what}.", field,
+                    code="context_length_exceeded")
+
+
+def too_long_error(model: str, e: RequestTooLong) -> ApiError:
+    """A request that does not fit ``model``'s context: the messages (400 ``context_length_exceeded``) or the
+    caller's ``max_tokens`` (400 ``invalid_value``, with the largest value that fits)."""
+    if e.prompt_too_long:
+        return context_length_exceeded("messages", f"model '{model}' has a maximum context length of {e.context} "
+                                                   f"tokens", f"{e.prompt_tokens} tokens")
+    return ApiError(400, f"field 'max_tokens' is too large: {e.max_tokens}. Model '{model}' has a maximum context "
+                         f"length of {e.context} tokens and your messages use {e.prompt_tokens} of them, so "
+                         f"max_tokens may be at most {e.context - e.prompt_tokens}.", "max_tokens",
+                    code="invalid_value")
+
+
 def candidate_error(model: str, error: str, field: str = "messages") -> ApiError:
     """The ApiError for candidate ``model``'s failure ``error`` (its raw text)."""
     said = public_text(error)
+    ours = RequestTooLong.find(error)
+    if ours is not None:
+        return too_long_error(model, ours)
     if _CONTEXT.search(error):
-        return ApiError(400, f"field '{field}': the prompt is longer than candidate '{model}' accepts ({said}); "
-                             f"shorten it", field, code="context_length_exceeded")
+        if m := _VLLM_NUMBERS.search(error):
+            return too_long_error(model, RequestTooLong(int(m.group(2)), int(m.group(1))))
+        if m := _OPENAI_NUMBERS.search(error):
+            return too_long_error(model, RequestTooLong(int(m.group(1)), int(m.group(2))))
+        return context_length_exceeded(field, f"the messages are longer than model '{model}' accepts")
     if _REFUSED.search(error):
-        return ApiError(400, f"field '{field}': candidate '{model}' refused the request as invalid ({said})", field)
+        reason = _BACKEND_PREFIX.sub("", said)
+        return ApiError(400, f"field '{field}': model '{model}' refused the request as invalid"
+                             f"{': ' + reason if reason else ''}", field)
     return ApiError(502, f"candidate '{model}' failed: {said}", type_="upstream_error")

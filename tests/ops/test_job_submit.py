@@ -148,6 +148,8 @@ def test_readme_job_line_trains_and_exports_metrics(shared_data, monkeypatch, re
     assert all(not w for w in written.values()), written
     assert out is not None and out.parent == Path("~/rlrouter_results").expanduser(), logs[:3000]
     assert f"report: {out / 'report.json'}" in logs and (out / "report.json").exists()
+    # Hydra's own folder went with the run, not into the project (it once left outputs/<run>/hydra there)
+    assert (out / "hydra" / ".hydra" / "config.yaml").exists() and not (ROOT / "outputs" / out.name).exists()
     assert list(out.glob("*.png"))
     assert re.search(rf"data: {re.escape(str(ROOT / 'outputs' / 'data'))}/\S+/train.parquet", logs), logs[:3000]
 

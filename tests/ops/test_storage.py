@@ -67,3 +67,22 @@ def test_gmt_and_intent_jobs_follow_the_same_storage_rules(tmp_path):
     # an output_dir other than the default is the user's choice: kept, even in a submitted job
     assert RunStorage.for_output_dir("train_intent", out, environ=SUBMITTED, default="elsewhere").local == Path(out)
     assert sub.local == Path(SUBMITTED_DEFAULT).expanduser() / "train_intent_2026-11-23_19-00-00"
+
+
+def test_hydra_run_dir_is_the_runs_own_folder(monkeypatch):
+    """conf/train_router_r1.yaml's hydra.run.dir resolves by RunStorage's rule: a submitted job's Hydra folder
+    goes to ~/rlrouter_results/<run>/hydra with the rest of the run, not into the project's outputs/."""
+    import yaml
+
+    from rlrouter.storage import run_folder
+    from tests.helpers import ROOT
+
+    conf = yaml.safe_load((ROOT / "conf" / "train_router_r1.yaml").read_text())
+    assert conf["hydra"]["run"]["dir"].startswith("${rlrouter.run_folder:${run_name},${out_dir},${paths.root_dir},")
+    for k in ("RAY_JOB_CONFIG_JSON_ENV_VAR", "RLROUTER_STORAGE"):
+        monkeypatch.delenv(k, raising=False)
+    assert run_folder("r1", "/p/outputs/r1", "/p") == "/p/outputs/r1"  # a local run: the project's outputs/
+    assert run_folder("r1", "/elsewhere", "/p") == "/elsewhere"  # out_dir given
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"metadata": {"job_submission_id": "raysubmit_1"}}')
+    assert run_folder("r1", "/p/outputs/r1", "/p") == str(Path("~/rlrouter_results/r1").expanduser())
+    assert run_folder("r1", "/p/outputs/r1", "/p", "/mnt/shared") == "/mnt/shared/r1"

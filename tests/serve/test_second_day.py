@@ -6,7 +6,9 @@ default pool (two replays and SmolLM2 on a vLLM engine, max_model_len 2048):
   forwarded for counts;
 - the openai SDK's ``user=`` is an end-user tag, not a second identity;
 - ``n=3`` is refused naming ``n``; a model name in another case is that model;
-- a prompt over SmolLM2's context is a 400 without Ray internals in its message;
+- a prompt too long, over SmolLM2's context or over the server's character cap, gets one answer: OpenAI's
+  400 ``context_length_exceeded`` without Ray internals or the backend's name; a ``max_tokens`` the context
+  cannot hold is a 400 naming ``max_tokens`` and the limit, and an unset one is cut to the room left;
 - a streamed SmolLM2 answer arrives token by token: the first text long before the end;
 - ``GET /metrics`` returns exactly the series docs/metrics.md lists.
 """
@@ -116,74 +118,64 @@ def test_a_model_name_in_another_case_is_that_model(sdk, logged_prompt):
 
 
 INTERNALS = ("\x1b", "actor_id", "pid=", "RayTaskError", "Traceback", "ray::", 'File "')
+BACKEND = ("vllm", "VLLM", "ValidationError", "RequestTooLong")
 
 
-def over_the_context(base: str, stream: bool) -> httpx.Response:
-    long = "word " * 3000  # about 3,000 SmolLM2 tokens: over its max_model_len of 2048
+def chat(base: str, content: str, stream: bool = False, **params) -> httpx.Response:
     return httpx.post(f"{base}/v1/chat/completions", timeout=600, headers={"Authorization": f"Bearer {KEY}"},
-                      json={"model": "smollm2-135m", "stream": stream, "max_tokens": 8,
-                            "messages": [{"role": "user", "content": long}]})
+                      json={"model": "smollm2-135m", "stream": stream, "messages": [{"role": "user", "content": content}],
+                            **params})
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_prompt_over_the_context_is_a_400_without_internals(base, stream):
-    r = over_the_context(base, stream)
+def too_long(r: httpx.Response, param: str = "messages") -> dict:
+    """The one answer to a request too long (docs/serve.md "Errors"): 400, OpenAI's shape and code, no internals,
+    no backend named."""
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert set(err) >= {"message", "type", "param", "code"} and err["type"] == "invalid_request_error"
-    assert err["param"] == "messages" and "smollm2-135m" in err["message"]
-    assert not [bad for bad in INTERNALS if bad in err["message"]], err["message"]
+    assert err["param"] == param, err
+    assert not [bad for bad in INTERNALS + BACKEND if bad in err["message"]], err["message"]
+    return err
 
 
-def test_a_prompt_over_the_context_says_context_length_exceeded(base):
-    err = over_the_context(base, stream=False).json()["error"]
-    assert err["code"] == "context_length_exceeded", err["message"]
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_over_the_context_is_openais_context_length_exceeded(base, stream):
+    err = too_long(chat(base, "word " * 3000, stream, max_tokens=8))  # ~3,000 tokens, under the character cap
+    assert err["code"] == "context_length_exceeded", err
+    assert err["message"].startswith("field 'messages': model 'smollm2-135m' has a maximum context length of 2048 "
+                                     "tokens. However, your messages resulted in "), err["message"]
 
 
-def test_a_streamed_answer_arrives_as_the_candidate_decodes(base):
-    body = {"model": "smollm2-135m", "max_tokens": 48,
-            "messages": [{"role": "user", "content": "Count from 1 to 100, separated by commas."}]}
-    auth = {"Authorization": f"Bearer {KEY}"}
-    whole = httpx.post(f"{base}/v1/chat/completions", json=body, headers=auth, timeout=600)  # also starts the engine
-    assert whole.status_code == 200, whole.text
-    t0 = time.perf_counter()
-    arrivals: list[tuple[float, str]] = []  # (seconds since the request, content of one event)
-    with httpx.stream("POST", f"{base}/v1/chat/completions", json={**body, "stream": True}, headers=auth,
-                      timeout=600) as r:
-        assert r.status_code == 200
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                delta = json.loads(line[6:])["choices"][0]["delta"]
-                if delta.get("content"):
-                    arrivals.append((time.perf_counter() - t0, delta["content"]))
-    total = time.perf_counter() - t0
-    assert len(arrivals) > 1, arrivals
-    assert "".join(c for _, c in arrivals) == whole.json()["choices"][0]["message"]["content"]
-    assert arrivals[0][0] < 0.5 * total, (arrivals[0][0], total)  # 48 tokens: the first is far from the end
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_over_the_character_cap_gets_the_same_answer(base, stream):
+    err = too_long(chat(base, "x" * 40_000, stream))
+    assert err["code"] == "context_length_exceeded", err
+    assert "32000 characters" in err["message"] and "40000 characters" in err["message"], err["message"]
 
 
-def documented_metrics(section: str = "## Serve app: `GET /metrics`") -> set[str]:
-    """The first column of the table in ``section`` of docs/metrics.md."""
-    text = (ROOT / "docs" / "metrics.md").read_text()
-    body = re.split(r"\n#{2,3} ", text.split(section, 1)[1], maxsplit=1)[0]
-    return set(re.findall(r"^\| `([a-z_]+)` \|", body, flags=re.M))
+def test_a_prompt_that_fits_gets_the_room_left_when_max_tokens_is_not_set(base):
+    """The candidate's default max_tokens (256) is cut to what the context leaves, as vLLM's server does."""
+    r = chat(base, "word " * 1900)
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert usage["prompt_tokens"] + usage["completion_tokens"] <= 2048 and usage["prompt_tokens"] > 1800, usage
 
 
-def test_metrics_returns_what_docs_metrics_md_lists(base):
-    from prometheus_client.parser import text_string_to_metric_families
+@pytest.mark.parametrize("stream", [False, True])
+def test_max_tokens_beyond_the_context_is_refused_naming_it(base, stream):
+    err = too_long(chat(base, "Say hi.", stream, max_tokens=100_000), param="max_tokens")
+    assert err["code"] == "invalid_value" and "100000" in err["message"] and "2048 tokens" in err["message"], err
+    assert "max_tokens may be at most 20" in err["message"], err["message"]  # 2048 less the prompt's few tokens
+    err = too_long(chat(base, "Say hi.", stream, max_tokens=2048), param="max_tokens")  # the whole context: no room
+    ok = chat(base, "Say hi.", stream, max_tokens=4)
+    assert ok.status_code == 200, ok.text
 
-    auth = {"Authorization": f"Bearer {KEY}"}
-    d = httpx.post(f"{base}/route", json={"query": UNLOGGED}, headers=auth, timeout=60)  # a decision ...
-    assert d.status_code == 200, d.text
-    f = httpx.post(f"{base}/feedback", json={"request_id": d.json()["request_id"], "outcome": "win"}, headers=auth,
-                   timeout=60)  # ... and feedback on it
-    assert f.status_code == 200, f.text
-    r = httpx.get(f"{base}/metrics", timeout=30)  # no key, as /health
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain"), r.text
-    samples = [s for fam in text_string_to_metric_families(r.text) for s in fam.samples]
-    scraped = {s.name for s in samples if s.name.startswith("rlrouter_") and not s.name.endswith("_created")}
-    documented = documented_metrics()
-    assert len(documented) >= 7, documented
-    assert scraped == documented, (sorted(scraped - documented), sorted(documented - scraped))
-    routes = {s.labels["route"] for s in samples if s.name == "rlrouter_http_requests_total"}
-    assert {"/route", "/feedback"} <= routes, routes
+
+def test_the_openai_sdk_sees_both_as_bad_requests(sdk):
+    import openai
+
+    for params, param in (({"messages": [{"role": "user", "content": "word " * 3000}]}, "messages"),
+                          ({"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 100_000}, "max_tokens")):
+        with pytest.raises(openai.BadRequestError) as e:
+            sdk.chat.completions.create(model="smollm2-135m", **params)
+        assert e.value.param == param

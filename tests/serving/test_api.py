@@ -529,7 +529,40 @@ def test_live_candidates_errors_are_statuses_without_internals(tmp_path, pool):
                                                                          "messages": ask})
             assert r.status_code == 400, r.text
             assert err(r)["code"] == "context_length_exceeded" and err(r)["type"] == "invalid_request_error"
-            assert "maximum context length is 8 tokens" in err(r)["message"] and err(r)["param"] == "messages"
+            assert "maximum context length of 8 tokens" in err(r)["message"] and err(r)["param"] == "messages"
     finally:
         echo.stop()
         tiny.stop()
+
+
+def test_a_body_that_stops_arriving_is_a_408(tmp_path, pool):
+    """A slow client (a body announced, a third sent, then nothing) gets 408 naming serving.body_timeout_s once
+    the time is up, instead of holding its request open: the real app, driven at the ASGI level."""
+    make_client(tmp_path, pool, {"body_timeout_s": 0.3})
+    app = create_app()
+    sent: list[dict] = []
+
+    async def run() -> float:
+        parts = [{"type": "http.request", "body": b'{"query": "' + b"a" * 90, "more_body": True}]
+
+        async def receive() -> dict:
+            if parts:
+                return parts.pop()
+            await asyncio.sleep(3600)  # the rest never comes
+
+        async def send(msg: dict) -> None:
+            sent.append(msg)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/route", "raw_path": b"/route", "root_path": "", "query_string": b"",
+                 "headers": [(b"authorization", b"Bearer k-alice"), (b"content-type", b"application/json"),
+                             (b"content-length", b"300")], "client": ("127.0.0.1", 5), "server": ("127.0.0.1", 80)}
+        t0 = asyncio.get_running_loop().time()
+        await asyncio.wait_for(app(scope, receive, send), 10)
+        return asyncio.get_running_loop().time() - t0
+
+    took = asyncio.run(run())
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 408, sent[:1]
+    body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert body["error"]["field"] == "body" and "serving.body_timeout_s" in body["error"]["message"]
+    assert 0.3 <= took < 5

@@ -48,8 +48,12 @@ def test_a_ray_task_error_is_stripped_of_its_internals(whole):
     err = candidate_error("smollm2-135m", raw)
     assert not internals(err.message), err.message
     assert err.status == 400 and err.field == "messages"  # the candidate refused the input: not a 5xx
-    if whole:  # the cause's own words reached the pool's text: OpenAI's code for it
-        assert err.code == "context_length_exceeded" and "maximum model length of 2048" in err.message
+    assert "vllm" not in err.message.lower() and "VLLMValidationError" not in err.message  # no backend named
+    if whole:  # the cause's own words reached the pool's text: OpenAI's code and words for it
+        assert err.code == "context_length_exceeded"
+        assert err.message == ("field 'messages': model 'smollm2-135m' has a maximum context length of 2048 tokens. "
+                               "However, your messages resulted in 3012 tokens. Please reduce the length of the "
+                               "messages.")
 
 
 def test_context_length_from_an_openai_compatible_upstream():
@@ -57,7 +61,8 @@ def test_context_length_from_an_openai_compatible_upstream():
            "128000 tokens. However, your messages resulted in 130020 tokens. Please reduce the length of the messages.")
     err = candidate_error("gpt-4o-mini", raw)
     assert (err.status, err.code, err.field) == (400, "context_length_exceeded", "messages")
-    assert "maximum context length is 128000 tokens" in err.message
+    assert "maximum context length of 128000 tokens" in err.message and "130020 tokens" in err.message
+    assert "openai" not in err.message and "HTTP" not in err.message
 
 
 def test_other_failures_stay_502_without_internals():
@@ -73,3 +78,36 @@ def test_other_failures_stay_502_without_internals():
 def test_public_text():
     assert public_text("\x1b[36mray::A.f()\x1b[39m (pid=1, ip=1.2.3.4, actor_id=ab, repr=<A>)") == ""
     assert public_text("plain words") == "plain words"
+
+
+def test_our_engines_statement_reads_back_through_ray():
+    """The vLLM candidate's serving check raises RequestTooLong in its actor; the pool passes on the first
+    line of the Ray error; the client gets OpenAI's error, with the numbers and without the backend."""
+    from rlrouter.pool.base import RequestTooLong
+
+    from rlrouter.pool.vllm_backend import _engine_error
+
+    prompt = candidate_error("smollm2-135m", _engine_error("smollm2-135m", ray_task_error(RequestTooLong(2048, 3012))))
+    assert (prompt.status, prompt.code, prompt.field) == (400, "context_length_exceeded", "messages")
+    assert "maximum context length of 2048 tokens" in prompt.message and "3012 tokens" in prompt.message
+    room = candidate_error("smollm2-135m", _engine_error("smollm2-135m", ray_task_error(RequestTooLong(2048, 30, 100000))))
+    assert (room.status, room.code, room.field) == (400, "invalid_value", "max_tokens")
+    assert room.message == ("field 'max_tokens' is too large: 100000. Model 'smollm2-135m' has a maximum context "
+                            "length of 2048 tokens and your messages use 30 of them, so max_tokens may be at most "
+                            "2018.")
+    for err in (prompt, room):
+        assert not internals(err.message) and "vllm" not in err.message and "RequestTooLong" not in err.message
+    assert RequestTooLong(10, 10).prompt_too_long and not RequestTooLong(10, 9, 5).prompt_too_long
+    import pickle  # Ray pickles the actor's exception to the caller: it must come back whole
+
+    back = pickle.loads(pickle.dumps(RequestTooLong(2048, 30, 100000)))
+    assert (back.context, back.prompt_tokens, back.max_tokens, str(back)) == (2048, 30, 100000,
+                                                                             str(RequestTooLong(2048, 30, 100000)))
+
+
+def test_a_refusal_names_no_backend():
+    err = candidate_error("live", "openai 'live' at http://127.0.0.1:9/v1: HTTP 400: temperature must be <= 2")
+    assert err.status == 400 and err.message == ("field 'messages': model 'live' refused the request as invalid: "
+                                                 "temperature must be <= 2")
+    err = candidate_error("smollm2-135m", "vllm 'smollm2-135m': VLLMValidationError: top_k must be -1 or >= 1")
+    assert err.message.endswith("invalid: top_k must be -1 or >= 1") and "vllm" not in err.message.lower()
