@@ -217,12 +217,22 @@ def upload(local_dir: str | Path, location: str, only: list[str] | None = None) 
         fs.copy_files(str(src), dst, source_filesystem=fs.LocalFileSystem(), destination_filesystem=filesystem)
 
 
-def download(location: str, local_dir: str | Path) -> Path:
+def download(location: str, local_dir: str | Path, only: list[str] | None = None) -> Path:
+    """Copy the folder at ``location`` into ``local_dir``; ``only``: just these entries of it (those that
+    exist), e.g. one learner rank's own shards of a checkpoint instead of every rank's."""
     from pyarrow import fs
 
     filesystem, path = _fs(location)
     Path(local_dir).mkdir(parents=True, exist_ok=True)
-    fs.copy_files(path, str(local_dir), source_filesystem=filesystem, destination_filesystem=fs.LocalFileSystem())
+    local = fs.LocalFileSystem()
+    if only is None:
+        fs.copy_files(path, str(local_dir), source_filesystem=filesystem, destination_filesystem=local)
+        return Path(local_dir)
+    for name in only:
+        src = f"{path.rstrip('/')}/{name}"
+        if filesystem.get_file_info(src).type == fs.FileType.NotFound:
+            continue
+        fs.copy_files(src, str(Path(local_dir) / name), source_filesystem=filesystem, destination_filesystem=local)
     return Path(local_dir)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 from rlrouter.distributed.resources import ResourceSpec, learner_scaling_config
+from rlrouter.storage import is_uri
 
 T = TypeVar("T")
 
@@ -49,6 +50,12 @@ def backend_for(spec: ResourceSpec) -> str:
     return "nccl" if spec.use_gpu else "gloo"
 
 
+def train_storage_path(storage_path: str) -> str:
+    """Ray Train's ``storage_path``: a URI (``s3://``, ``gs://``, ``file://``) as it is, for Ray Train's own
+    ``pyarrow.fs``; a path made absolute (``Path("s3://b/x")`` would be the local folder ``s3:/b/x``)."""
+    return storage_path if is_uri(storage_path) else str(Path(storage_path).resolve())
+
+
 def make_trainer(train_loop_per_worker: Callable[[dict[str, Any]], None], config: dict[str, Any],
                  spec: ResourceSpec, run: RunSpec) -> Any:
     """The ``TorchTrainer`` of one job's learner ranks."""
@@ -59,7 +66,7 @@ def make_trainer(train_loop_per_worker: Callable[[dict[str, Any]], None], config
         train_loop_per_worker, train_loop_config=config,
         torch_config=TorchConfig(backend=backend_for(spec)),
         scaling_config=learner_scaling_config(spec),
-        run_config=RunConfig(name=run.name, storage_path=str(Path(run.storage_path).resolve()),
+        run_config=RunConfig(name=run.name, storage_path=train_storage_path(run.storage_path),
                              failure_config=FailureConfig(max_failures=run.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=run.checkpoints_to_keep)))
 

@@ -23,6 +23,8 @@ import random
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -151,26 +153,43 @@ def check_visible(folder: str, rank: int) -> None:
         "or a URI (s3://bucket/prefix): docs/operations.md, 'Where a job writes'")
 
 
-def _local(path: str | Path) -> Path:
-    """A checkpoint as a local folder: a URI is downloaded first (into a new temporary folder)."""
-    if is_uri(str(path)):
-        return download(str(path), tempfile.mkdtemp(prefix="rlrouter-resume-"))
-    return Path(path)
+@contextmanager
+def _local(path: str | Path, names: list[str]) -> Iterator[Path]:
+    """A checkpoint as a local folder. At a URI only ``names`` (this rank's files: every rank's shards of a 3B
+    model are about 46 GiB) are downloaded, into a temporary folder removed once the restore is done."""
+    if not is_uri(str(path)):
+        yield Path(path)
+        return
+    folder = Path(tempfile.mkdtemp(prefix="rlrouter-resume-"))
+    try:
+        yield download(str(path), folder, only=names)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def restore_files(learner: Learner) -> list[str]:
+    """What a rank reads of a checkpoint to resume: the shared files and its own shards."""
+    return [STATE, "trainable.safetensors", "rng.safetensors", _optimizer_file(learner),
+            _rank_file(learner, "reference", "safetensors")]
 
 
 def load_checkpoint(path: str | Path, learner: Learner) -> dict[str, Any]:
     """Restore ``learner`` in place (``path``: a folder or a URI); returns the saved state (step, extra)."""
-    path = _local(path)
+    with _local(path, restore_files(learner)) as folder:
+        return _load(folder, learner, str(path))
+
+
+def _load(path: Path, learner: Learner, where: str) -> dict[str, Any]:
     if not (path / STATE).exists():
-        raise FileNotFoundError(f"{path}: not an rlrouter checkpoint (no {STATE})")
+        raise FileNotFoundError(f"{where}: not an rlrouter checkpoint (no {STATE})")
     try:
         state = json.loads((path / STATE).read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path / STATE}: corrupt checkpoint state ({e.msg})") from None
+        raise ValueError(f"{where}/{STATE}: corrupt checkpoint state ({e.msg})") from None
     learner.load_trainable_state(load_file(str(path / "trainable.safetensors")))
     opt = path / _optimizer_file(learner)
     if not opt.exists():
-        raise FileNotFoundError(f"{path}: no {opt.name} (saved by {state.get('world_size', 1)} rank(s); "
+        raise FileNotFoundError(f"{where}: no {opt.name} (saved by {state.get('world_size', 1)} rank(s); "
                                 f"this learner is rank {learner.rank}, fsdp={learner.fsdp})")
     learner.load_optimizer_state(torch.load(opt, weights_only=True))
     ref = path / _rank_file(learner, "reference", "safetensors")
@@ -190,12 +209,13 @@ def load_weights(path: str | Path, learner: Learner) -> dict[str, Any]:
     """Start ``learner`` from a checkpoint's policy weights only (``train.init_from``): RL from a saved
     cold start. The optimizer, RNG and step start fresh; a critic absent from the checkpoint (PPO from a
     cold start) keeps its initialisation. Returns the saved state."""
-    path = _local(path)
-    if not (path / STATE).exists():
-        raise FileNotFoundError(f"train.init_from: {path} is not an rlrouter checkpoint (no {STATE})")
-    sd = load_file(str(path / "trainable.safetensors"))
+    with _local(path, [STATE, "trainable.safetensors"]) as folder:
+        if not (folder / STATE).exists():
+            raise FileNotFoundError(f"train.init_from: {path} is not an rlrouter checkpoint (no {STATE})")
+        sd = load_file(str(folder / "trainable.safetensors"))
+        state = json.loads((folder / STATE).read_text())
     if learner.value_head is not None and not any(k.startswith("value_head.") for k in sd):
         sd = {**sd, **{f"value_head.{k}": v for k, v in learner.value_head.state_dict().items()}}
     learner.load_trainable_state(sd)
-    return json.loads((path / STATE).read_text())
+    return state
 

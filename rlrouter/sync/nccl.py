@@ -108,15 +108,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def caller_device(device: str | torch.device) -> torch.device | None:
+    """The CUDA device the calling thread works on (``cuda`` without an index: its current one), for a thread
+    that must use the same: a new thread starts on device 0 whatever the rank's device is. None off CUDA."""
+    d = torch.device(device)
+    if d.type != "cuda":
+        return None
+    return torch.device("cuda", d.index if d.index is not None else torch.cuda.current_device())
+
+
 def run_watched(fn: Callable[[], Any], timeout_s: float, failure: Callable[[], str | None], what: str,
-                on_abort: Callable[[], None], poll_s: float = 0.2) -> Any:
-    """``fn()`` in a daemon thread; its result, or ``WeightTransferError`` as soon as ``failure()`` names a
-    failed receiver or ``timeout_s`` passes. Either way ``on_abort`` runs first (it must unblock or
-    abandon ``fn``: the thread cannot be killed, only left behind)."""
+                on_abort: Callable[[], None], poll_s: float = 0.2, device: torch.device | None = None) -> Any:
+    """``fn()`` in a daemon thread (on CUDA ``device``, set in the thread first); its result, or
+    ``WeightTransferError`` as soon as ``failure()`` names a failed receiver or ``timeout_s`` passes. Either
+    way ``on_abort`` runs first (it must unblock or abandon ``fn``: the thread cannot be killed, only left
+    behind)."""
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
+            if device is not None:
+                torch.cuda.set_device(device)  # NCCL's stream and the copies: the rank's device, not device 0
             box["result"] = fn()
         except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
             box["error"] = e
@@ -177,12 +189,13 @@ class NcclWeightSync:
                             world_size=self.world_size, rank=0, **sizes)
             self._engine = run_watched(
                 lambda: engine_cls.trainer_init(info, client=self.client, source=weights),
-                self.timeout_s, lambda: self.client.failure, "building the transfer group", self.abort)
+                self.timeout_s, lambda: self.client.failure, "building the transfer group", self.abort,
+                device=caller_device(self.device))
         else:
             self._engine.source = weights
         engine = self._engine
         run_watched(engine.send_weights, self.timeout_s, lambda: self.client.failure,
-                    f"sending version {version}", self.abort)
+                    f"sending version {version}", self.abort, device=caller_device(self.device))
         return time.perf_counter() - t0
 
     def _trainer_classes(self) -> tuple[type, type]:

@@ -86,3 +86,18 @@ def test_progress_disabled_prints_nothing():
     buf = io.StringIO()
     Progress(3, "x", enabled=False, stream=buf).update(1, loss=1.0)
     assert buf.getvalue() == ""
+
+
+@pytest.mark.parametrize("uri", ["s3://bucket/rlrouter/run/ray_train", "gs://b/x", "file:///tmp/rlr/ray_train"])
+def test_a_storage_uri_reaches_ray_train_as_a_uri(uri, tmp_path, monkeypatch):
+    """``Path("s3://b/x").resolve()`` is the local folder ``<cwd>/s3:/b/x``: a URI must pass through as it is;
+    a relative path is made absolute. Checked on the TorchTrainer the learner group builds (not run)."""
+    from rlrouter.distributed.launcher import make_trainer, train_storage_path
+    from rlrouter.distributed.resources import ResourceSpec
+
+    monkeypatch.chdir(tmp_path)
+    assert train_storage_path(uri) == uri
+    assert train_storage_path("outputs/ray_train") == str(tmp_path / "outputs" / "ray_train")
+    if uri.startswith("file://"):  # building a trainer on s3/gs would reach for credentials
+        trainer = make_trainer(lambda cfg: None, {}, ResourceSpec(), RunSpec(storage_path=uri))
+        assert trainer.run_config.storage_path == uri

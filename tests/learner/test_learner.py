@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -253,3 +255,32 @@ def test_a_checkpoint_at_a_uri_goes_up_from_the_rank_and_comes_back(learner, tmp
     check_visible(bucket, 0)  # a URI is reachable from any node
     with pytest.raises(FileNotFoundError, match=r"does not exist on learner rank 1's node.*URI \(s3://"):
         check_visible(str(tmp_path / "not-mounted-here"), 1)
+
+
+def test_a_restore_from_a_uri_fetches_the_ranks_own_files_and_leaves_no_folder(learner, tmp_path, monkeypatch):
+    """Each restore used to download every rank's shards (about 46 GiB for the 3B preset) into a temporary
+    folder per rank, never deleted: a few restarts filled the disk. Now: this rank's files only, folder gone."""
+    import rlrouter.learner.checkpoint as ck
+
+    bucket = f"file://{tmp_path}/bucket/run/checkpoints"
+    save_checkpoint(f"{bucket}/step_000004", learner, step=4)
+    stored = tmp_path / "bucket" / "run" / "checkpoints" / "step_000004"
+    (stored / "optimizer.rank7.pt").write_bytes(b"another rank's shard" * 1000)  # an FSDP neighbour's files
+    (stored / "reference.rank7.safetensors").write_bytes(b"x" * 1000)
+    fetched: list[tuple[Path, set[str]]] = []
+    real = ck.download
+
+    def spy(location, local_dir, only=None):
+        out = real(location, local_dir, only=only)
+        fetched.append((Path(local_dir), {p.name for p in Path(local_dir).iterdir()}))
+        return out
+
+    monkeypatch.setattr(ck, "download", spy)
+    for load in (ck.load_checkpoint, ck.load_weights):
+        fetched.clear()
+        assert load(f"{bucket}/step_000004", Learner(learner.cfg))["step"] == 4
+        [(folder, names)] = fetched
+        assert not folder.exists()  # removed once the restore is done
+        assert "optimizer.rank7.pt" not in names and "reference.rank7.safetensors" not in names and "adapter" not in names
+        assert names == ({"state.json", "trainable.safetensors", "rng.safetensors", "optimizer.pt"}
+                         if load is ck.load_checkpoint else {"state.json", "trainable.safetensors"})

@@ -248,3 +248,25 @@ def test_a_transfer_that_fails_twice_raises():
     with pytest.raises(WeightTransferError, match="the retry failed too: .*hung"):
         group.sync_direct(lambda w, e: {"version": 1, "error": "hung"},
                           lambda: SyncPayload(kind="tensors", version=1, buckets=[]))
+
+
+def test_the_watched_thread_works_on_the_ranks_cuda_device(monkeypatch):
+    """vLLM's sender runs in a new thread, whose current CUDA device is 0 whatever the rank's: the thread
+    sets the caller's device before it sends (recorded here on CPU, where no CUDA call can run)."""
+    import threading
+
+    import torch
+
+    from rlrouter.sync.nccl import caller_device, run_watched
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)  # the rank's device, set in its main thread
+    assert caller_device("cuda") == torch.device("cuda", 3) and caller_device("cuda:1") == torch.device("cuda", 1)
+    assert caller_device("cpu") is None
+    calls: list[tuple[str, torch.device]] = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append((threading.current_thread().name, d)))
+    out = run_watched(lambda: threading.current_thread().name, 5.0, lambda: None, "sending version 1",
+                      lambda: None, device=caller_device("cuda"))
+    assert calls == [(out, torch.device("cuda", 3))] and out != threading.current_thread().name
+    calls.clear()
+    run_watched(lambda: None, 5.0, lambda: None, "gloo", lambda: None, device=caller_device("cpu"))
+    assert calls == []  # off CUDA nothing is set
