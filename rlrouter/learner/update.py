@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Iterator
 from typing import Any, Sequence
 
 import torch
@@ -97,10 +98,7 @@ class UpdateStep:
             for i, mb in enumerate(mbs):
                 # token-mean over the whole batch, not per micro-batch: weight each by its share of tokens
                 weight = mb["loss_mask"].sum() / total_tokens
-                sync = i == len(mbs) - 1
-                ctx = model.module.no_sync() if (model.world_size > 1 and not sync
-                                                 and hasattr(model.module, "no_sync")) else contextlib.nullcontext()
-                with ctx:
+                with gradient_sync(model.module, model.world_size, sync=i == len(mbs) - 1):
                     logp, entropy, values = model.forward(model.module, mb, model.value_head is not None)
                     old_mb = mb["old_logp"] if "old_logp" in mb else logp.detach()
                     if epoch == 0:
@@ -145,10 +143,12 @@ class UpdateStep:
         model.module.train()
         self.optimizer.zero_grad(set_to_none=True)
         nll_sum = 0.0
-        for mb in self.micro_batches(batch):
-            logp, _, _ = model.forward(model.module, mb, False, with_entropy=False)
-            nll = -(logp * mb["loss_mask"]).sum() / total  # token-mean over the whole batch
-            nll.backward()
+        mbs = self.micro_batches(batch)
+        for i, mb in enumerate(mbs):
+            with gradient_sync(model.module, model.world_size, sync=i == len(mbs) - 1):
+                logp, _, _ = model.forward(model.module, mb, False, with_entropy=False)
+                nll = -(logp * mb["loss_mask"]).sum() / total  # token-mean over the whole batch
+                nll.backward()
             nll_sum += float(nll.detach())
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
@@ -179,6 +179,27 @@ class UpdateStep:
             fsdp.load_local_optimizer_state(self.optimizer, sd)
         else:
             self.optimizer.load_state_dict(sd)
+
+
+@contextlib.contextmanager
+def gradient_sync(module: torch.nn.Module, world_size: int, sync: bool) -> Iterator[None]:
+    """One micro-batch's forward and backward when gradients accumulate over micro-batches: they are reduced
+    across ranks only with the last one (``sync``). DDP: ``no_sync()``. FSDP2 modules have no ``no_sync``;
+    each sharded module's ``set_requires_gradient_sync`` is the way (else every micro-batch reduce-scatters
+    the full fp32 gradients: 32 times a step for the GRPO preset)."""
+    if world_size <= 1:
+        yield
+        return
+    sharded = [m for m in module.modules() if hasattr(m, "set_requires_gradient_sync")]
+    if sharded:
+        for m in sharded:
+            m.set_requires_gradient_sync(sync, recurse=False)
+        yield
+    elif not sync and hasattr(module, "no_sync"):
+        with module.no_sync():
+            yield
+    else:
+        yield
 
 
 def micro_batches(batch: dict[str, torch.Tensor], size: int, group_size: int = 1) -> list[dict[str, torch.Tensor]]:

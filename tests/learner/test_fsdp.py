@@ -88,6 +88,7 @@ def _ranks(rank: int, world: int, port: int, model: str, out: str, backend: str 
                                        strategy="fsdp", grpo={"group_size": 2}), rank, world, device)
         res["shared_prompt_grad_norm"] = shared.train_step(_shared_prompt_trajs(shared.tokenizer),
                                                            REWARDS)["learner/grad_norm"]
+        res["reduce_scatters"] = _reduce_scatters_per_step(model, rank, world, device)
         states = [s for st in bf.optimizer.state.values() for s in st.values() if s.dim() > 0]
         res["bf16_dtypes"] = sorted({str(p.dtype) for p in bf.policy.parameters()} | {str(s.dtype) for s in states})
         if rank == 0:
@@ -104,6 +105,34 @@ def _ranks(rank: int, world: int, port: int, model: str, out: str, backend: str 
             torch.save(res, Path(out) / "res.pt")
     finally:
         dist.destroy_process_group()
+
+
+def _reduce_scatters_per_step(model: str, rank: int, world: int, device: str) -> tuple[int, int]:
+    """FSDP2's reduce-scatter calls in a step of one micro-batch, then in a step of two (gradient accumulation):
+    equal when the gradients are reduced once a step, twice as many when every micro-batch reduces."""
+    import torch.distributed as dist
+
+    from tests.learner.test_learner import _trajs
+
+    torch.manual_seed(0)
+    acc = Learner(LearnerConfig(model=model, lora=False, algo="grpo", lr=1e-3, micro_batch_size=2, strategy="fsdp",
+                                grpo={"group_size": 2}), rank, world, device)
+    trajs = _trajs(acc.tokenizer)
+    calls = [0]
+    real = dist.reduce_scatter_single
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    dist.reduce_scatter_single = counted
+    try:
+        acc.train_step(trajs[:2], REWARDS[:2])
+        one, calls[0] = calls[0], 0
+        acc.train_step(trajs, REWARDS)
+        return one, calls[0]
+    finally:
+        dist.reduce_scatter_single = real
 
 
 def _shared_prompt_trajs(tok):
@@ -228,3 +257,8 @@ def test_full_fine_tune_keeps_its_start_reference_across_a_checkpoint(tiny_model
         fresh.train_step(trajs, REWARDS)["learner/loss"], rel=1e-5)
     base_cfg = LearnerConfig(model=tiny_model, lora=False, kl_reference="base", grpo={"kl": {"coef": 0.1}})
     assert Learner(base_cfg).reference_state() is None  # the base model needs no copy in the checkpoint
+
+
+def test_fsdp_reduces_gradients_once_a_step_not_once_a_micro_batch(two_rank_results):
+    one, two = two_rank_results[0]["reduce_scatters"]
+    assert one > 0 and two == one, (one, two)
