@@ -28,7 +28,7 @@ from rlrouter.learner.checkpoint import (check_visible, create_folder, latest_ch
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.learner import Learner
 from rlrouter.storage import join
-from rlrouter.sync.transports import make_payload
+from rlrouter.sync.transports import PayloadRef, make_payload
 
 log = logging.getLogger(__name__)
 
@@ -187,10 +187,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     def handle(method: str, *args: Any) -> Any:
         out = getattr(rank, method)(*args)
         if method == "sync_payload":
-            import ray
-
-            # by reference: the driver fetches it once, the mailbox never holds the tensors
-            return [ray.put(out)]
+            # by reference: stored on this node; the mailbox and the driver never hold the tensors
+            return PayloadRef.put(out)
         return out
 
     serve_commands(config["mailbox"], session.rank, state, handle)
@@ -237,11 +235,9 @@ class LearnerGroup:
     def reset_reference(self) -> None:
         self._workers.call([("reset_reference",)] * self.world_size)
 
-    def sync_payload(self, kind: str, bucket_mb: float) -> Any:
-        import ray
-
-        out = self._workers.call([("sync_payload", kind, bucket_mb)] + [None] * (self.world_size - 1))
-        return ray.get(out[0][0])
+    def sync_payload(self, kind: str, bucket_mb: float) -> PayloadRef:
+        """Rank 0's payload, left in its node's object store: the rollout workers fetch it from there."""
+        return self._workers.call([("sync_payload", kind, bucket_mb)] + [None] * (self.world_size - 1))[0]
 
     def broadcast_weights(self, workers: list[Any], tensor_parallel_size: int, epoch: int) -> dict[str, Any]:
         """Rank 0 sends its gathered weights to the engines (the other ranks gathered theirs into it at

@@ -27,7 +27,7 @@ from rlrouter.distributed.resources import ResourceSpec
 from rlrouter.engine import EngineConfig
 from rlrouter.rollout.env import Trajectory
 from rlrouter.rollout.worker import RolloutWorker
-from rlrouter.sync.transports import SyncPayload, apply_payload
+from rlrouter.sync.transports import PayloadRef, SyncPayload, apply_payload
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class RolloutGroup:
         self.workers = [actor.options(**opts).remote(model, engine, env, pool, i)
                         for i, opts in enumerate(worker_actor_options(resources, engine, self.pg, max_restarts))]
         self._ray = ray
-        self.last_payload: SyncPayload | None = None
+        self.last_payload: SyncPayload | PayloadRef | None = None
         self._payload_ref: Any = None
         self._fallback: Callable[[], SyncPayload] | None = None
         """``sync_direct``: builds the current version's payload for a worker that restarted."""
@@ -180,7 +180,7 @@ class RolloutGroup:
         # never synced (serial 0): the base weights a restarted engine loads are the current policy
         if self._payload_ref is None and self._fallback is not None:
             self.last_payload = self._fallback()  # a direct sync's version, through the object store
-            self._payload_ref = self._ray.put(self.last_payload)
+            self._payload_ref = self._stored(self.last_payload)
         if self._payload_ref is not None:
             self._ray.get(self.workers[i].apply_sync.remote(self._payload_ref, self.serial))
 
@@ -194,12 +194,18 @@ class RolloutGroup:
     def timings(self) -> list[dict[str, float]]:
         return self._ray.get([w.timing.remote() for w in self.workers])
 
-    def sync(self, payload: SyncPayload) -> float:
-        """Make every worker serve ``payload``; returns the wall time (workers apply it in parallel)."""
+    def _stored(self, payload: SyncPayload | PayloadRef) -> Any:
+        """The object-store reference the workers read ``payload`` from: a :class:`PayloadRef`'s own (left on
+        the learner's node), else stored from here."""
+        return payload.ref if isinstance(payload, PayloadRef) else self._ray.put(payload)
+
+    def sync(self, payload: SyncPayload | PayloadRef) -> float:
+        """Make every worker serve ``payload``; returns the wall time (workers apply it in parallel; each
+        fetches a :class:`PayloadRef` from the learner's node, not through this process)."""
         from ray.exceptions import RayActorError
 
         t0 = time.perf_counter()
-        self._payload_ref = self._ray.put(payload)
+        self._payload_ref = self._stored(payload)
         self.last_payload = payload
         self._fallback = self._direct_version = None
         self.serial += 1
@@ -299,7 +305,7 @@ class LocalRollout:
 
     def __init__(self, worker: RolloutWorker):
         self.worker = worker
-        self.last_payload: SyncPayload | None = None
+        self.last_payload: SyncPayload | PayloadRef | None = None
 
     def rollout(self, items: Sequence[dict[str, Any]], n_samples: int, seed: int, step: int,
                 temperature: float | None = None) -> list[Trajectory]:
@@ -308,6 +314,6 @@ class LocalRollout:
     def timing(self) -> dict[str, float]:
         return self.worker.timing()
 
-    def sync(self, payload: SyncPayload) -> float:
+    def sync(self, payload: SyncPayload | PayloadRef) -> float:
         self.last_payload = payload
         return apply_payload(self.worker, payload)

@@ -50,6 +50,26 @@ class SyncPayload:
         return sum(t.numel() * t.element_size() for b in self.buckets or [] for _, t in b)
 
 
+@dataclass(frozen=True)
+class PayloadRef:
+    """A :class:`SyncPayload` left in the object store of the node that made it (learner rank 0), as the
+    driver holds it: the reference and what the driver needs to know. The rollout workers fetch it from
+    there themselves; the driver never fetches it (5.75 GiB for the 3B preset, which would go through the
+    head's object store and back out every step)."""
+
+    ref: Any
+    kind: str
+    version: int
+    nbytes: int
+
+    @classmethod
+    def put(cls, payload: SyncPayload) -> PayloadRef:
+        """Run where ``payload`` was made (rank 0): store it there."""
+        import ray
+
+        return cls(ray.put(payload), payload.kind, payload.version, payload.nbytes)
+
+
 def make_payload(kind: str, source: WeightSource, version: int, bucket_mb: float = 64.0) -> SyncPayload:
     if kind == "lora":
         with tempfile.TemporaryDirectory(prefix="rlrouter-adapter-") as d:
@@ -94,9 +114,13 @@ def bucket_tensors(named: list[tuple[str, torch.Tensor]], bucket_mb: float) -> l
     return buckets
 
 
-def apply_payload(worker: Any, payload: SyncPayload, root: str | None = None) -> float:
+def apply_payload(worker: Any, payload: SyncPayload | PayloadRef, root: str | None = None) -> float:
     """Runs inside a RolloutWorker: make ``payload`` the served policy. Returns seconds taken."""
     t0 = time.perf_counter()
+    if isinstance(payload, PayloadRef):  # an in-process rollout (LocalRollout) fed by Ray Train learners
+        import ray
+
+        payload = ray.get(payload.ref)
     if payload.kind == "lora":
         base = Path(root or os.environ.get("RLROUTER_ADAPTER_DIR", tempfile.gettempdir())) / \
             f"rlrouter-adapters-{os.getpid()}" / f"v{payload.version:06d}"
