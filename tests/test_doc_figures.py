@@ -108,22 +108,29 @@ def _ray_counter(endpoint: dict[str, Any], name: str) -> int:
 
 OPERATIONS = "docs/operations.md"
 OPERATIONS_FIGURES = [
-    Figure(OPERATIONS, "fuzz.json", "", lambda d: f"{d['cases'] - len(d['attacks']):,} schemathesis cases",
-           "fuzz schemathesis cases (cases minus attacks)"),
-    Figure(OPERATIONS, "fuzz.json", "", lambda d: f"{len(d['attacks'])} hand-made attacks below makes "
-                                                  f"{d['cases']:,} requests (`cases`; {d['fuzz_s']:.0f} s",
-           "fuzz requests and seconds"),
-    Figure(OPERATIONS, "fuzz.json", "", lambda d: f"Statuses of those {d['cases']:,}: "
-                                                  + ", ".join(f"{n}×{code}" for code, n in d["by_status"].items()),
-           "fuzz statuses"),
-    Figure(OPERATIONS, "fuzz.json", "",
-           lambda d: f"{d['server_errors']} 5xx; {d['bad_4xx']} 4xx without the error shape", "fuzz verdict"),
-    Figure(OPERATIONS, "fuzz.json", "attacks", lambda a: "hand-made attacks: " + ", ".join(x["attack"] for x in a),
-           "attack names"),
-    Figure(OPERATIONS, "fuzz.json", "attacks", lambda a: f"| {len(a)} hand-made attacks | {_statuses(a)} |",
-           "attack count and statuses"),
-    Figure(OPERATIONS, "fuzz.json", "slow_client",
-           lambda v: "`slow_client` is `null`" if v is None else f"`slow_client`: {json.dumps(v)}", "slow client"),
+    *[fig for results, run in (("fuzz_live.json", "live"), ("fuzz.json", "in-process")) for fig in (
+        Figure(OPERATIONS, results, "", lambda d: f"{d['cases'] - len(d['attacks']):,} schemathesis cases",
+               f"fuzz {run}: schemathesis cases (cases minus attacks)"),
+        Figure(OPERATIONS, results, "", lambda d: f"{d['cases']:,} requests",
+               f"fuzz {run}: requests"),
+        Figure(OPERATIONS, results, "", lambda d, run=run: f"Statuses of those {d['cases']:,} {run}: "
+               + ", ".join(f"{n}×{code}" for code, n in d["by_status"].items()), f"fuzz {run}: statuses"),
+        Figure(OPERATIONS, results, "", lambda d, run=run: f"{d['server_errors']} 5xx {run}; {d['bad_4xx']} 4xx {run} "
+               "without the error shape", f"fuzz {run}: verdict"),
+        Figure(OPERATIONS, results, "attacks", lambda a, run=run: f"{run}: {_statuses(a)}", f"fuzz {run}: attack statuses"),
+    )],
+    Figure(OPERATIONS, "fuzz_live.json", "", lambda d: f"requests over HTTP (`cases`; {d['fuzz_s']:.0f} s of fuzzing)",
+           "fuzz live: seconds"),
+    Figure(OPERATIONS, "fuzz.json", "", lambda d: f"requests (`cases`; {d['fuzz_s']:.0f} s)", "fuzz in-process: seconds"),
+    Figure(OPERATIONS, "fuzz_live.json", "attacks",
+           lambda a: "hand-made attacks: " + ", ".join(x["attack"] for x in a) + f" | {len(a)} hand-made attacks",
+           "attack names and count"),
+    Figure("README.md", "fuzz_live.json", "", lambda d: f"{d['cases'] - len(d['attacks']):,} schemathesis cases "
+           f"against the live Serve app over HTTP: {d['server_errors']} 5xx", "README: live fuzz"),
+    Figure(OPERATIONS, "fuzz_live.json", "slow_client",
+           lambda v: f"answered `{v['answer']}` after {v['after_s']:.0f} s", "slow client, live"),
+    Figure(OPERATIONS, "fuzz.json", "slow_client", lambda v: "in-process `slow_client` is null" if v is None else "-",
+           "slow client, in-process"),
     Figure(OPERATIONS, "durability.json", "",
            lambda d: f"{d['cycles']} cycles: {d['acknowledged']:,} acked, {d['unanswered']} unanswered "
                      f"({d['wall_s']:.0f} s)", "durability counts"),
