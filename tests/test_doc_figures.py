@@ -750,7 +750,21 @@ def _rl_time_row(arms: dict[str, Any], arm: str) -> str:
     return f"| {name} | {_rl_seconds(arms, arm):,.0f} s | {min(steps):.0f}-{max(steps):.0f} | {reached}"
 
 
-FIGURES = (OPERATIONS_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
+def _logits(runs: list[dict[str, Any]], path: str, window: int, key: str = "backward_bytes_per_element") -> str:
+    [run] = [r for r in runs if r["path"] == path and r["window"] == window]
+    return f"{run[key]:.1f}"
+
+
+GPU_FIGURES = [
+    Figure("docs/gpu.md", "logits_memory.json", "runs",
+           lambda r: f"the plain path {_logits(r, 'plain', 1024)} at W = 1,024 "
+                     f"({_logits(r, 'plain', 1024, 'forward_bytes_per_element')} forward alone); the chunked path "
+                     f"{_logits(r, 'chunked', 1024)} at W = 1,024 and {_logits(r, 'chunked', 2048)} at W = 2,048, against "
+                     f"the {_logits(r, 'chunked', 1024, 'arithmetic_bytes_per_element')} and "
+                     f"{_logits(r, 'chunked', 2048, 'arithmetic_bytes_per_element')} that", "logits bytes per element"),
+]
+
+FIGURES = (OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
            + TRAINER_FIGURES)
 
 

@@ -84,6 +84,78 @@ def aggregate_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "toke
 # ---------------------------------------------------------------- from logits
 
 
+LOGITS_CHUNK = 256
+"""Positions per chunk of :class:`_ChunkedLogProbs`: its fp32 temporaries are ``B x 256 x V``, whatever the
+window (Qwen2.5's vocabulary: 156 MB a row)."""
+
+
+class _ChunkedLogProbs(torch.autograd.Function):
+    """Token log-probs and entropies of ``logits`` (B, W + 1, V) for ``labels`` (B, W), computed and
+    differentiated ``chunk`` positions at a time.
+
+    Autograd through ``.float()``, ``logsumexp``, ``gather`` and ``softmax`` keeps an fp32 copy of the
+    logits and, in backward, several more fp32 ``(B, W, V)`` temporaries alive together: about 14 bytes an
+    element forward and 20 backward, measured (``tests/algos/test_common.py``). Here forward keeps only the
+    logits (the model's own output, alive anyway) and the per-position ``logZ``; backward writes each chunk's
+    gradient into one tensor of the logits' dtype. Both grow with ``chunk x V``, not ``W x V``, beyond that.
+    The values and gradients are those of the plain computation (``token_logprobs_and_entropy``'s formulas).
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, temperature: float, chunk: int,
+                entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        # logits: (B, W + 1, V), the last position predicting nothing (not sliced off: a slice's backward
+        # would allocate a second whole gradient); labels: (B, W)
+        B, W = labels.shape
+        logp = logits.new_empty((B, W), dtype=torch.float32)
+        entropy = logits.new_empty((B, W), dtype=torch.float32)
+        logz = logits.new_empty((B, W), dtype=torch.float32)
+        for a in range(0, W, chunk):
+            x = logits[:, a:min(a + chunk, W)].float() / temperature  # (B, c, V)
+            z = torch.logsumexp(x, dim=-1)  # (B, c)
+            logz[:, a:a + chunk] = z
+            logp[:, a:a + chunk] = x.gather(-1, labels[:, a:a + chunk].unsqueeze(-1)).squeeze(-1) - z
+            entropy[:, a:a + chunk] = z - (torch.softmax(x, dim=-1) * x).sum(-1)
+            del x
+        ctx.save_for_backward(logits, labels, logz, entropy)
+        ctx.temperature, ctx.chunk, ctx.entropy_grad = temperature, chunk, entropy_grad
+        if not entropy_grad:
+            ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, g_logp: torch.Tensor, g_entropy: torch.Tensor | None):
+        logits, labels, logz, entropy = ctx.saved_tensors
+        t, chunk = ctx.temperature, ctx.chunk
+        grad = torch.empty_like(logits)
+        grad[:, -1] = 0  # the last position predicts no label
+        for a in range(0, labels.shape[1], chunk):
+            e = min(a + chunk, labels.shape[1])
+            x = logits[:, a:e].float() / t  # (B, c, V)
+            z = logz[:, a:a + chunk].unsqueeze(-1)
+            p = torch.exp(x - z)  # softmax
+            g = g_logp[:, a:a + chunk].unsqueeze(-1)
+            gx = -p * g  # d logp / dx = onehot(label) - p
+            gx.scatter_add_(-1, labels[:, a:a + chunk].unsqueeze(-1), g)
+            if ctx.entropy_grad and g_entropy is not None:
+                # H = -sum p log p; dH/dx_j = -p_j (log p_j + H), log p_j = x_j - logZ
+                h = entropy[:, a:a + chunk].unsqueeze(-1)
+                gx -= g_entropy[:, a:a + chunk].unsqueeze(-1) * p * (x - z + h)
+            grad[:, a:e] = (gx / t).to(grad.dtype)
+            del x, p, gx
+        return grad, None, None, None, None
+
+
+def chunked_logprobs_and_entropy(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0,
+                                 entropy_grad: bool = True, chunk: int = LOGITS_CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
+    """``token_logprobs_and_entropy`` in chunks of positions (:class:`_ChunkedLogProbs`): the learner's path.
+    Same values and gradients; memory beyond the logits no longer grows with window x vocabulary."""
+    # logits: (B, T, V), input_ids: (B, T)
+    logp, entropy = _ChunkedLogProbs.apply(logits, input_ids[:, 1:], float(temperature), int(chunk),
+                                           bool(entropy_grad and torch.is_grad_enabled()))
+    return F.pad(logp, (1, 0), value=0.0), F.pad(entropy, (1, 0), value=0.0)  # (B, T), (B, T)
+
+
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Log-prob of each token of ``input_ids`` under ``logits``, aligned with ``input_ids`` (position 0 is 0).
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from rlrouter.algos.common import token_logprobs, token_logprobs_and_entropy
+from rlrouter.algos.common import chunked_logprobs_and_entropy
 from rlrouter.algos.ppo import ValueHead
 from rlrouter.algos.registry import get_adv_estimator
 from rlrouter.learner import fsdp
@@ -150,12 +150,10 @@ class LearnerModel:
         start = first_policy_position(mb["loss_mask"][:, :width])
         out = module(input_ids, attention_mask, with_values, start)
         ids = input_ids[:, start - 1:]  # (B, W): the window's tokens
-        if not with_entropy:
-            # the (B, W, V) softmax of the entropy is the learner's largest tensor: skip it when unused
-            logp, entropy = token_logprobs(out["logits"], ids, self.cfg.temperature), None
-        else:
-            logp, entropy = token_logprobs_and_entropy(out["logits"], ids, self.cfg.temperature,
-                                                       entropy_grad=getattr(self.algo, "entropy_coef", 0) > 0)
+        # in chunks of positions: beyond the logits and their gradient, memory does not grow with window x vocab
+        logp, entropy = chunked_logprobs_and_entropy(out["logits"], ids, self.cfg.temperature,
+                                                     entropy_grad=with_entropy and getattr(self.algo, "entropy_coef", 0) > 0)
+        entropy = entropy if with_entropy else None
         values = out.get("values")
         return tuple(None if x is None else F.pad(x, (start - 1, T - width), value=0.0) for x in (logp, entropy, values))
 
