@@ -18,7 +18,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-gpu run test test-fast bench prepare-data eval clean-venv
+.PHONY: install install-gpu run test test-fast bench gpu-check prepare-data eval clean-venv
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -53,6 +53,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+
+# the GPU path's device check (tools/gpu_check.py): full size on CUDA, toy size on CPU; docs/gpu.md
+gpu-check: $(STAMP)
+	$(BIN)/python tools/gpu_check.py $(ARGS)
 
 bench: $(STAMP)
 	@# TRL is the baseline of the GRPO step-time comparison only (benchmarks/bench_router_r1.py); its deps are ours

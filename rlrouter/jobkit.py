@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
 from rlrouter.distributed.resources import ResourceSpec
-from rlrouter.storage import RunStorage
+from rlrouter.storage import RunStorage, train_storage_path
 
 
 class JobConfig(Protocol):
@@ -62,7 +62,7 @@ def run_on_ray(train_fn: Callable[[dict[str, Any]], None], config: dict[str, Any
     connect(**job.ray)
     result = fit(train_fn, config, job.resources,
                  RunSpec(name=f"{name}_{int(time.time())}", max_failures=job.learner_failures,
-                         storage_path=str(Path(job.output_dir) / "ray_train")))
+                         storage_path=train_storage_path(str(Path(job.output_dir) / "ray_train"))))
     if result.checkpoint is None:
         raise RuntimeError(f"{name}: Ray Train returned no checkpoint (rank 0 saved nothing)")
     if dest.exists():

@@ -46,6 +46,12 @@ def run_folder(run_name: str, out_dir: str, root_dir: str, storage: str | None =
     return str(RunStorage.resolve(run_name, out_dir, str(Path(root_dir) / "outputs" / run_name), storage).local)
 
 
+def train_storage_path(storage_path: str) -> str:
+    """Ray Train's ``storage_path``: a URI (``s3://``, ``gs://``, ``file://``) as it is, for Ray Train's own
+    ``pyarrow.fs``; a path made absolute (``Path("s3://b/x").resolve()`` would be the local folder ``s3:/b/x``)."""
+    return storage_path if is_uri(storage_path) else str(Path(storage_path).resolve())
+
+
 def register_resolvers() -> None:
     """Make ``rlrouter.run_folder`` known to OmegaConf (job entry points call it before Hydra composes)."""
     from omegaconf import OmegaConf

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 from rlrouter.distributed.resources import ResourceSpec, learner_scaling_config
-from rlrouter.storage import is_uri
 
 T = TypeVar("T")
 
@@ -33,7 +32,8 @@ class RunSpec:
 
     name: str = "run"
     storage_path: str = "outputs/ray_train"
-    """Ray Train's storage (reported checkpoints); a shared path or URI on a multi-node cluster."""
+    """Ray Train's storage (reported checkpoints): an absolute path or a URI, passed on as it is (callers use
+    ``rlrouter.storage.train_storage_path``); a shared path or URI on a multi-node cluster."""
     max_failures: int = 2
     """FailureConfig.max_failures: worker-group restarts (from the last checkpoint) before the run fails."""
     checkpoints_to_keep: int = 3
@@ -50,12 +50,6 @@ def backend_for(spec: ResourceSpec) -> str:
     return "nccl" if spec.use_gpu else "gloo"
 
 
-def train_storage_path(storage_path: str) -> str:
-    """Ray Train's ``storage_path``: a URI (``s3://``, ``gs://``, ``file://``) as it is, for Ray Train's own
-    ``pyarrow.fs``; a path made absolute (``Path("s3://b/x")`` would be the local folder ``s3:/b/x``)."""
-    return storage_path if is_uri(storage_path) else str(Path(storage_path).resolve())
-
-
 def make_trainer(train_loop_per_worker: Callable[[dict[str, Any]], None], config: dict[str, Any],
                  spec: ResourceSpec, run: RunSpec) -> Any:
     """The ``TorchTrainer`` of one job's learner ranks."""
@@ -66,7 +60,7 @@ def make_trainer(train_loop_per_worker: Callable[[dict[str, Any]], None], config
         train_loop_per_worker, train_loop_config=config,
         torch_config=TorchConfig(backend=backend_for(spec)),
         scaling_config=learner_scaling_config(spec),
-        run_config=RunConfig(name=run.name, storage_path=train_storage_path(run.storage_path),
+        run_config=RunConfig(name=run.name, storage_path=run.storage_path,
                              failure_config=FailureConfig(max_failures=run.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=run.checkpoints_to_keep)))
 

@@ -27,7 +27,7 @@ from rlrouter.learner.checkpoint import (check_visible, create_folder, latest_ch
                                          load_weights, parent, save_checkpoint)
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.learner import Learner
-from rlrouter.storage import join
+from rlrouter.storage import join, train_storage_path
 from rlrouter.sync.transports import PayloadRef, make_payload
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ class LearnerGroup:
         # Ray Train's run state beside the checkpoints, in the run's storage: a node-local path on the head
         # would not be reachable from the learner nodes (Ray Train checks that itself)
         self.run = RunSpec(name=run_name, max_failures=max_failures,
-                           storage_path=str(storage_path or join(parent(train.checkpoints), "ray_train")))
+                           storage_path=train_storage_path(str(storage_path or join(parent(train.checkpoints), "ray_train"))))
         self._workers: Any = None
 
     def _start_workers(self) -> Any:

@@ -91,13 +91,20 @@ def test_progress_disabled_prints_nothing():
 @pytest.mark.parametrize("uri", ["s3://bucket/rlrouter/run/ray_train", "gs://b/x", "file:///tmp/rlr/ray_train"])
 def test_a_storage_uri_reaches_ray_train_as_a_uri(uri, tmp_path, monkeypatch):
     """``Path("s3://b/x").resolve()`` is the local folder ``<cwd>/s3:/b/x``: a URI must pass through as it is;
-    a relative path is made absolute. Checked on the TorchTrainer the learner group builds (not run)."""
-    from rlrouter.distributed.launcher import make_trainer, train_storage_path
+    a relative path is made absolute. Checked on the learner group's RunSpec and the TorchTrainer it builds
+    (not run)."""
+    from types import SimpleNamespace
+
+    from rlrouter.distributed.launcher import make_trainer
     from rlrouter.distributed.resources import ResourceSpec
+    from rlrouter.learner.group import LearnerGroup
+    from rlrouter.storage import train_storage_path
 
     monkeypatch.chdir(tmp_path)
     assert train_storage_path(uri) == uri
     assert train_storage_path("outputs/ray_train") == str(tmp_path / "outputs" / "ray_train")
+    group = LearnerGroup(SimpleNamespace(checkpoints=uri.rsplit("/", 1)[0] + "/checkpoints"), ResourceSpec())
+    assert group.run.storage_path == uri.rsplit("/", 1)[0] + "/ray_train"
     if uri.startswith("file://"):  # building a trainer on s3/gs would reach for credentials
-        trainer = make_trainer(lambda cfg: None, {}, ResourceSpec(), RunSpec(storage_path=uri))
-        assert trainer.run_config.storage_path == uri
+        trainer = make_trainer(lambda cfg: None, {}, ResourceSpec(), group.run)
+        assert trainer.run_config.storage_path == group.run.storage_path

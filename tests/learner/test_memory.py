@@ -26,14 +26,14 @@ def test_the_ppo_preset_by_hand():
     assert m["adamw_fp32"] == pytest.approx(5.75, abs=0.01)
     assert m["activations_kept"] == pytest.approx(36 * 4 * 4096 * 2048 * 2 / 2**30)  # 2.25
     # the bf16 logits and their gradient over the window, one 256-position chunk's fp32 temporaries
-    assert m["logits"] == pytest.approx(4 * 151_936 * (3500 * 4 + 256 * 24) / 2**30)  # 7.92 + 3.48 = 11.4
-    assert m["total"] == pytest.approx(32.8, abs=0.1)
+    assert m["logits"] == pytest.approx(4 * 151_936 * (3500 * 4 + 256 * 28) / 2**30)  # 7.92 + 4.06 = 12.0
+    assert m["total"] == pytest.approx(33.4, abs=0.1)
 
 
 def test_grpo_with_micro_batch_5_fits_an_l40s_with_the_logits_in_chunks():
     m = learner_memory_gib(QWEN25_3B, ranks=4, micro_batch=5, seq_len=4096, logits_window=WORST_WINDOW)
-    assert m["logits"] == pytest.approx(14.25, abs=0.01)  # 24.8 GiB by the old arithmetic, 43 GiB measured
-    assert m["total"] == pytest.approx(36.5, abs=0.1) and m["total"] < L40S_USABLE_GIB - 3
+    assert m["logits"] == pytest.approx(14.98, abs=0.01)  # 24.8 GiB by the old arithmetic, ~43 by the old code
+    assert m["total"] == pytest.approx(37.3, abs=0.1) and m["total"] < L40S_USABLE_GIB - 3
 
 
 def _measured(path: str, window: int, vocab: int = 32_768) -> dict:
