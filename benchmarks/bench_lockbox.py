@@ -148,7 +148,7 @@ def explain(part: str = "mmlu") -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from rlrouter.eval.job import _embedder, load_split
+    from rlrouter.eval.job import question_embedder, load_split
     from rlrouter.eval.routers import RouterContext, build_router
 
     name = chosen()
@@ -158,7 +158,7 @@ def explain(part: str = "mmlu") -> dict:
     ev = OmegaConf.to_container(cfg, resolve=True)["eval"]
     train, test, _ = load_split(ev, 0)
     w, s = train.index(ev["weak"]), train.index(ev["strong"])
-    ctx = RouterContext(candidates=train.names, weak=w, strong=s, train=train, embed=_embedder(ev), seed=0)
+    ctx = RouterContext(candidates=train.names, weak=w, strong=s, train=train, embed=question_embedder(ev), seed=0)
     router = build_router(dict(VARIANTS[name]), ctx)
     router.fit(train)
     dec = router.replay(test)

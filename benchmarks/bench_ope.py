@@ -33,7 +33,7 @@ def routers_on_test(max_prompts: int, seed: int):
 
     from rlrouter.eval.baselines import oracle_decisions
     from rlrouter.config import to_plain_dict
-    from rlrouter.eval.job import _embedder, load_eval_set, split_by_question, subsample
+    from rlrouter.eval.job import question_embedder, load_eval_set, split_by_question, subsample
     from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -43,7 +43,7 @@ def routers_on_test(max_prompts: int, seed: int):
     tr, te = split_by_question(full, ev["split"]["test_fraction"], ev["split"]["seed"])
     train, test = full.subset(tr), full.subset(te)
     weak, strong = full.index(ev["weak"]), full.index(ev["strong"])
-    ctx = RouterContext(candidates=full.names, weak=weak, strong=strong, train=train, embed=_embedder(ev), seed=seed)
+    ctx = RouterContext(candidates=full.names, weak=weak, strong=strong, train=train, embed=question_embedder(ev), seed=seed)
     decisions = {}
     for name in ("always_weak", "always_strong", "random", "knn", "mf"):
         spec = dict(ev["baselines"][name])

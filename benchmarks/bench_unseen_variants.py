@@ -60,7 +60,7 @@ def load(seed: int, holdout: int):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from rlrouter.eval.job import _embedder, load_split
+    from rlrouter.eval.job import question_embedder, load_split
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="evaluate_router", overrides=[f"seed={seed}", f"eval.split.seed={seed}",
@@ -68,7 +68,7 @@ def load(seed: int, holdout: int):
                                                                 "output_dir=/tmp", "command=null"])
     ev = OmegaConf.to_container(cfg, resolve=True)["eval"]
     train, test, _ = load_split(ev, seed)
-    return train, test, train.index(ev["weak"]), train.index(ev["strong"]), _embedder(ev)
+    return train, test, train.index(ev["weak"]), train.index(ev["strong"]), question_embedder(ev)
 
 
 def score(test, weak: int, strong: int, s: np.ndarray) -> tuple[float, float]:

@@ -235,7 +235,7 @@ def load_split(ev: Mapping[str, Any], seed: int) -> tuple[EvalSet, EvalSet, dict
     return train, test, desc
 
 
-def _embedder(ev: Mapping[str, Any]):
+def question_embedder(ev: Mapping[str, Any]):
     """MiniLM embeddings through ``rlrouter.embeddings.embed_texts``: disk-cached, encoded in length order
     (one long MMLU passage pads only batches of long prompts) and stored every ``bucket`` prompts, so an
     interrupted run resumes."""
@@ -317,7 +317,7 @@ def run(cfg: Any) -> dict[str, Any]:
     lockbox = open_lockbox(cfg) if split_desc["protocol"] == "lockbox reading" else None
     names = train.names
     weak, strong = train.index(ev["weak"]), train.index(ev["strong"])
-    ctx = RouterContext(candidates=names, weak=weak, strong=strong, train=train, embed=_embedder(ev), seed=seed,
+    ctx = RouterContext(candidates=names, weak=weak, strong=strong, train=train, embed=question_embedder(ev), seed=seed,
                         work_dir=Path(cfg["output_dir"]))
 
     specs: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (ev.get("baselines") or {}).items() if v}
@@ -431,7 +431,7 @@ def run(cfg: Any) -> dict[str, Any]:
     ope = _run_ope(ev.get("ope") or {}, test, decisions, names, seed) if (ev.get("ope") or {}).get("enabled") else None
 
     report = {
-        "command": cfg.get("command") or _command_line(),
+        "command": cfg.get("command") or command_line(),
         "seed": seed,
         "data": {"sources": [str(s) for s in ev.get("data") or []], "train": len(train), "test": len(test),
                  "split": split_desc, "test_subset": split_desc["test_subset"],
@@ -518,7 +518,7 @@ def record_lockbox_read(lockbox: Mapping[str, Any], report: Mapping[str, Any]) -
         f.write(json.dumps(rec, sort_keys=True) + "\n")
 
 
-def _command_line() -> str | None:
+def command_line() -> str | None:
     """The command that launched this run when Hydra launched it (the table in the docs cites it)."""
     try:
         from hydra.core.hydra_config import HydraConfig

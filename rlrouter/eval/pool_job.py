@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from rlrouter.config import to_plain_dict
 from rlrouter.data.io import read_jsonl
-from rlrouter.eval.job import _command_line, _embedder, load_eval_set, run, split_by_question
+from rlrouter.eval.job import command_line, question_embedder, load_eval_set, run, split_by_question
 from rlrouter.eval.pool_report import write_pool_report
 from rlrouter.eval.pool_routers import PoolRouter, build_pool_router
 from rlrouter.eval.reader import EvalSet
@@ -188,7 +188,7 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
     train, test, data = load_pool(ev, seed)
     for line in data["quirks"]:
         print(f"evaluate_router: {line}")
-    embed = _embedder(ev)
+    embed = question_embedder(ev)
     sel = dict(ev.get("select") or {})
     folds = task_folds(train, int(sel.get("folds", 5)), int(sel.get("seed", seed)))
     wcfg = dict(ev.get("wtp") or {})
@@ -244,7 +244,7 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
                    for t, rows in [("overall", np.arange(len(test))), *by_task.items()]}
                for j, c in enumerate(test.names)}
     report = {
-        "command": cfg.get("command") or _command_line(),
+        "command": cfg.get("command") or command_line(),
         "seed": seed,
         "data": {**data, "candidates": test.names},
         "aiq_range": {"convention": convention,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlrouter.config import to_plain_dict
-from rlrouter.eval.job import check_lockbox, _embedder, load_eval_set, load_split, subsample, train_rows_for
+from rlrouter.eval.job import check_lockbox, question_embedder, load_eval_set, load_split, subsample, train_rows_for
 from rlrouter.eval.reader import EvalSet
 from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router, load_plugins
 from rlrouter.eval.saved import Calibration, Manifest, save_router
@@ -75,7 +75,7 @@ def run(cfg: Any) -> Manifest:
     data, desc = training_rows(cfg, seed)
     names = data.names
     weak, strong = data.index(ev["weak"]), data.index(ev["strong"])
-    ctx = RouterContext(candidates=names, weak=weak, strong=strong, train=data, embed=_embedder(ev), seed=seed,
+    ctx = RouterContext(candidates=names, weak=weak, strong=strong, train=data, embed=question_embedder(ev), seed=seed,
                         work_dir=out)
     share = spec.pop("operating_strong_share", ev.get("operating_strong_share"))
     prefix = spec.pop("train_prefix", None)
