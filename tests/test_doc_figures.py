@@ -759,6 +759,9 @@ def _logits(runs: list[dict[str, Any]], path: str, window: int, key: str = "back
 
 
 GPU_FIGURES = [
+    Figure("README.md", "same_curve_chunked_logprobs.json", "max_abs_diff",
+           lambda d: "every held-out point the same to the last digit" if max(d.values()) == 0 else NEVER_IN_A_DOC,
+           "README: make run after the chunked log-probs"),
     Figure("docs/gpu.md", "logits_memory.json", "runs",
            lambda r: f"the plain path {_logits(r, 'plain', 1024)} at W = 1,024 "
                      f"({_logits(r, 'plain', 1024, 'forward_bytes_per_element')} forward alone); the chunked path "
