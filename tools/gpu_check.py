@@ -16,7 +16,7 @@ Stages:
 
 - ``env``: versions, the device, bf16, NCCL;
 - ``logits``: the learner's log-prob + entropy pass at the presets' shape (4 rows x 3,500 positions x Qwen2.5's
-  151,936 vocabulary; toy: 1 x 512 x 8,192), bytes per logits element against ``rlrouter/learner/memory.py``;
+  151,936 vocabulary; toy: 1 x 1,024 x 32,768), bytes per logits element against ``rlrouter/learner/memory.py``;
 - ``scale``: a learner shaped like Qwen2.5-3B (hidden 2048, MLP 11008, 16/2 heads of 128, its vocabulary) with
   4 layers and random weights, FSDP2 on NCCL with one rank, bf16, gradient checkpointing, the PPO preset's
   micro-batch 4 and a 3,500-position window in 4,096: one GRPO step's peak memory against the plan, tokens/s;
@@ -148,7 +148,9 @@ def stage_logits(full: bool) -> tuple[bool, dict[str, Any]]:
     from rlrouter.algos.common import LOGITS_CHUNK
     from rlrouter.learner.memory import CHUNK_BYTES, LOGITS_BYTES, measure_logits_bytes
 
-    rows, window, vocab = (4, 3500, QWEN["vocab_size"]) if full else (1, 512, TOY["vocab_size"])
+    # toy: big enough that the process's own few MB of allocator noise stay under 0.3 B an element (at
+    # 1 x 512 x 8,192 they were up to 2 B, and the stage failed now and then)
+    rows, window, vocab = (4, 3500, QWEN["vocab_size"]) if full else (1, 1024, 32_768)
     plan = (LOGITS_BYTES - 2) + CHUNK_BYTES * min(LOGITS_CHUNK, window) / window
     if cuda():
         import torch
