@@ -176,7 +176,8 @@ class ServingConfig:
             keys += parse_key_list(env[self.api_keys_env], self.api_keys_env)
         if self.api_keys_file:
             try:
-                text = open(os.path.expanduser(self.api_keys_file), encoding="utf-8").read()
+                with open(os.path.expanduser(self.api_keys_file), encoding="utf-8") as f:
+                    text = f.read()
             except OSError as e:
                 raise ServingConfigError("api_keys_file", f"cannot read {self.api_keys_file}: {e.strerror}") from None
             for n, line in enumerate(text.splitlines(), 1):
