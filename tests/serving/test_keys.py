@@ -62,3 +62,22 @@ def test_openai_upstreams_are_added_by_config_with_their_key_from_the_environmen
         CandidatePool.from_config(cfg["pool"])
     monkeypatch.setenv("UPSTREAM_KEY", "sk-from-env")
     assert CandidatePool.from_config(cfg["pool"]).backend("upstream").api_key_env == "UPSTREAM_KEY"
+
+
+def test_a_key_file_is_read_and_its_errors_name_the_file_and_line(tmp_path):
+    import pytest
+
+    from rlrouter.serving.config import ServingConfig, ServingConfigError
+
+    f = tmp_path / "keys"
+    f.write_text("# ops keys\n9f8e7d6c5b4a39281706f5e4=alice\n\n1a2b3c4d5e6f708192a3b4c5=ops:admin  # admin\n")
+    keys = ServingConfig(api_keys_file=str(f)).keys({})
+    assert [(k.user_id, k.admin) for k in keys] == [("alice", False), ("ops", True)]
+    f.write_text("9f8e7d6c5b4a39281706f5e4=alice\nno-user-here\n")
+    with pytest.raises(ServingConfigError, match=r"api_keys_file .*keys line 2"):
+        ServingConfig(api_keys_file=str(f)).keys({})
+    with pytest.raises(ServingConfigError, match="api_keys_file.*cannot read"):
+        ServingConfig(api_keys_file=str(tmp_path / "absent")).keys({})
+    # the deployments see no key, only where the file is
+    assert ServingConfig.without_secrets({"api_keys": [{"key": "k", "user_id": "u"}], "dev": True}) == {
+        "api_keys": [], "dev": True}
