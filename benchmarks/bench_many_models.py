@@ -64,7 +64,7 @@ def plot(report: dict, path: Path) -> Path:
     return path
 
 
-# The table of issue 50 as filed (RouterBench's AIQ code run on these test tables): the figures our
+# The table as first measured (RouterBench's AIQ code run on these test tables): the figures our
 # reimplementation must give under RouterBench's own conventions (blank cells read as wrong, AIQ over costs
 # from 0 to the dearest model's, kNN priced by each model's mean cost, the oracle swept by willingness to pay).
 PUBLISHED = {"zero_router": {"arc-challenge": 0.899, "mbpp": 0.680, "winogrande": 0.774},

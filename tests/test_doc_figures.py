@@ -19,6 +19,8 @@ import pytest
 from tests.helpers import ROOT
 
 RESULTS = ROOT / "benchmarks" / "results"
+TWO_MODELS = "docs/experiments/2026-11-router-r1-two-models.md"
+"""The Router-R1 study between GPT-4 and Mixtral: its history, moved out of the README."""
 NEVER_IN_A_DOC = "\u2063the condition behind this figure no longer holds\u2063"
 """What a conditional figure expects when its condition fails: text no doc holds, so the check fails (the old
 fallback, "differs", was a word the docs contain, and those checks could never fail)."""
@@ -294,10 +296,10 @@ ROUTING_FIGURES = [
     Figure("README.md", "routing_make_run.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
            lambda d: f"policy minus best fixed route {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]",
            "make run: policy minus best fixed"),
-    Figure("README.md", "routing_eval2000_t256_fp.json", "runs.2.routing.policy_minus_best_fixed",
-           lambda d: f"({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]", "make run: 2,000 held-out questions"),
-    Figure("README.md", "routing_eval2000_t256_fp.json", "runs.1.routing.policy_minus_best_fixed",
-           lambda d: f"{d['value']:+.3f} without the greedy frequency penalty", "make run: 2,000, no penalty"),
+    Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.2.routing.policy_minus_best_fixed",
+           lambda d: f"({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]", "make run: 2,000 held-out questions (two-model study)"),
+    Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.1.routing.policy_minus_best_fixed",
+           lambda d: f"{d['value']:+.3f} without the greedy frequency penalty", "make run: 2,000, no penalty (two-model study)"),
     Figure("docs/benchmarks.md", "routing_eval2000_t256.json", "runs.1.routing.policy_minus_best_fixed",
            lambda d: f"**{d['value']:+.3f} [{d['lo']:+.3f},\n  {d['hi']:+.3f}]**", "benchmarks: 2,000 held-out questions"),
     Figure("docs/benchmarks.md", "routing_eval2000_t256_fp.json", "runs.2.selection.scored",
@@ -337,11 +339,8 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing_casc400.json", "runs.0.held_out_curve",
            _curve_row("mean reward"),
            "cascade run: curve"),
-    Figure("README.md", "routing_rescored.json", "rescored.0.cascade_minus_best_fixed",
-           lambda d: f"is {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] above always-Mixtral", "README: cascade"),
-    Figure("README.md", "routing_rescored.json", "rescored.0.cascade_minus_best_fixed",
-           lambda d: f"beats that route ({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] on the 2,000)",
-           "README: cascade headline"),
+    Figure(TWO_MODELS, "routing_rescored.json", "rescored.0.cascade_minus_best_fixed",
+           lambda d: f"is {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] above always-Mixtral", "cascade (two-model study)"),
     Figure("docs/benchmarks.md", "routing_rescored.json", "rescored.0",
            lambda b: f"cascade is **{b['cascade_minus_best_fixed']['value']:+.3f} "
                      f"[{b['cascade_minus_best_fixed']['lo']:+.3f}, {b['cascade_minus_best_fixed']['hi']:+.3f}]** "
@@ -356,9 +355,9 @@ ROUTING_FIGURES = [
            "a second call's worth at alpha 0.36"),
     Figure("docs/benchmarks.md", "routing.json", "escalation_value", _second_call_050,
            "a second call's worth at alpha 0.5"),
-    Figure("README.md", "escalation_decision.json", "runs.0.checkpoints",
+    Figure(TWO_MODELS, "escalation_decision.json", "runs.0.checkpoints",
            lambda cs: f"{_first(cs[0])} after the cold start, {_first(cs[-1])} at step\n{cs[-1]['step']};",
-           "README: escalation at the decision point"),
+           "escalation at the decision point (two-model study)"),
     Figure("docs/benchmarks.md", "escalation_decision.json", "", _escalation_table, "decision-point probe table"),
     Figure("docs/benchmarks.md", "escalation_dynamic_sampling.json", "", _escalation_table,
            "dynamic sampling probe table"),
@@ -372,11 +371,11 @@ ROUTING_FIGURES = [
            lambda e: f"scores {e['results']['policy_trained']['mean_reward']:.3f}, "
                      f"{_interval(e['routing']['policy_minus_best_fixed'])} below the best fixed route",
            "stratified prompts on 2,000 held-out"),
-    Figure("README.md", "routing_eval2000_na50.json", "runs.1.routing",
+    Figure(TWO_MODELS, "routing_eval2000_na50.json", "runs.1.routing",
            lambda b: f"(strong share {b['routes']['policy']['strong_share_by_task']['gsm8k']:.2f} / "
                      f"{b['routes']['policy']['strong_share_by_task']['mmlu']:.2f}), "
                      f"{-b['policy_minus_best_fixed']['value']:.3f} below always-Mixtral on the 2,000",
-           "README: stratified prompts"),
+           "stratified prompts (two-model study)"),
     Figure("docs/benchmarks.md", "routing_eval2000_na50.json", "runs.0.held_out_curve",
            _curve_row("`r27_na50` mean reward"),
            "stratified prompts: curve"),
@@ -401,11 +400,11 @@ ROUTING_FIGURES = [
            lambda e: f"Mean reward {e['results']['policy_trained']['mean_reward']:.3f} against always-Mixtral's "
                      f"{e['routing']['routes']['always_cheapest']['mean_reward']:.3f}: "
                      f"{_interval(e['routing']['policy_minus_best_fixed'])}", "Dr. GRPO: reward on 400 held-out"),
-    Figure("README.md", "routing_drgrpo400.json", "runs.1.routing",
+    Figure(TWO_MODELS, "routing_drgrpo400.json", "runs.1.routing",
            lambda b: f"after {_escalated(b, 'not_stated')} Mixtral replies that state no answer and "
                      f"{_escalated(b, 'stated')} that state one, a tie with always-Mixtral "
                      f"({_interval(b['policy_minus_best_fixed'])})",
-           "README: Dr. GRPO on 400 held-out"),
+           "Dr. GRPO on 400 held-out (two-model study)"),
     Figure("docs/benchmarks.md", "routing_drgrpo400.json", "seconds",
            lambda t: f"--name routing_drgrpo400`, {t:,.0f} s alone;", "Dr. GRPO eval time"),
     Figure("docs/benchmarks.md", "routing_first_call.json", "runs.0.held_out_curve",
@@ -440,17 +439,11 @@ ROUTING_FIGURES = [
                      f"(no-answer replies) and {b['policy_escalation']['stated']['miscopied']} of "
                      f"{b['policy_escalation']['stated']['strong_right']} (stated)",
            "Dr. GRPO on 1,600 unread held-out"),
-    Figure("README.md", "routing_drgrpo1600.json", "runs.1.routing",
+    Figure(TWO_MODELS, "routing_drgrpo1600.json", "runs.1.routing",
            lambda b: f"after {_escalated(b, 'not_stated', 'of the')} no-answer replies and "
                      f"{_escalated(b, 'stated', 'of the')} others: {_interval(b['policy_minus_best_fixed'])}, still a "
                      f"tie, where the cascade is {_interval(b['cascade_minus_best_fixed'])}.",
-           "README: Dr. GRPO on 1,600 unread held-out"),
-    Figure("README.md", "routing_drgrpo1600.json", "runs.1.routing",
-           lambda b: f"asks GPT-4 after {b['policy_escalation']['not_stated']['escalated']} of "
-                     f"{b['policy_escalation']['not_stated']['n']} such replies but also after "
-                     f"{b['policy_escalation']['stated']['share']:.0%} of the others, and ties the route "
-                     f"({_interval(b['policy_minus_best_fixed'])} on 1,600 unread",
-           "README headline: Dr. GRPO on 1,600 unread held-out"),
+           "Dr. GRPO on 1,600 unread held-out (two-model study)"),
     Figure("docs/benchmarks.md", "routing_first_call.json", "runs.4",
            lambda r: f"{r['wall_s']:,.0f} s alone, settings fixed before it ran",
            "Dr. GRPO resumed with fewer stratum prompts: time"),
@@ -485,8 +478,8 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _gap_table, "gap table, job mix"),
     Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)",
            lambda sw: _gap_036(sw) + " just to see which route leads", "gap at alpha 0.36"),
-    Figure("README.md", "routing.json", "sweeps.job mix (tasks equal)",
-           lambda sw: _gap_036(sw) + ",", "README: gap at alpha 0.36"),
+    Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal)",
+           lambda sw: _gap_036(sw) + ",", "gap at alpha 0.36 (two-model study)"),
     # r39: RL's prompts from GSM8K alone (train.sources)
     Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.0",
            lambda r: f"train.sources=[gsm8k] train.total_steps=48\"`; {r['wall_s']:,.0f} s alone;", "GSM8K only: time"),
@@ -540,11 +533,11 @@ ROUTING_FIGURES = [
     Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "rescored.0.versus",
            lambda v: f"{_interval(v['policy_minus_versus'])} against `r35_s24` on the same questions"
            if v["run"].endswith("r35_s24_heldout1600_unread_fp0") else "other run", "r40 against r35_s24"),
-    Figure("README.md", "routing_gsm_na50_1600.json", "runs.2.routing",
+    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.2.routing",
            lambda b: f"asks GPT-4 after {b['policy_escalation']['not_stated']['escalated']} of the "
                      f"{b['policy_escalation']['not_stated']['n']} and {_escalated(b, 'stated', 'of the')} others "
                      f"and scores {_interval(b['policy_minus_best_fixed'])} above always-Mixtral",
-           "README: r40 on the 1,600"),
+           "r40 on the 1,600 (two-model study)"),
     # which stated replies r40 escalates on: the 1,600, then the lockbox read once
     Figure("docs/benchmarks.md", "routing_signal1600.json", "rescored.2.policy_signal",
            lambda g: f"those `r40_gsm_na50` kept minus on those it escalated on is "
@@ -603,12 +596,12 @@ ROUTING_FIGURES = [
     Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "seconds",
            lambda t: f"`benchmarks/results/unseen_subjects_subset100_r40.md`, {t:.0f} s alone with the embeddings",
            "unseen subjects: r40 time"),
-    Figure("README.md", "unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
+    Figure(TWO_MODELS, "unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
            lambda p: f"Mixtral is right on {p['kept']:.3f} of those it kept and {p['sent']:.3f} of those it escalated on "
-                     f"(+{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}];", "README: unseen subjects r40 weak split"),
-    Figure("README.md", "unseen_subjects_subset300_r40.json", "routers",
+                     f"(+{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}];", "unseen subjects r40 weak split (two-model study)"),
+    Figure(TWO_MODELS, "unseen_subjects_subset300_r40.json", "routers",
            lambda r: f"+{r['probe_form']['weak_split_pooled']['value']:.3f} and +{r['knn']['weak_split_pooled']['value']:.3f};",
-           "README: unseen subjects offline weak split"),
+           "unseen subjects offline weak split (two-model study)"),
     Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "", _unseen_weak_split_table,
            "unseen subjects 300: weak-split table"),
     Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
@@ -643,10 +636,10 @@ ROUTING_FIGURES = [
                      f"[{r['weak_split_pooled']['lo']:+.3f}, {r['weak_split_pooled']['hi']:+.3f}]). The score reads "
                      f"Mixtral's reply, so every prompt pays that call: ${1000 * r['cost_mean_all_calls']:.3f} per 1k "
                      "prompts at 50% strong", "unseen subjects 300: odds split and cost"),
-    Figure("README.md", "unseen_subjects_subset300_r40_odds.json", "routers",
+    Figure(TWO_MODELS, "unseen_subjects_subset300_r40_odds.json", "routers",
            lambda r: f"give APGR {r['router_r1_odds']['apgr_mean']:.3f} on those prompts (MF {r['mf']['apgr_mean']:.3f}, "
                      f"random {r['random']['apgr_mean']:.3f}, kNN {r['knn']['apgr_mean']:.3f}, `probe_form` "
-                     f"{r['probe_form']['apgr_mean']:.3f})", "README: odds APGR"),
+                     f"{r['probe_form']['apgr_mean']:.3f})", "odds APGR (two-model study)"),
     Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "seconds",
            lambda t: f"`benchmarks/results/unseen_subjects_subset300_r40_odds.md`, {t:.0f} s alone", "unseen subjects 300: odds time"),
     Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed",
@@ -673,18 +666,20 @@ ROUTING_FIGURES = [
            if sum(b["tasks"].values()) == 1540 else NEVER_IN_A_DOC, "lockbox without the 22"),
     Figure("docs/benchmarks.md", "routing_lockbox.json", "seconds",
            lambda t: f"(`benchmarks/results/routing_lockbox.*`, {t:.0f} s)", "lockbox: rescore time"),
-    Figure("README.md", "routing_lockbox.json", "rescored.0",
+    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
            lambda b: f"Mixtral is right on {b['policy_signal']['kept']['cheap_right']:.3f} of the stated replies it "
                      f"kept and {b['policy_signal']['escalated']['cheap_right']:.3f} of those it escalated on "
                      f"({_interval(b['policy_signal']['cheap_right_kept_minus_escalated'])}), and the policy scores "
-                     f"{_interval(b['policy_minus_best_fixed'])} above always-Mixtral", "README: lockbox"),
+                     f"{_interval(b['policy_minus_best_fixed'])} above always-Mixtral", "lockbox (two-model study)"),
     Figure("README.md", "routing_lockbox.json", "rescored.0",
-           lambda b: f"a tie with always-GPT-4 ({_interval(b['policy_minus_fixed']['always_strongest'])})",
+           lambda b: f"scores {_interval(b['policy_minus_best_fixed'])} above always-Mixtral on a lockbox of "
+                     f"{sum(b['tasks'].values()):,} questions, a tie with always-GPT-4 "
+                     f"({_interval(b['policy_minus_fixed']['always_strongest'])})",
            "README headline: lockbox"),
-    Figure("README.md", "routing_gsm1600.json", "runs.1.routing",
+    Figure(TWO_MODELS, "routing_gsm1600.json", "runs.1.routing",
            lambda b: f"removed them ({_escalated(b, 'stated')}) and most of the needed ones with them "
                      f"({_escalated(b, 'not_stated')}; {_interval(b['policy_minus_best_fixed'])})",
-           "README: r39 on the 1,600"),
+           "r39 on the 1,600 (two-model study)"),
 ]
 
 def _lockbox_tables(d: dict[str, Any]) -> str:
@@ -759,9 +754,9 @@ def _logits(runs: list[dict[str, Any]], path: str, window: int, key: str = "back
 
 
 GPU_FIGURES = [
-    Figure("README.md", "same_curve_chunked_logprobs.json", "max_abs_diff",
+    Figure(TWO_MODELS, "same_curve_chunked_logprobs.json", "max_abs_diff",
            lambda d: "every held-out point the same to the last digit" if max(d.values()) == 0 else NEVER_IN_A_DOC,
-           "README: make run after the chunked log-probs"),
+           "make run after the chunked log-probs (two-model study)"),
     Figure("docs/gpu.md", "logits_memory.json", "runs",
            lambda r: f"the plain path {_logits(r, 'plain', 1024)} at W = 1,024 "
                      f"({_logits(r, 'plain', 1024, 'forward_bytes_per_element')} forward alone); the chunked path "
