@@ -60,3 +60,51 @@ def test_relative_links_resolve(doc: Path) -> None:
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(f"{target}: no heading with anchor #{anchor} in {dest.relative_to(ROOT)}")
     assert not broken, f"{doc.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+# -- benchmarks/results/ holds what a doc cites, and a doc cites only what it holds -------------------------
+
+RESULTS = ROOT / "benchmarks" / "results"
+RESULT_REF = re.compile(r"(?:benchmarks/results/)?([A-Za-z0-9_\-*.{},]+?\.(?:\*|json|jsonl|md|png|\{[a-z,]+\}))"
+                        r"(?![A-Za-z0-9_])")
+RUN_NAME = re.compile(r"--name\s+([A-Za-z0-9_\-]+)")
+"""A benchmark's ``--name X`` writes ``benchmarks/results/X.*``: the command cites them."""
+
+
+def expand_braces(pattern: str) -> list[str]:
+    m = re.search(r"\{([^}]*)\}", pattern)
+    if not m:
+        return [pattern]
+    return [p for alt in m.group(1).split(",") for p in expand_braces(pattern[:m.start()] + alt + pattern[m.end():])]
+
+
+def cited_results(text: str) -> set[str]:
+    """File-name patterns (fnmatch) of the results a doc's text cites: ``name.json``, ``name.*``,
+    ``name_*.{json,md}``, or a benchmark command's ``--name name``."""
+    out = {p for m in RESULT_REF.finditer(text) for p in expand_braces(m.group(1))}
+    return out | {f"{m.group(1)}.*" for m in RUN_NAME.finditer(text)}
+
+
+def test_cited_results_reads_every_form() -> None:
+    text = ("`benchmarks/results/a.json` and `b.*`, `groups_c22_*.{json,md}`, x --name run_1 --out y; "
+            "report.json; nothing here")
+    assert cited_results(text) == {"a.json", "b.*", "groups_c22_*.json", "groups_c22_*.md", "run_1.*", "report.json"}
+
+
+def test_every_results_file_is_cited() -> None:
+    import fnmatch
+
+    patterns = set().union(*(cited_results(d.read_text(encoding="utf-8")) for d in DOCS))
+    files = sorted(p.name for p in RESULTS.iterdir() if p.is_file())
+    uncited = [f for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)]
+    assert not uncited, ("benchmarks/results/ holds files no doc cites (cite them where their figures are "
+                         "quoted, or remove them; git keeps history): " + ", ".join(uncited))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_cited_results_exist(doc: Path) -> None:
+    text = doc.read_text(encoding="utf-8")
+    named = {m.group(1).split("/")[-1] for m in re.finditer(r"benchmarks/results/([A-Za-z0-9_\-./]+\.(?:jsonl|json|md|png))",
+                                                                text)}
+    missing = sorted(n for n in named if not (RESULTS / n).exists())
+    assert not missing, f"{doc.relative_to(ROOT)} cites results that are not committed: " + ", ".join(missing)
