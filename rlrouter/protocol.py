@@ -12,6 +12,12 @@ One rule for candidate names holds everywhere: a name matches ignoring case, the
 name that fits wins (names may hold ':' such as ``llama3:8b``), and the route carries the pool's
 spelling. So what the environment routes is exactly what the reward accepts.
 
+Answers by reference: where a question's answer is a whole reply (a program, an essay) that a small policy
+cannot copy back, its ground truth is :data:`REPLY_GOLD` and the policy answers with the name of the
+candidate whose reply it returns (``<answer>gpt-3.5</answer>``). :func:`referenced_outcome` grades such an
+answer by that candidate's logged outcome on this trajectory's call; a name the trajectory did not call
+scores 0.
+
 Two readers of a ``<search>`` body: :func:`parse_route` (the environment's: returns the error text
 that goes back to the policy) and :func:`read_route` (tolerant: ``None`` when malformed, for cost
 accounting and tool budgets on any trajectory). :func:`check_format` is the format reward's rule
@@ -36,6 +42,10 @@ NO_ACTION_ERROR = (f"{ERROR_PREFIX} no action found. End each turn with <search>
 PLACEHOLDER_QUERIES = frozenset({"sub-query", "your-query", "query", "your query", "sub query"})
 """Literal placeholders of the prompts' rules (ours: ``sub-query``; Router-R1's: ``your-query``). A
 policy that copies them has routed nothing."""
+
+REPLY_GOLD = "<the reply of the candidate the answer names>"
+"""The ground truth of a question graded by reference (see the module docstring): no text is gold, the
+reply the answer names is graded by its logged outcome."""
 
 _TAG_RE = re.compile(r"<(/?)(think|search|information|answer)>")
 _CLOSE_ACTION = re.compile(r"</(search|answer)>")
@@ -157,6 +167,23 @@ class Turn:
     def truncated(self) -> bool:
         """True when text after the action was cut off (the engine did not stop at the tag)."""
         return bool(self.rest.strip())
+
+
+def by_reference(golds: Iterable[str]) -> bool:
+    """True for a question graded by reference (its ground truth is :data:`REPLY_GOLD`)."""
+    return list(golds) == [REPLY_GOLD]
+
+
+def referenced_outcome(answer: str, calls: Sequence[tuple[str, bool | None]]) -> float:
+    """An answer by reference against the trajectory's calls, ``(candidate, logged outcome)`` in order: the
+    logged outcome (1.0 / 0.0) of the last call to the candidate the answer names (the whole answer is the
+    name, ignoring case and a final period). 0.0 when it names no candidate the trajectory called, or the
+    call has no logged outcome."""
+    name = answer.strip().rstrip(".").strip()
+    for model, correct in reversed(list(calls)):
+        if name.lower() == model.lower():
+            return float(bool(correct))
+    return 0.0
 
 
 def parse_turn(chunk: str, candidate_names: Sequence[str]) -> Turn:

@@ -1,4 +1,5 @@
-"""One question of a source (:class:`Question`), its stable id, and where a source's file lies (``local_path``).
+"""One question of a source (:class:`Question`), its stable id, where a source's file lies (``local_path``),
+and its task (``task_of``).
 
 Every question source (``rlrouter.data.sources``, ``rlrouter.data.qa``) and the user's record files
 (``rlrouter.data.records``) build on these.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 from rlrouter.data.logged import fetch as fetch_url
 
@@ -38,3 +40,8 @@ def local_path(path_or_url: str | Path) -> Path:
 def question_id(source: str, text: str) -> str:
     """A stable id for a question without one: its source and a hash of its text."""
     return f"{source}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+def task_of(item: Mapping[str, Any]) -> str:
+    """A question's task: its data source (``gsm8k``, ``mmlu``, RouterBench's ``eval_name``, ...)."""
+    return str(item.get("source") or item.get("query_type") or "all")

@@ -19,6 +19,7 @@ from rlrouter.data.io import DataFileError, read_jsonl
 from rlrouter.data.qa import QA_DATASETS, load_qa
 from rlrouter.data.routerbench import read_routerbench_table, routerbench_files
 from rlrouter.data.question import Question, local_path, question_id
+from rlrouter.protocol import REPLY_GOLD
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +132,15 @@ _OPTION_LETTER = re.compile(r"^\W*([A-J])\b")
 
 def routerbench_golds(replies: list[str | None], correct: list[bool]) -> list[str]:
     """The answers a Router-R1 answer is graded against on a RouterBench prompt, from its logged replies: the
-    option letters of the replies logged correct where they all start with one (ARC, Winogrande), else those
-    replies' texts (MBPP: the answer must copy a correct reply). Empty when no logged reply was correct."""
+    option letters of the replies logged correct where they all start with one (ARC, Winogrande). Else the
+    answer is a whole reply (MBPP's programs), which a small policy cannot copy back: the question is graded
+    by reference (``rlrouter.protocol.REPLY_GOLD``: the policy answers with the name of the candidate whose
+    reply it returns, graded by that call's logged correctness). Empty when no logged reply was correct."""
     good = [r for r, ok in zip(replies, correct) if ok and r]
     letters = [_OPTION_LETTER.match(r) for r in good]
     if good and all(letters):
         return sorted({m.group(1) for m in letters})
-    return list(dict.fromkeys(r.strip() for r in good))
+    return [REPLY_GOLD] if good else []
 
 
 def routerbench(path: str | Path | None = None, split: str | None = None) -> list[Question]:

@@ -27,11 +27,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rlrouter.data.question import task_of
 from rlrouter.eval.bootstrap import Interval, _interval
 from rlrouter.rewards.router_r1 import (
     RouterR1FormatReward,
     answer_score,
+    call_outcomes,
     combine,
+    outcome_score,
     scale_cost,
 )
 from rlrouter.selector.aggregate import states_answer
@@ -84,11 +87,6 @@ class RouteTable:
         """Per question, whether the cheapest candidate's reply states no final answer (where the cascade
         escalates; ``train.no_answer_share``'s stratum). All False when the table has no replies to read."""
         return self.stated_or_all()[:, self.candidates.index(self.cheap)] < 0.5
-
-
-def task_of(item: Mapping[str, Any]) -> str:
-    """A question's task: its data source (``gsm8k``, ``mmlu``, ...)."""
-    return str(item.get("source") or item.get("query_type") or "all")
 
 
 def route_table(pool: Any, items: Sequence[Mapping[str, Any]], metric: str = "em") -> RouteTable:
@@ -321,10 +319,9 @@ def escalation_signal(trajs: Sequence[Any], table: RouteTable, alpha: float, bou
 
 
 def trajectory_outcome(t: Any, metric: str = "em") -> float:
-    """A trajectory's answer scored against its question's gold answers (0 without an answer)."""
-    if t.answer is None:
-        return 0.0
-    return answer_score(t.answer, list(t.item["ground_truth"]), metric)
+    """A trajectory's answer scored against its question's gold answers (0 without an answer;
+    ``outcome_score``)."""
+    return outcome_score(t.answer, list(t.item["ground_truth"]), metric, call_outcomes(t))
 
 
 def policy_rows(trajs: Sequence[Any], candidates: Sequence[str], strong: str, alpha: float,
@@ -340,9 +337,10 @@ def policy_rows(trajs: Sequence[Any], candidates: Sequence[str], strong: str, al
                 (fmt_a == 0).astype(np.float64))
 
 
-def summarize(rows: Rows, tasks: Sequence[str], route_share: dict[str, float] | None = None) -> dict[str, Any]:
+def summarize(rows: Rows, tasks: Sequence[str], route_share: dict[str, float] | None = None,
+              route_share_by_task: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
     """Mean reward, accuracy, cost per query, format validity, and the strong-call share (strong calls over
-    all calls) in all and per task."""
+    all calls) in all and per task; given them, each candidate's share of the calls, in all and per task."""
     tasks_a = np.asarray(tasks)
 
     def share(mask: np.ndarray) -> float:
@@ -358,7 +356,8 @@ def summarize(rows: Rows, tasks: Sequence[str], route_share: dict[str, float] | 
             "strong_share": share(everything),
             "strong_share_by_task": {t: share(tasks_a == t) for t in sorted(set(tasks))},
             "mean_reward_by_task": {t: float(rows.reward[tasks_a == t].mean()) for t in sorted(set(tasks))},
-            **({"route_share": route_share} if route_share is not None else {})}
+            **({"route_share": route_share} if route_share is not None else {}),
+            **({"route_share_by_task": route_share_by_task} if route_share_by_task is not None else {})}
 
 
 def choice_share(table: RouteTable, choice: np.ndarray) -> dict[str, float]:
@@ -408,6 +407,7 @@ def scoreboard(table: RouteTable, reference: RouteTable, alpha: float, trajs: Se
     rng = random.Random(seed)
     rule = per_task_rule(reference, alpha, bounds)
     fixed = best_fixed(reference, alpha, bounds)
+    by_task = None
     choices = {fixed_name(table, c): np.full(len(table), j, dtype=np.int64) for j, c in enumerate(table.candidates)}
     choices["random"] = np.asarray([rng.randrange(len(table.candidates)) for _ in range(len(table))], dtype=np.int64)
     choices["per_task_rule"] = np.asarray([table.candidates.index(rule.get(t, fixed)) for t in table.tasks],
@@ -422,10 +422,13 @@ def scoreboard(table: RouteTable, reference: RouteTable, alpha: float, trajs: Se
             raise ValueError(f"scoreboard: {len(trajs)} trajectories for {len(table)} questions")
         routes["policy"] = policy_rows(trajs, table.candidates, table.strong, alpha, bounds, metric)
         shares["policy"] = trajectory_share(trajs, table.candidates)
+        by_task = {task: trajectory_share([t for t, x in zip(trajs, table.tasks) if x == task], table.candidates)
+                   for task in sorted(set(table.tasks))}
     best = fixed_name(table, fixed)
     out: dict[str, Any] = {"alpha": alpha, "cost_bounds": list(bounds), "percentiles": list(percentiles),
                            "strong": table.strong, "best_fixed": best, "per_task": rule,
-                           "routes": {k: summarize(v, table.tasks, shares[k]) for k, v in routes.items()},
+                           "routes": {k: summarize(v, table.tasks, shares[k], by_task if k == "policy" else None)
+                                      for k, v in routes.items()},
                            "tasks": dict(Counter(table.tasks))}
     if "policy" in routes:
         out["policy_loss"] = loss_breakdown(trajs, table, routes["policy"], routes[best].reward,

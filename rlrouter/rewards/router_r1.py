@@ -43,16 +43,19 @@ from typing import Any
 import numpy as np
 
 from rlrouter.protocol import (  # noqa: F401  (re-exported: the reward's public names)
+    REPLY_GOLD,
     TAGS,
     Block,
     FormatError,
     RouteCall,
+    by_reference,
     check_format,
     extract_answer,
     format_progress,
     extract_routes,
     parse_blocks,
     read_route,
+    referenced_outcome,
 )
 from rlrouter.rewards.base import (
     Reward,
@@ -104,6 +107,19 @@ def best_f1(prediction: str, golds: Sequence[str]) -> float:
 def answer_score(answer: str, golds: Sequence[str], metric: str = "em") -> float:
     """An answer against the gold answers under the outcome metric: ``em`` (exact match) or ``f1`` (best token F1)."""
     return exact_match(answer, golds) if metric == "em" else best_f1(answer, golds)
+
+
+def outcome_score(answer: str | None, golds: Sequence[str], metric: str = "em",
+                  calls: Sequence[tuple[str, bool | None]] = ()) -> float:
+    """A trajectory's outcome: 0 without an answer; for a question graded by reference
+    (``rlrouter.protocol.REPLY_GOLD``) the logged outcome of the call its answer names (``calls``: the
+    trajectory's ``(candidate, logged outcome)`` in order); else ``answer_score``. The one grading of an
+    answer: the training reward, the held-out evaluation and the report all call it."""
+    if answer is None:
+        return 0.0
+    if by_reference(golds):
+        return referenced_outcome(answer, calls)
+    return answer_score(answer, golds, metric)
 
 
 def _golds(value: Any, i: int) -> list[str]:
@@ -218,8 +234,9 @@ class RouterR1FormatReward:
 
 class RouterR1OutcomeReward:
     """Exact match (``metric="em"``, 0 or 1) or best token F1 (``metric="f1"``, in [0, 1]) of the last
-    ``<answer>`` against any answer of the ``ground_truth`` column. No answer scores 0; a sample whose
-    ground truth is ``None`` is not applicable (``None``)."""
+    ``<answer>`` against any answer of the ``ground_truth`` column (``outcome_score``: a question graded by
+    reference reads the ``call_outcomes`` column, each sample's ``(candidate, logged outcome)`` calls). No
+    answer scores 0; a sample whose ground truth is ``None`` is not applicable (``None``)."""
 
     __name__ = "router_r1_outcome"
     METRICS = ("em", "f1")
@@ -233,14 +250,14 @@ class RouterR1OutcomeReward:
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[Reward]:
         n = check_batch(prompts, completions, self.__name__)
         gts = column(kwargs, "ground_truth", n, self.__name__)
+        calls = kwargs.get("call_outcomes") or [()] * n
         rewards: list[Reward] = []
         for i, (text, gt) in enumerate(zip(completions, gts)):
             if gt is None:
                 rewards.append(None)
                 continue
-            golds = _golds(gt, i)
             answer = extract_answer(completion_text(text))
-            rewards.append(0.0 if answer is None else answer_score(answer, golds, self.metric))
+            rewards.append(outcome_score(answer, _golds(gt, i), self.metric, calls[i]))
         self.last_metrics = {"reward/outcome": mean_of(rewards)}
         return rewards
 
@@ -552,9 +569,15 @@ def score_trajectories(reward: Any, trajs: Sequence[Any]) -> list[Any]:
     # candidate_models: a record's own candidates are the routes its format check accepts, as in the env
     totals = reward(prompts, texts, ground_truth=[list(t.item["ground_truth"]) for t in trajs],
                     route_costs=[t.cost for t in trajs], tool_calls=[[r.model for r in t.routes] for t in trajs],
+                    call_outcomes=[call_outcomes(t) for t in trajs],
                     candidate_models=[t.item.get("candidate_models") or None for t in trajs])
     parts = router_r1_part(reward).last_scores
     return [replace(s, total=float(t if t is not None else s.total)) for s, t in zip(parts, totals)]
+
+
+def call_outcomes(traj: Any) -> list[tuple[str, bool | None]]:
+    """A trajectory's calls as ``outcome_score`` reads them: ``(candidate, logged outcome)`` in order."""
+    return [(r.model, getattr(r, "correct", None)) for r in traj.routes]
 
 
 def router_r1_part(reward: Any) -> Any:

@@ -12,9 +12,14 @@ What a demonstration may teach is the protocol and copying a reply, not where to
 letter), right or wrong. What the policy can do at test time is copy; the choice of candidate is left to
 RL. With ``second_call`` > 0 that share of demonstrations, drawn at random, then asks another candidate
 (drawn at random too) and answers what that second reply states: the format of a cascade, with no rule of
-when to escalate (the draw ignores the first reply). ``route="optimal"`` (the question's
-``optimal_model``, the cheapest candidate the logs show correct) and ``answer="gold"`` are the older
-demonstrations, kept for comparison: they leak the route and an answer the policy cannot know.
+when to escalate (the draw ignores the first reply). ``route="per_task"`` sends each question to its
+task's route in ``task_routes`` (the per-task rule chosen on the training questions,
+``rlrouter.eval.route_scores.per_task_rule``): the cold start then starts RL from the best rule the
+training logs give, and RL is left to improve on it question by question. ``route="optimal"`` (the
+question's ``optimal_model``, the cheapest candidate the logs show correct) and ``answer="gold"`` are the
+older demonstrations, kept for comparison: they leak the route and an answer the policy cannot know.
+A question graded by reference (``rlrouter.protocol.REPLY_GOLD``: a program, say) is answered with the
+name of the candidate last called.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from __future__ import annotations
 import random
 from typing import Any, Sequence
 
+from rlrouter.data.question import task_of
 from rlrouter.pool.base import Candidate
+from rlrouter.protocol import by_reference
 from rlrouter.rollout.env import LAST_CALL_NOTE, NO_ANSWER_NOTE, EnvConfig, information_block, prompt_ids
 from rlrouter.rollout.parsing import TrajectoryTokens
 from rlrouter.selector.aggregate import answer_key
@@ -70,14 +77,15 @@ def with_first_turn(item: dict[str, Any], model: str, query_words: int = 24) -> 
     return {**item, "first_turn": search_turn(model, short_query(item["query"], query_words))}
 
 
-DEMO_ROUTES = ("random", "optimal")
+DEMO_ROUTES = ("random", "optimal", "per_task")
 DEMO_ANSWERS = ("reply", "gold")
 
 
 def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, seed: int = 0,
                          query_words: int = 24, route: str = "random", answer: str = "reply",
                          info_max_chars: int = 400, second_call: float = 0.0,
-                         mark_no_answer: bool = False, last_call: int = 0) -> list[dict[str, Any]]:
+                         mark_no_answer: bool = False, last_call: int = 0,
+                         task_routes: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """``n`` demonstrations (dicts with ``query``, ``segments``: [(text, is_policy)]) from real pool calls.
 
     Each demonstrated sub-query is the question's first ``query_words`` words (``short_query``). Short
@@ -87,7 +95,8 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
     turns cut the same way. ``route`` and ``answer``: see the module docstring. ``mark_no_answer``: the
     replies are shown as the rollout shows them under ``rollout.env.mark_no_answer``. ``last_call``: the
     reply to the call of that number (1: the first) ends with the rollout's ``LAST_CALL_NOTE``, as under
-    ``rollout.env.note_last_call`` with ``max_turns`` = ``last_call``; 0: never."""
+    ``rollout.env.note_last_call`` with ``max_turns`` = ``last_call``; 0: never. ``task_routes``: task ->
+    candidate, for ``route="per_task"``."""
     if query_words < 1:
         raise ValueError(f"train.warmup_query_words: expected >= 1, got {query_words}")
     if route not in DEMO_ROUTES:
@@ -102,6 +111,8 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
     strongest = max(cands, key=lambda c: (c.params_b, c.price_out)).name
     if route == "random":
         models = [rng.choice(list(pool.names)) for _ in chosen]
+    elif route == "per_task":
+        models = [per_task_route(it, task_routes, pool.names) for it in chosen]
     else:
         models = [it.get("optimal_model") or strongest for it in chosen]
     names = list(pool.names)
@@ -120,11 +131,28 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
             shown = shown_reply(reply, info_max_chars, mark_no_answer, last_call=last_call == 2)
             segments += [("<think>" + search_turn(model2, sub_query), True), (shown, False)]
             calls.append(model2)
-        final = list(it["ground_truth"])[0] if answer == "gold" or not reply.ok else answer_key(shown_text(shown))
+        if by_reference(it["ground_truth"]):  # the answer names the candidate whose reply it returns
+            final = calls[-1]
+        elif answer == "gold" or not reply.ok:
+            final = list(it["ground_truth"])[0]
+        else:
+            final = answer_key(shown_text(shown))
         segments.append((answer_turn(final), True))
         demos.append({"query": it["query"], "segments": segments, "model": model, "calls": calls,
                       "sub_query": sub_query, "answer": final})
     return demos
+
+
+def per_task_route(item: dict[str, Any], task_routes: dict[str, str] | None, names: Sequence[str]) -> str:
+    """The candidate ``route="per_task"`` demonstrates for ``item``: its task's (its ``source``) route."""
+    if not task_routes:
+        raise ValueError("train.warmup_route=per_task: needs the per-task rule of a replay pool's training "
+                         "questions (a pool of replay candidates); got none")
+    task = task_of(item)
+    if task not in task_routes or task_routes[task] not in names:
+        raise ValueError(f"train.warmup_route=per_task: no route in the pool for task {task!r} "
+                         f"(the rule: {task_routes})")
+    return task_routes[task]
 
 
 def shown_reply(reply: Any, info_max_chars: int, mark_no_answer: bool = False, last_call: bool = False) -> str:

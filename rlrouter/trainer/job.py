@@ -17,9 +17,10 @@ from rlrouter.config import to_plain, typed_config
 from rlrouter.data.build import load_router_r1_split
 from rlrouter.data.io import read_jsonl, write_jsonl
 from rlrouter.data.job import ensure_data, logged_source
+from rlrouter.data.question import task_of
 from rlrouter.distributed.cluster import connect
 from rlrouter.distributed.resources import ResourceSpec
-from rlrouter.eval.route_scores import cost_bounds, route_table, scoreboard
+from rlrouter.eval.route_scores import cost_bounds, per_task_rule, route_table, scoreboard
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.group import LearnerGroup
 from rlrouter.models import load_tokenizer
@@ -84,21 +85,45 @@ def env_config(cfg: DictConfig, train: RouterR1TrainConfig, **changes: Any) -> d
 
 
 def demonstrations(cfg: DictConfig, train: RouterR1TrainConfig, pool: Any, items: list[dict[str, Any]],
-                   env: dict[str, Any]) -> list[Any]:
-    """The cold start's demonstrations as token sequences (none when ``train.warmup_steps`` is 0)."""
+                   env: dict[str, Any], reference: Any = None) -> list[Any]:
+    """The cold start's demonstrations as token sequences (none when ``train.warmup_steps`` is 0).
+    ``reference``: the training questions' route table, whose per-task rule ``train.warmup_route=per_task``
+    demonstrates (at the run's alpha, on the reference cost scale)."""
     if not train.warmup_steps:
         return []
+    route = cfg.train.get("warmup_route", "random")
+    task_routes = None
+    if route == "per_task" and reference is not None:
+        scoring = held_out_reward(train)
+        task_routes = per_task_rule(reference, scoring["alpha"], tuple(scoring["reference"]["cost_bounds"]))
+        print(f"cold start: demonstrations route by the training questions' per-task rule {task_routes}")
     tok = load_tokenizer(cfg.model)
     cands = [pool.get(n) for n in pool.names]
     return [demo_tokens(d, tok, cands, EnvConfig(**env))
             for d in build_demonstrations(items, pool, cfg.train.warmup_demos, seed=train.seed,
                                           query_words=cfg.train.get("warmup_query_words", 24),
-                                          route=cfg.train.get("warmup_route", "random"),
+                                          route=route, task_routes=task_routes,
                                           answer=cfg.train.get("warmup_answer", "reply"),
                                           second_call=float(cfg.train.get("warmup_second_call", 0.0)),
                                           info_max_chars=env.get("info_max_chars", 400),
                                           mark_no_answer=bool(env.get("mark_no_answer", False)),
                                           last_call=int(env.get("max_turns", 0)) if env.get("note_last_call") else 0)]
+
+
+def held_out_items(items: list[dict[str, Any]], n: int, per_task: bool = False) -> list[dict[str, Any]]:
+    """The held-out questions: the file's first ``n``, or with ``per_task`` the first ``n // tasks`` of each
+    task (``task_of``) in file order, tasks in order of first appearance. A task with fewer questions gives
+    all it has, and the run says so."""
+    if not per_task:
+        return items[:n]
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for it in items:
+        by_task.setdefault(task_of(it), []).append(it)
+    each = max(1, n // len(by_task)) if by_task else 0
+    short = {t: len(v) for t, v in by_task.items() if len(v) < each}
+    if short:
+        print(f"held-out: {each} questions a task asked (eval.per_task), but {short} hold fewer: all of those")
+    return [it for v in by_task.values() for it in v[:each]]
 
 
 def set_reference(train: RouterR1TrainConfig, pool: Any, items: list[dict[str, Any]]) -> Any:
@@ -140,7 +165,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     print(f"paths: project {cfg.paths.root_dir} (shared data {cfg.paths.shared_data})")
     train_path, test_path = ensure_data(cfg)
     print(f"data: {train_path}, {test_path.name}; logged outcomes {logged_source(cfg)}")
-    train_items, test_items = load_router_r1_split(train_path), load_router_r1_split(test_path)[: cfg.eval.num_questions]
+    train_items = load_router_r1_split(train_path)
+    test_items = held_out_items(load_router_r1_split(test_path), cfg.eval.num_questions,
+                                bool(cfg.eval.get("per_task", False)))
     pool_cfg = to_plain(cfg.pool)
     pool = CandidatePool.from_config(pool_cfg)
     candidates = pool.names
@@ -191,7 +218,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         base = held_out_rollout(group, test_items, eval_seed, "held-out, untrained", train.progress)
         report["results"]["policy_untrained"] = held_out_summary(base, candidates, **scoring)
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
-    demos = demonstrations(cfg, train, pool, train_items, env) if not (train.resume_from or train.init_from) else []
+    demos = demonstrations(cfg, train, pool, train_items, env, reference_table) if not (train.resume_from or train.init_from) else []
     t0 = time.perf_counter()
     with LearnerGroup(train, resources, max_failures=cfg.learner_failures) as learners:
         RouterR1Trainer(train, group, learners, candidates, train_items, demos, eval_items=test_items,

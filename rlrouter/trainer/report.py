@@ -15,12 +15,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlrouter.eval.route_scores import policy_rows, summarize, task_of
-from rlrouter.rewards.router_r1 import RouterR1FormatReward, RouterR1Reward, exact_match, score_trajectories
+from rlrouter.rewards.router_r1 import (RouterR1FormatReward, RouterR1Reward, call_outcomes, outcome_score,
+                                       score_trajectories)
 
 
 def policy_summary(trajs: Sequence[Any], candidates: Sequence[str]) -> dict[str, Any]:
     fmt = RouterR1FormatReward(list(candidates))([t.item["query"] for t in trajs], [t.text for t in trajs])
-    em = [exact_match(t.answer or "", list(t.item["ground_truth"])) if t.answer else 0.0 for t in trajs]
+    em = [outcome_score(t.answer, list(t.item["ground_truth"]), "em", call_outcomes(t)) for t in trajs]
     calls = Counter(r.model for t in trajs for r in t.routes)
     total = sum(calls.values())
     return {"n": len(trajs), "accuracy": float(np.mean(em)) if em else 0.0,
@@ -66,7 +67,7 @@ def held_out_records(trajs: Sequence[Any], candidates: Sequence[str], alpha: flo
                              metric).reward.tolist()
     return [{"id": t.item.get("id"), "task": task_of(t.item), "query": t.item["query"],
              "ground_truth": list(t.item["ground_truth"]), "text": t.text, "answer": t.answer,
-             "exact_match": exact_match(t.answer or "", list(t.item["ground_truth"])) if t.answer else 0.0,
+             "exact_match": outcome_score(t.answer, list(t.item["ground_truth"]), "em", call_outcomes(t)),
              "routes": [r.model for r in t.routes], "reward": total, "format_failure": s.failure}
             for t, s, total in zip(trajs, scores, totals)]
 
@@ -214,6 +215,19 @@ ROW_LABELS = {"policy_untrained": "policy, untrained", "policy_cold_start": "pol
               "oracle": "oracle (cheapest correct)"}
 
 
+def call_share_table(by_task: dict[str, dict[str, float]], overall: dict[str, float]) -> list[str]:
+    """The trained policy's share of calls to each candidate, per task and in all, as markdown lines (none
+    without shares); candidates no task calls are left out."""
+    called = [c for c in overall if overall[c] > 0 or any(s.get(c, 0) > 0 for s in by_task.values())]
+    if not by_task or not called:
+        return []
+    lines = ["", "The trained policy's calls, share per candidate:", "",
+             "| task | " + " | ".join(called) + " |", "|---|" + "---|" * len(called)]
+    for task, shares in [*by_task.items(), ("all", overall)]:
+        lines.append(f"| {task} | " + " | ".join(f"{shares.get(c, 0.0):.2f}" for c in called) + " |")
+    return lines
+
+
 def results_table(report: dict[str, Any]) -> str:
     """The run's held-out table in Markdown: every row on the same questions, reward and cost scale, with the
     strong-call share per task, then the policy against the best fixed route and where its reward goes."""
@@ -248,6 +262,8 @@ def results_table(report: dict[str, Any]) -> str:
                   f"[{d['lo']:+.3f}, {d['hi']:+.3f}] (paired bootstrap, 95%, {routing['routes']['policy']['n']} "
                   f"questions). The gap, {loss['gap']:+.3f}, is route {loss['route']:+.3f}, format "
                   f"{loss['format']:+.3f}, copying the reply {loss['copy']:+.3f}."]
+        lines += call_share_table(routing["routes"]["policy"].get("route_share_by_task") or {},
+                                  routing["routes"]["policy"].get("route_share") or {})
         esc = routing.get("policy_escalation")
         if esc:
             lines += ["", "After a first call to the cheapest candidate, the policy called the strongest too on "

@@ -101,6 +101,10 @@ def test_the_policy_is_scored_on_the_same_reward_and_scale(monkeypatch):
     assert p["format_valid"] == pytest.approx(5 / 6)
     assert p["strong_share_by_task"] == pytest.approx({"math": 1 / 3, "mcq": 1.0})  # a call-less trajectory adds no call
     assert p["route_share"] == {"big": 0.6, "small": 0.4}
+    # and per task: math's three questions called big once and small twice, mcq's three big twice (one none)
+    assert p["route_share_by_task"]["math"] == pytest.approx({"big": 1 / 3, "small": 2 / 3})
+    assert p["route_share_by_task"]["mcq"] == {"big": 1.0, "small": 0.0}
+    assert "route_share_by_task" not in board["routes"]["always_cheapest"]
     assert board["policy_minus_best_fixed"]["value"] == pytest.approx(
         np.mean(want) - board["routes"]["always_cheapest"]["mean_reward"])
     # where the reward goes: the parts add up to the gap; the fifth trajectory copied perfectly, the third

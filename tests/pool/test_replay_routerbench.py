@@ -16,6 +16,7 @@ from rlrouter.data.routerbench import load_logged_outcomes
 from rlrouter.data.sources import routerbench_golds
 from rlrouter.pool import Candidate, CandidatePool
 from rlrouter.pool.replay import ReplayBackend
+from rlrouter.protocol import REPLY_GOLD
 from rlrouter.rewards.router_r1 import RouterR1Reward
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,9 +62,10 @@ def test_replay_answers_with_the_logged_reply_correctness_and_cost(folder):
     assert len(small.table) == 12 and small.table.costs.shape == (12, 2)  # both splits of the folder
 
 
-def test_golds_are_the_correct_replies_letters_or_texts():
+def test_golds_are_the_correct_replies_letters_or_by_reference():
     assert routerbench_golds(["B", "B\n", "A"], [True, True, False]) == ["B"]
-    assert routerbench_golds(["def f(): return 1", "def f(): return 2"], [False, True]) == ["def f(): return 2"]
+    # a program is graded by reference: the policy names the candidate whose reply it returns
+    assert routerbench_golds(["def f(): return 1", "def f(): return 2"], [False, True]) == [REPLY_GOLD]
     assert routerbench_golds(["A", "C"], [False, False]) == []
 
 

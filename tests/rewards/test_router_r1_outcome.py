@@ -69,3 +69,27 @@ def test_missing_column_and_bad_metric_are_named():
         RouterR1OutcomeReward(metric="bleu")
     with pytest.raises(TypeError, match=r"ground_truth\[0\]"):
         RouterR1OutcomeReward()(None, [traj("a")], ground_truth=[3])
+
+
+def test_an_answer_by_reference_is_graded_by_the_named_calls_logged_outcome():
+    """A question graded by reference (a program the policy cannot copy back): the answer names the candidate
+    whose reply it returns, and scores that call's logged outcome; a name it did not call scores 0."""
+    from rlrouter.protocol import REPLY_GOLD, referenced_outcome
+    from rlrouter.rewards.router_r1 import outcome_score
+
+    calls = [("mistral-7b", False), ("gpt-3.5", True)]
+    assert referenced_outcome("gpt-3.5", calls) == 1.0
+    assert referenced_outcome(" GPT-3.5. ", calls) == 1.0  # case and a final period do not count
+    assert referenced_outcome("mistral-7b", calls) == 0.0  # called, logged wrong
+    assert referenced_outcome("gpt-4", calls) == 0.0  # never called: no reply to return
+    assert referenced_outcome("def f(): pass", calls) == 0.0
+    assert referenced_outcome("gpt-3.5", [("gpt-3.5", True), ("gpt-3.5", False)]) == 0.0  # the last call's reply
+    assert referenced_outcome("gpt-3.5", [("gpt-3.5", None)]) == 0.0  # a live call with no logged outcome
+    # outcome_score: by reference only where the ground truth says so; the text golds as before
+    assert outcome_score("gpt-3.5", [REPLY_GOLD], calls=calls) == 1.0
+    assert outcome_score("gpt-3.5", ["gpt-3.5 is right"], calls=calls) == 0.0
+    assert outcome_score(None, [REPLY_GOLD], calls=calls) == 0.0
+    em = RouterR1OutcomeReward()
+    out = em(["q"] * 3, [traj("gpt-3.5"), traj("gpt-4"), traj("B")], ground_truth=[[REPLY_GOLD], [REPLY_GOLD], ["B"]],
+             call_outcomes=[calls, calls, []])
+    assert out == [1.0, 0.0, 1.0]

@@ -202,3 +202,37 @@ def test_demonstrations_note_the_last_call_as_the_rollout_does(shared_data):
     cfg = EnvConfig(prefill="<think>\n")
     texts = [cfg.prefill + "".join(t for t, _ in d["segments"]) for d in noted]
     assert RouterR1FormatReward(pool.names)([d["query"] for d in noted], texts) == [0.0] * 60
+
+
+def test_per_task_demonstrations_follow_the_rule_and_answer_programs_by_reference(shared_data):
+    """``route="per_task"`` on RouterBench's replay: each demonstration calls its task's route; an MBPP
+    question (graded by reference) is answered with the name of the candidate called, and the outcome
+    reward then gives that call's logged correctness."""
+    from rlrouter.data.sources import routerbench
+    from rlrouter.protocol import REPLY_GOLD
+
+    cfg = OmegaConf.load(CONF_DIR / "pool" / "routerbench_replay.yaml")
+    cfg.candidates = [c for c in cfg.candidates if c.name in ("yi-34b", "gpt-3.5")]
+    for c in cfg.candidates:
+        c.options.source = str(shared_data / "routerbench")
+    pool = CandidatePool.from_config(OmegaConf.to_container(cfg))
+    qs = routerbench(shared_data / "routerbench", split="train")
+    picked = [q for q in qs if q.source == "mbpp"][:6] + [q for q in qs if q.source == "arc-challenge"][:6]
+    items = [{"query": q.query, "ground_truth": q.ground_truth, "source": q.source} for q in picked]
+    rule = {"mbpp": "gpt-3.5", "arc-challenge": "yi-34b"}
+    demos = build_demonstrations(items, pool, n=12, seed=0, route="per_task", task_routes=rule)
+    by_query = {it["query"]: it for it in items}
+    for d in demos:
+        it = by_query[d["query"]]
+        assert d["model"] == rule[it["source"]]
+        if it["source"] == "mbpp":
+            assert it["ground_truth"] == [REPLY_GOLD] and d["answer"] == "gpt-3.5"
+    texts = ["<think>\n" + "".join(t for t, _ in d["segments"]) for d in demos]
+    logged = [r.correct for r in pool.route_sync([(d["model"], d["query"]) for d in demos])]
+    outcome = RouterR1OutcomeReward()([d["query"] for d in demos], texts,
+                                      ground_truth=[by_query[d["query"]]["ground_truth"] for d in demos],
+                                      call_outcomes=[[(d["model"], c)] for d, c in zip(demos, logged)])
+    mbpp = [i for i, d in enumerate(demos) if by_query[d["query"]]["source"] == "mbpp"]
+    assert [outcome[i] for i in mbpp] == [float(logged[i]) for i in mbpp]
+    with pytest.raises(ValueError, match="no route in the pool for task 'mbpp'"):
+        build_demonstrations(items, pool, n=12, route="per_task", task_routes={"arc-challenge": "yi-34b"})

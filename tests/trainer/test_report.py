@@ -98,3 +98,22 @@ def test_held_out_records_keep_each_trajectory_and_why_its_format_failed():
     ref = {"strong": "big", "cost_bounds": [0.0, 2 * 0.001 ** 0.5]}  # bounds on the square root of USD
     scaled = held_out_records([traj(0, good, "7", "small")], ["big", "small"], alpha=0.3, reference=ref)
     assert scaled[0]["reward"] == pytest.approx(0.7 + 0.3 * 0.5)  # correct, cost half-way through the window
+
+
+def test_held_out_items_split_evenly_over_tasks_when_asked(capsys):
+    from rlrouter.trainer.job import held_out_items
+
+    items = [{"id": i, "source": s} for i, s in enumerate(["a"] * 10 + ["b"] * 2 + ["c"] * 10)]
+    assert [it["id"] for it in held_out_items(items, 6)] == [0, 1, 2, 3, 4, 5]  # the file's first
+    got = held_out_items(items, 9, per_task=True)
+    assert [it["source"] for it in got] == ["a"] * 3 + ["b"] * 2 + ["c"] * 3  # 3 a task; b has 2
+    assert "hold fewer" in capsys.readouterr().out
+
+
+def test_call_share_table_lists_each_task_and_the_candidates_called():
+    from rlrouter.trainer.report import call_share_table
+
+    lines = call_share_table({"arc": {"yi": 1.0, "gpt-4": 0.0, "x": 0.0}, "mbpp": {"yi": 0.25, "gpt-4": 0.75, "x": 0.0}},
+                             {"yi": 0.6, "gpt-4": 0.4, "x": 0.0})
+    assert "| task | yi | gpt-4 |" in lines and "| mbpp | 0.25 | 0.75 |" in lines and "| all | 0.60 | 0.40 |" in lines
+    assert call_share_table({}, {}) == []
