@@ -300,74 +300,74 @@ ROUTING_FIGURES = [
            lambda d: f"({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]", "make run: 2,000 held-out questions (two-model study)"),
     Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.1.routing.policy_minus_best_fixed",
            lambda d: f"{d['value']:+.3f} without the greedy frequency penalty", "make run: 2,000, no penalty (two-model study)"),
-    Figure("docs/benchmarks.md", "routing_eval2000_t256.json", "runs.1.routing.policy_minus_best_fixed",
+    Figure(TWO_MODELS, "routing_eval2000_t256.json", "runs.1.routing.policy_minus_best_fixed",
            lambda d: f"**{d['value']:+.3f} [{d['lo']:+.3f},\n  {d['hi']:+.3f}]**", "benchmarks: 2,000 held-out questions"),
-    Figure("docs/benchmarks.md", "routing_eval2000_t256_fp.json", "runs.2.selection.scored",
+    Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.2.selection.scored",
            lambda rows: "mean reward " + ", ".join(f"{r['mean_reward']:.3f}" for r in rows)
            + "; format validity " + ", ".join(f"{r['format_valid']:.3f}" for r in rows), "penalty picked on training"),
-    Figure("docs/benchmarks.md", "routing_eval2000_t256_fp.json", "runs.2",
+    Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.2",
            lambda e: f"| {e['selection']['chosen']:g} | {e['results']['policy_trained']['mean_reward']:.3f} | "
                      f"{_interval(e['routing']['policy_minus_best_fixed'])} | "
                      f"{e['results']['policy_trained']['format_valid']:.3f} |", "penalty on 2,000 held-out"),
-    Figure("docs/benchmarks.md", "routing_eval2000_s30.json", "runs.2.routing.policy_minus_best_fixed",
+    Figure(TWO_MODELS, "routing_eval2000_s30.json", "runs.2.routing.policy_minus_best_fixed",
            lambda d: f"policy - best fixed route **{d['value']:+.3f}\n  [{d['lo']:+.3f}, {d['hi']:+.3f}]**",
            "30 steps on 2,000 held-out"),
     # larger groups (train.n_samples=8) from make run's own cold start, beside make run
-    Figure("docs/benchmarks.md", "routing_groups.json", "runs",
+    Figure(TWO_MODELS, "routing_groups.json", "runs",
            lambda runs: "Held-out reward on the 32 questions, steps 0 to 10: four samples "
                         + ", ".join(f"{e['eval/mean_reward']:.3f}" for e in runs[0]["held_out_curve"]) + "; eight "
                         + ", ".join(f"{e['eval/mean_reward']:.3f}" for e in runs[1]["held_out_curve"])
                         + f". At step 10 eight samples end **{runs[1]['routing']['policy_minus_best_fixed']['value']:+.3f} "
                         + _interval(runs[1]["routing"]["policy_minus_best_fixed"]).split(" ", 1)[1] + "** below always-Mixtral",
            "larger groups: curves"),
-    Figure("docs/benchmarks.md", "routing_groups.json", "runs",
+    Figure(TWO_MODELS, "routing_groups.json", "runs",
            lambda runs: "(GSM8K / MMLU " + " / ".join(f"{runs[1]['held_out_curve'][1][f'eval/strong_share/{t}']:.2f}"
                                                       for t in ("gsm8k", "mmlu"))
                         + " at\n  step 2 against " + " / ".join(f"{runs[0]['held_out_curve'][1][f'eval/strong_share/{t}']:.2f}"
                                                                for t in ("gsm8k", "mmlu")) + ")",
            "larger groups: strong share at step 2"),
-    Figure("docs/benchmarks.md", "routing_casc400.json", "runs.1.routing.cascade_minus_best_fixed",
+    Figure(TWO_MODELS, "routing_casc400.json", "runs.1.routing.cascade_minus_best_fixed",
            lambda d: f"+{d['value']:.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]** (0.673", "cascade on 400 held-out"),
-    Figure("docs/benchmarks.md", "routing_casc400.json", "runs.1.routing",
+    Figure(TWO_MODELS, "routing_casc400.json", "runs.1.routing",
            lambda b: f"asks GPT-4 after **{b['policy_escalation']['not_stated']['escalated']} of the "
                      f"{b['policy_escalation']['not_stated']['n']}** Mixtral replies that state no answer (and "
                      f"{b['policy_escalation']['stated']['escalated']} of the {b['policy_escalation']['stated']['n']}",
            "cascade run: escalation"),
-    Figure("docs/benchmarks.md", "routing_casc400.json", "runs.1.routing.policy_minus_best_fixed",
+    Figure(TWO_MODELS, "routing_casc400.json", "runs.1.routing.policy_minus_best_fixed",
            lambda d: f"**{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]** below the best fixed route",
            "cascade run on 400 held-out"),
-    Figure("docs/benchmarks.md", "routing_casc400.json", "runs.0.held_out_curve",
+    Figure(TWO_MODELS, "routing_casc400.json", "runs.0.held_out_curve",
            _curve_row("mean reward"),
            "cascade run: curve"),
     Figure(TWO_MODELS, "routing_rescored.json", "rescored.0.cascade_minus_best_fixed",
            lambda d: f"is {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] above always-Mixtral", "cascade (two-model study)"),
-    Figure("docs/benchmarks.md", "routing_rescored.json", "rescored.0",
+    Figure(TWO_MODELS, "routing_rescored.json", "rescored.0",
            lambda b: f"cascade is **{b['cascade_minus_best_fixed']['value']:+.3f} "
                      f"[{b['cascade_minus_best_fixed']['lo']:+.3f}, {b['cascade_minus_best_fixed']['hi']:+.3f}]** "
                      f"above always-Mixtral ({b['routes']['cascade']['mean_reward']:.3f} against "
                      f"{b['routes'][b['best_fixed']]['mean_reward']:.3f})", "cascade on 2,000 held-out"),
-    Figure("docs/benchmarks.md", "routing_rescored.json", "rescored.0",
+    Figure(TWO_MODELS, "routing_rescored.json", "rescored.0",
            lambda b: f"policy is {b['policy_minus_cascade']['value']:+.3f} [{b['policy_minus_cascade']['lo']:+.3f}, "
                      f"{b['policy_minus_cascade']['hi']:+.3f}] below the cascade, asking GPT-4 after "
                      f"{_escalated(b, 'not_stated', 'of the')} Mixtral replies", "30-step policy vs cascade"),
-    Figure("docs/benchmarks.md", "escalation.json", "", _escalation_table, "escalation probe table"),
-    Figure("docs/benchmarks.md", "routing.json", "escalation_value", _second_call_036,
+    Figure(TWO_MODELS, "escalation.json", "", _escalation_table, "escalation probe table"),
+    Figure(TWO_MODELS, "routing.json", "escalation_value", _second_call_036,
            "a second call's worth at alpha 0.36"),
-    Figure("docs/benchmarks.md", "routing.json", "escalation_value", _second_call_050,
+    Figure(TWO_MODELS, "routing.json", "escalation_value", _second_call_050,
            "a second call's worth at alpha 0.5"),
     Figure(TWO_MODELS, "escalation_decision.json", "runs.0.checkpoints",
            lambda cs: f"{_first(cs[0])} after the cold start, {_first(cs[-1])} at step\n{cs[-1]['step']};",
            "escalation at the decision point (two-model study)"),
-    Figure("docs/benchmarks.md", "escalation_decision.json", "", _escalation_table, "decision-point probe table"),
-    Figure("docs/benchmarks.md", "escalation_dynamic_sampling.json", "", _escalation_table,
+    Figure(TWO_MODELS, "escalation_decision.json", "", _escalation_table, "decision-point probe table"),
+    Figure(TWO_MODELS, "escalation_dynamic_sampling.json", "", _escalation_table,
            "dynamic sampling probe table"),
-    Figure("docs/benchmarks.md", "escalation_dynamic_sampling.json", "seconds",
+    Figure(TWO_MODELS, "escalation_dynamic_sampling.json", "seconds",
            lambda t: f"--steps 24,32 --name escalation_dynamic_sampling`, {t:.0f} s;", "dynamic sampling probe time"),
-    Figure("docs/benchmarks.md", "escalation_no_answer_share.json", "", _escalation_table,
+    Figure(TWO_MODELS, "escalation_no_answer_share.json", "", _escalation_table,
            "stratified prompts probe table"),
-    Figure("docs/benchmarks.md", "escalation_no_answer_share.json", "seconds",
+    Figure(TWO_MODELS, "escalation_no_answer_share.json", "seconds",
            lambda t: f"--name escalation_no_answer_share`, {t:.0f} s;", "stratified prompts probe time"),
-    Figure("docs/benchmarks.md", "routing_eval2000_na50.json", "runs.1",
+    Figure(TWO_MODELS, "routing_eval2000_na50.json", "runs.1",
            lambda e: f"scores {e['results']['policy_trained']['mean_reward']:.3f}, "
                      f"{_interval(e['routing']['policy_minus_best_fixed'])} below the best fixed route",
            "stratified prompts on 2,000 held-out"),
@@ -376,27 +376,27 @@ ROUTING_FIGURES = [
                      f"{b['routes']['policy']['strong_share_by_task']['mmlu']:.2f}), "
                      f"{-b['policy_minus_best_fixed']['value']:.3f} below always-Mixtral on the 2,000",
            "stratified prompts (two-model study)"),
-    Figure("docs/benchmarks.md", "routing_eval2000_na50.json", "runs.0.held_out_curve",
+    Figure(TWO_MODELS, "routing_eval2000_na50.json", "runs.0.held_out_curve",
            _curve_row("`r27_na50` mean reward"),
            "stratified prompts: curve"),
-    Figure("docs/benchmarks.md", "routing_eval2000_na50.json", "seconds",
+    Figure(TWO_MODELS, "routing_eval2000_na50.json", "seconds",
            lambda t: f"--name routing_eval2000_na50`, {t:,.0f} s;", "stratified prompts eval time"),
-    Figure("docs/benchmarks.md", "escalation_no_answer_first_call.json", "", _escalation_table,
+    Figure(TWO_MODELS, "escalation_no_answer_first_call.json", "", _escalation_table,
            "first call written: probe table"),
-    Figure("docs/benchmarks.md", "escalation_no_answer_first_call.json", "seconds",
+    Figure(TWO_MODELS, "escalation_no_answer_first_call.json", "seconds",
            lambda t: f"--name escalation_no_answer_first_call` ({t:.0f} s;", "first call written: probe time"),
-    Figure("docs/benchmarks.md", "routing_na50fc.json", "runs.0.held_out_curve",
+    Figure(TWO_MODELS, "routing_na50fc.json", "runs.0.held_out_curve",
            _curve_row("`r27_na50fc` mean reward"),
            "first call written: curve"),
-    Figure("docs/benchmarks.md", "escalation_mark.json", "", _escalation_table, "note at the choice: probe table"),
-    Figure("docs/benchmarks.md", "escalation_mark.json", "seconds",
+    Figure(TWO_MODELS, "escalation_mark.json", "", _escalation_table, "note at the choice: probe table"),
+    Figure(TWO_MODELS, "escalation_mark.json", "seconds",
            lambda t: f"--name escalation_mark`, {t:.0f} s;", "note at the choice: probe time"),
-    Figure("docs/benchmarks.md", "routing_mark.json", "runs.0.held_out_curve", _curve_row("`r29_mark` mean reward"),
+    Figure(TWO_MODELS, "routing_mark.json", "runs.0.held_out_curve", _curve_row("`r29_mark` mean reward"),
            "note at the choice: curve"),
-    Figure("docs/benchmarks.md", "routing_drgrpo400.json", "runs.1.routing",
+    Figure(TWO_MODELS, "routing_drgrpo400.json", "runs.1.routing",
            lambda b: f"GPT-4 after {_escalated(b, 'not_stated', 'of the')} Mixtral replies that state no answer "
                      f"and after {_escalated(b, 'stated', 'of the')} that state one", "Dr. GRPO: escalation on 400 held-out"),
-    Figure("docs/benchmarks.md", "routing_drgrpo400.json", "runs.1",
+    Figure(TWO_MODELS, "routing_drgrpo400.json", "runs.1",
            lambda e: f"Mean reward {e['results']['policy_trained']['mean_reward']:.3f} against always-Mixtral's "
                      f"{e['routing']['routes']['always_cheapest']['mean_reward']:.3f}: "
                      f"{_interval(e['routing']['policy_minus_best_fixed'])}", "Dr. GRPO: reward on 400 held-out"),
@@ -405,26 +405,26 @@ ROUTING_FIGURES = [
                      f"{_escalated(b, 'stated')} that state one, a tie with always-Mixtral "
                      f"({_interval(b['policy_minus_best_fixed'])})",
            "Dr. GRPO on 400 held-out (two-model study)"),
-    Figure("docs/benchmarks.md", "routing_drgrpo400.json", "seconds",
+    Figure(TWO_MODELS, "routing_drgrpo400.json", "seconds",
            lambda t: f"--name routing_drgrpo400`, {t:,.0f} s alone;", "Dr. GRPO eval time"),
-    Figure("docs/benchmarks.md", "routing_first_call.json", "runs.0.held_out_curve",
+    Figure(TWO_MODELS, "routing_first_call.json", "runs.0.held_out_curve",
            _curve_row("`r32_fc` held-out reward"), "first call written for half: curve"),
-    Figure("docs/benchmarks.md", "routing_first_call.json", "runs.1.held_out_curve",
+    Figure(TWO_MODELS, "routing_first_call.json", "runs.1.held_out_curve",
            _curve_row("`r33_casc` held-out reward (first call written)"), "first call written for all: curve"),
-    Figure("docs/benchmarks.md", "escalation_drgrpo.json", "", _escalation_table, "Dr. GRPO: probe table"),
-    Figure("docs/benchmarks.md", "routing_drgrpo400_rescored.json", "rescored.0.policy_escalation",
+    Figure(TWO_MODELS, "escalation_drgrpo.json", "", _escalation_table, "Dr. GRPO: probe table"),
+    Figure(TWO_MODELS, "routing_drgrpo400_rescored.json", "rescored.0.policy_escalation",
            lambda e: f"After the {e['not_stated']['escalated']} no-answer replies it escalated on, GPT-4 was right on "
                      f"{e['not_stated']['strong_right']} and the policy's answer was wrong on "
                      f"{e['not_stated']['miscopied']} of them; after stated replies, on {e['stated']['miscopied']} of "
                      f"{e['stated']['strong_right']}.", "Dr. GRPO on 400: GPT-4's reply not copied back"),
-    Figure("docs/benchmarks.md", "routing_drgrpo1600.json", "runs.1.selection.scored",
+    Figure(TWO_MODELS, "routing_drgrpo1600.json", "runs.1.selection.scored",
            lambda sc: f"by mean reward ({', '.join(format(x['mean_reward'], '.3f') for x in sc)}: "
                       f"{max(sc, key=lambda x: (x['mean_reward'], -x['penalty']))['penalty']:g} wins)",
            "Dr. GRPO on 1,600: the penalty picked on training questions"),
-    Figure("docs/benchmarks.md", "routing_drgrpo1600.json", "",
+    Figure(TWO_MODELS, "routing_drgrpo1600.json", "",
            lambda d: f"--name routing_drgrpo1600` ({d['seconds']:,.0f} s alone, {d['runs'][1]['wall_s']:,.0f} s of it the 1,600;",
            "Dr. GRPO on 1,600: time"),
-    Figure("docs/benchmarks.md", "routing_drgrpo1600.json", "runs.1.routing",
+    Figure(TWO_MODELS, "routing_drgrpo1600.json", "runs.1.routing",
            lambda b: f"asks GPT-4 after {_escalated(b, 'not_stated', 'of the')} Mixtral replies that state no answer and "
                      f"after {_escalated(b, 'stated', 'of the')} that state one "
                      f"({b['policy_escalation']['stated']['share']:.0%}); format validity "
@@ -444,10 +444,10 @@ ROUTING_FIGURES = [
                      f"{_escalated(b, 'stated', 'of the')} others: {_interval(b['policy_minus_best_fixed'])}, still a "
                      f"tie, where the cascade is {_interval(b['cascade_minus_best_fixed'])}.",
            "Dr. GRPO on 1,600 unread held-out (two-model study)"),
-    Figure("docs/benchmarks.md", "routing_first_call.json", "runs.4",
+    Figure(TWO_MODELS, "routing_first_call.json", "runs.4",
            lambda r: f"{r['wall_s']:,.0f} s alone, settings fixed before it ran",
            "Dr. GRPO resumed with fewer stratum prompts: time"),
-    Figure("docs/benchmarks.md", "routing_first_call.json", "runs",
+    Figure(TWO_MODELS, "routing_first_call.json", "runs",
            lambda rs: (lambda b, before: f"asks GPT-4 after {b['policy_escalation']['stated']['escalated']} of the "
                        f"{b['policy_escalation']['stated']['n']} stated replies at step 36 "
                        f"({before['policy_escalation']['stated']['escalated']} at step 24), "
@@ -455,47 +455,47 @@ ROUTING_FIGURES = [
                        f"{b['routes'][b['best_fixed']]['mean_reward']:.3f} ({_interval(b['policy_minus_best_fixed'])};"
                        )(rs[4]["routing"], rs[3]["routing"]),
            "Dr. GRPO resumed with fewer stratum prompts: 32 held-out"),
-    Figure("docs/benchmarks.md", "escalation_drgrpo.json", "seconds",
+    Figure(TWO_MODELS, "escalation_drgrpo.json", "seconds",
            lambda t: f"--name escalation_drgrpo`, {t:.0f} s alone;", "Dr. GRPO: probe time"),
-    Figure("docs/benchmarks.md", "routing_mark.json", "runs.0.held_out_curve",
+    Figure(TWO_MODELS, "routing_mark.json", "runs.0.held_out_curve",
            _share_row("`r29_mark` strong share GSM8K / MMLU"), "note at the choice: shares"),
-    Figure("docs/benchmarks.md", "routing_mark.json", "runs.1.held_out_curve",
+    Figure(TWO_MODELS, "routing_mark.json", "runs.1.held_out_curve",
            _curve_row("`r29_mark_t1536` mean reward"), "1,536-token budget: curve"),
-    Figure("docs/benchmarks.md", "routing_mark.json", "runs.1.held_out_curve",
+    Figure(TWO_MODELS, "routing_mark.json", "runs.1.held_out_curve",
            _share_row("`r29_mark_t1536` strong share GSM8K / MMLU"), "1,536-token budget: shares"),
-    Figure("docs/benchmarks.md", "groups_mark_t1536.json", "", _groups_table, "sampled groups table"),
-    Figure("docs/benchmarks.md", "groups_mark_t1536.json", "seconds",
+    Figure(TWO_MODELS, "groups_mark_t1536.json", "", _groups_table, "sampled groups table"),
+    Figure(TWO_MODELS, "groups_mark_t1536.json", "seconds",
            lambda t: f"groups_mark_t1536`, {t:,.0f} s,", "sampled groups time"),
-    Figure("docs/benchmarks.md", "groups_mark_t1536.json", "entries.0.groups",
+    Figure(TWO_MODELS, "groups_mark_t1536.json", "entries.0.groups",
            lambda g: f"({g['escalate_minus_answer']:+.3f} over the {g['groups_with_both']} groups holding both moves)",
            "sampled groups: within-group difference"),
-    Figure("docs/benchmarks.md", "escalation_decision.json", "seconds",
+    Figure(TWO_MODELS, "escalation_decision.json", "seconds",
            lambda t: f"--steps 0,8,20 --name escalation_decision`, {t:.0f} s;", "decision probe time"),
-    Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal).most_cascade_gain",
+    Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal).most_cascade_gain",
            lambda g: f"gains **{g['gain']:+.3f}** over the best fixed route at alpha {g['alpha']:g}", "cascade gain"),
-    Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
-    Figure("docs/benchmarks.md", "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
-    Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)", _gap_table, "gap table, job mix"),
-    Figure("docs/benchmarks.md", "routing.json", "sweeps.job mix (tasks equal)",
+    Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
+    Figure(TWO_MODELS, "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
+    Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal)", _gap_table, "gap table, job mix"),
+    Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal)",
            lambda sw: _gap_036(sw) + " just to see which route leads", "gap at alpha 0.36"),
     Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal)",
            lambda sw: _gap_036(sw) + ",", "gap at alpha 0.36 (two-model study)"),
     # r39: RL's prompts from GSM8K alone (train.sources)
-    Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.0",
+    Figure(TWO_MODELS, "routing_gsm1600.json", "runs.0",
            lambda r: f"train.sources=[gsm8k] train.total_steps=48\"`; {r['wall_s']:,.0f} s alone;", "GSM8K only: time"),
-    Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.0.routing",
+    Figure(TWO_MODELS, "routing_gsm1600.json", "runs.0.routing",
            lambda b: f"({_escalated(b, 'stated')} stated replies, {_escalated(b, 'not_stated')} without an answer: "
                      f"{b['routes']['policy']['mean_reward']:.3f}, the cascade's figure there)"
            if abs(b["routes"]["policy"]["mean_reward"] - b["routes"]["cascade"]["mean_reward"]) < 5e-4 else NEVER_IN_A_DOC,
            "GSM8K only: 32 held-out"),
-    Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.1.selection",
+    Figure(TWO_MODELS, "routing_gsm1600.json", "runs.1.selection",
            lambda sel: f"(the greedy penalty's choice, 0 and 0.6 tied at {sel['scored'][0]['mean_reward']:.3f}"
            if [x["penalty"] for x in sel["scored"]] == [0, 0.6] and sel["chosen"] == 0
            and round(sel["scored"][0]["mean_reward"], 3) == round(sel["scored"][1]["mean_reward"], 3) else NEVER_IN_A_DOC,
            "GSM8K only: penalty choice"),
-    Figure("docs/benchmarks.md", "routing_gsm1600.json", "",
+    Figure(TWO_MODELS, "routing_gsm1600.json", "",
            lambda d: f"--name routing_gsm1600` ({d['seconds']:,.0f} s alone;", "GSM8K only on 1,600: time"),
-    Figure("docs/benchmarks.md", "routing_gsm1600.json", "runs.1.routing",
+    Figure(TWO_MODELS, "routing_gsm1600.json", "runs.1.routing",
            lambda b: f"It asks GPT-4 after {_escalated(b, 'not_stated', 'of the')} replies that state no answer and "
                      f"{_escalated(b, 'stated', 'of the')} that state one; format validity "
                      f"{b['routes']['policy']['format_valid']:.3f}, accuracy {b['routes']['policy']['accuracy']:.3f}. "
@@ -503,25 +503,25 @@ ROUTING_FIGURES = [
                      f"{b['routes'][b['best_fixed']]['mean_reward']:.3f}: {_interval(b['policy_minus_best_fixed'])}, "
                      f"{_interval(b['policy_minus_cascade'])} against the cascade",
            "GSM8K only on 1,600"),
-    Figure("docs/benchmarks.md", "routing_gsm1600_rescored.json", "rescored.0.versus",
+    Figure(TWO_MODELS, "routing_gsm1600_rescored.json", "rescored.0.versus",
            lambda v: f"{_interval(v['policy_minus_versus'])} against `r35_s24` on the same questions"
            if v["run"].endswith("r35_s24_heldout1600_unread_fp0") else "other run",
            "GSM8K only against r35_s24 on the 1,600"),
-    Figure("docs/benchmarks.md", "escalation_gsm.json", "", _escalation_table, "GSM8K only: probe table"),
-    Figure("docs/benchmarks.md", "escalation_gsm.json", "seconds",
+    Figure(TWO_MODELS, "escalation_gsm.json", "", _escalation_table, "GSM8K only: probe table"),
+    Figure(TWO_MODELS, "escalation_gsm.json", "seconds",
            lambda t: f"--name escalation_gsm`, {t:.0f} s alone;", "GSM8K only: probe time"),
     # r40: r39 resumed with half its prompts from the no-answer stratum
-    Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "runs.0",
+    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.0",
            lambda r: f"the rest as `r39_gsm`; {r['wall_s']:,.0f} s alone;", "r40: time"),
-    Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "runs.0.routing",
+    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.0.routing",
            lambda b: f"at step 60 it asks GPT-4 after {b['policy_escalation']['stated']['escalated']} of the 31 stated replies"
            if b["policy_escalation"]["stated"]["n"] == 31 else NEVER_IN_A_DOC, "r40: 32 held-out"),
-    Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "runs.1.routing",
+    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.1.routing",
            lambda b: f"it asks after {_escalated(b, 'not_stated')} no-answer replies and "
                      f"{b['policy_escalation']['stated']['escalated']} of {b['policy_escalation']['stated']['n']} "
                      f"stated ones: {b['routes']['policy']['mean_reward']:.3f}, {_interval(b['policy_minus_best_fixed'])} "
                      f"above always-Mixtral", "r40: 256 training questions"),
-    Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "runs.2.routing",
+    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.2.routing",
            lambda b: f"it asks GPT-4 after {_escalated(b, 'not_stated', 'of the')} replies that state no answer and "
                      f"{_escalated(b, 'stated', 'of the')} that state one "
                      f"({b['policy_escalation']['stated']['share']:.0%}); format validity "
@@ -530,7 +530,7 @@ ROUTING_FIGURES = [
                      f"{b['routes'][b['best_fixed']]['mean_reward']:.3f}: {_interval(b['policy_minus_best_fixed'])}, "
                      f"the first interval of a policy here that excludes 0, and level with the cascade "
                      f"({_interval(b['policy_minus_cascade'])})", "r40 on the 1,600"),
-    Figure("docs/benchmarks.md", "routing_gsm_na50_1600.json", "rescored.0.versus",
+    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "rescored.0.versus",
            lambda v: f"{_interval(v['policy_minus_versus'])} against `r35_s24` on the same questions"
            if v["run"].endswith("r35_s24_heldout1600_unread_fp0") else "other run", "r40 against r35_s24"),
     Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.2.routing",
@@ -539,16 +539,16 @@ ROUTING_FIGURES = [
                      f"and scores {_interval(b['policy_minus_best_fixed'])} above always-Mixtral",
            "r40 on the 1,600 (two-model study)"),
     # which stated replies r40 escalates on: the 1,600, then the lockbox read once
-    Figure("docs/benchmarks.md", "routing_signal1600.json", "rescored.2.policy_signal",
+    Figure(TWO_MODELS, "routing_signal1600.json", "rescored.2.policy_signal",
            lambda g: f"those `r40_gsm_na50` kept minus on those it escalated on is "
                      f"{_interval(g['cheap_right_kept_minus_escalated'])} ({g['kept']['cheap_right']:.3f} against "
                      f"{g['escalated']['cheap_right']:.3f};", "r40 signal on the 1,600"),
-    Figure("docs/benchmarks.md", "routing_signal1600.json", "rescored.0.policy_signal",
+    Figure(TWO_MODELS, "routing_signal1600.json", "rescored.0.policy_signal",
            lambda g: f"where `r35_s24`'s is {_interval(g['cheap_right_kept_minus_escalated'])}", "r35 signal on the 1,600"),
-    Figure("docs/benchmarks.md", "routing_signal1600.json", "rescored.2.policy_by_task",
+    Figure(TWO_MODELS, "routing_signal1600.json", "rescored.2.policy_by_task",
            lambda t: f"GSM8K {_interval(t['gsm8k']['signal']['cheap_right_kept_minus_escalated'])}, MMLU "
                      f"{_interval(t['mmlu']['signal']['cheap_right_kept_minus_escalated'])})", "r40 signal per task"),
-    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0",
+    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
            lambda b: f"Mixtral is right on {b['policy_signal']['kept']['cheap_right']:.3f} of the stated replies the "
                      f"policy kept and {b['policy_signal']['escalated']['cheap_right']:.3f} of the "
                      f"{b['policy_signal']['escalated']['n']} it escalated on, "
@@ -558,20 +558,20 @@ ROUTING_FIGURES = [
                      f"{_interval(b['policy_by_task']['gsm8k']['signal']['cheap_right_kept_minus_escalated'])}), and those "
                      f"escalations are worth {_interval(b['policy_signal']['gain_escalated_minus_all'])} each",
            "lockbox: signal"),
-    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0",
+    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
            lambda b: f"Reward: {b['policy_mean_reward']:.3f} against always-Mixtral's "
                      f"{b['routes']['always_cheapest']['mean_reward']:.3f}, {_interval(b['policy_minus_best_fixed'])}, and "
                      f"{_interval(b['policy_minus_cascade'])} above the cascade", "lockbox: reward"),
-    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0",
+    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
            lambda b: f"always-GPT-4 scores {b['routes']['always_strongest']['mean_reward']:.3f}: the policy ties it, "
                      f"{_interval(b['policy_minus_fixed']['always_strongest'])}", "lockbox: always-GPT-4"),
-    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0",
+    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
            lambda b: f"Per task: MMLU {b['policy_by_task']['mmlu']['mean_reward']:.3f} (GPT-4 "
                      f"{b['routes']['always_strongest']['mean_reward_by_task']['mmlu']:.3f}, Mixtral "
                      f"{b['routes']['always_cheapest']['mean_reward_by_task']['mmlu']:.3f}; it asks GPT-4 after "
                      f"{b['policy_by_task']['mmlu']['escalation']['stated']['escalated']:,} of "
                      f"{b['policy_by_task']['mmlu']['escalation']['stated']['n']:,}", "lockbox: MMLU"),
-    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0.routes",
+    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0.routes",
            lambda r: f"its MMLU reward {r['always_strongest']['mean_reward_by_task']['mmlu']:.3f} against Mixtral's "
                      f"{r['always_cheapest']['mean_reward_by_task']['mmlu']:.3f} here", "lockbox: MMLU routes"),
     Figure("docs/evaluation.md", "routing_lockbox.json", "rescored.0.policy_by_task.mmlu.escalation.stated",
@@ -658,13 +658,13 @@ ROUTING_FIGURES = [
            lambda p: "the random mix of the two models at the same cost scores " + ", ".join(
                f"{p[s]['random_quality_at_cost']:.3f}" for s in "01") + f" and {p['2']['random_quality_at_cost']:.3f}",
            "unseen subjects: random mix at r40's cost"),
-    Figure("docs/benchmarks.md", "routing_lockbox1540.json", "rescored.0",
+    Figure(TWO_MODELS, "routing_lockbox1540.json", "rescored.0",
            lambda b: f"On the 1,540 never read: signal {_interval(b['policy_signal']['cheap_right_kept_minus_escalated'])}, "
                      f"worth over random {_interval(b['policy_signal']['gain_escalated_minus_all'])}, policy minus "
                      f"always-Mixtral {_interval(b['policy_minus_best_fixed'])}, minus always-GPT-4 "
                      f"{_interval(b['policy_minus_fixed']['always_strongest'])}"
            if sum(b["tasks"].values()) == 1540 else NEVER_IN_A_DOC, "lockbox without the 22"),
-    Figure("docs/benchmarks.md", "routing_lockbox.json", "seconds",
+    Figure(TWO_MODELS, "routing_lockbox.json", "seconds",
            lambda t: f"(`benchmarks/results/routing_lockbox.*`, {t:.0f} s)", "lockbox: rescore time"),
     Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
            lambda b: f"Mixtral is right on {b['policy_signal']['kept']['cheap_right']:.3f} of the stated replies it "
@@ -676,6 +676,11 @@ ROUTING_FIGURES = [
                      f"{sum(b['tasks'].values()):,} questions, a tie with always-GPT-4 "
                      f"({_interval(b['policy_minus_fixed']['always_strongest'])})",
            "README headline: lockbox"),
+    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0",
+           lambda b: f"scores {_interval(b['policy_minus_best_fixed'])} above always-Mixtral on a lockbox of "
+                     f"{sum(b['tasks'].values()):,} questions, a tie with always-GPT-4 "
+                     f"({_interval(b['policy_minus_fixed']['always_strongest'])})",
+           "results page: lockbox"),
     Figure(TWO_MODELS, "routing_gsm1600.json", "runs.1.routing",
            lambda b: f"removed them ({_escalated(b, 'stated')}) and most of the needed ones with them "
                      f"({_escalated(b, 'not_stated')}; {_interval(b['policy_minus_best_fixed'])})",
