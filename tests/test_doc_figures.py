@@ -198,6 +198,8 @@ GMT_FIGURES = [
 # -- docs/evaluation.md: benchmarks/results/unseen_{variants,subjects}.json --------------------------------
 
 EVALUATION = "docs/evaluation.md"
+UNSEEN = "docs/experiments/2026-11-offline-routers-unseen-subjects.md"
+"""The study of offline routers on unseen MMLU subjects: evaluation.md's development history."""
 MF_VARIANTS = ["MF (the baseline: torch seed 0, 30 epochs, ties 0.5)", "MF, torch seed 1", "MF, 5 epochs",
                "MF, ties dropped"]
 
@@ -208,13 +210,13 @@ def _mf_variants_seed0(variants: dict[str, Any]) -> str:
 
 
 EVALUATION_FIGURES = [
-    Figure(EVALUATION, "unseen_variants.json", "variants", _mf_variants_seed0, "MF variants on seed 0"),
-    Figure(EVALUATION, "unseen_variants.json", "variants",
+    Figure(UNSEEN, "unseen_variants.json", "variants", _mf_variants_seed0, "MF variants on seed 0"),
+    Figure(UNSEEN, "unseen_variants.json", "variants",
            lambda v: f"a plain logistic regression on the same embeddings at "
                      f"{v['logistic P(strong wins) on embeddings, l2 1']['0']['apgr']:.3f} with l2 1; only with "
                      f"l2 100 does it reach {v['logistic P(strong wins) on embeddings, l2 100']['0']['apgr']:.3f}",
            "logistic regression on seed 0"),
-    Figure(EVALUATION, "unseen_subjects.json", "routers.random.per_seed.0.apgr", lambda v: f"above random's {v:.3f}",
+    Figure(UNSEEN, "unseen_subjects.json", "routers.random.per_seed.0.apgr", lambda v: f"above random's {v:.3f}",
            "random on seed 0"),
 ]
 
@@ -574,26 +576,26 @@ ROUTING_FIGURES = [
     Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0.routes",
            lambda r: f"its MMLU reward {r['always_strongest']['mean_reward_by_task']['mmlu']:.3f} against Mixtral's "
                      f"{r['always_cheapest']['mean_reward_by_task']['mmlu']:.3f} here", "lockbox: MMLU routes"),
-    Figure("docs/evaluation.md", "routing_lockbox.json", "rescored.0.policy_by_task.mmlu.escalation.stated",
+    Figure(UNSEEN, "routing_lockbox.json", "rescored.0.policy_by_task.mmlu.escalation.stated",
            lambda e: f"(44% against {e['share']:.0%})", "lockbox: MMLU share"),
     # the cascade-shaped policy on the unseen subjects (bench_unseen_subjects.py --router-r1 r40 ...)
-    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1",
+    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1",
            lambda r: f"| router_r1 (`r40_gsm_na50`) | quality {r['quality_mean']:.3f} at {100 * r['strong_share_mean']:.1f}% "
                      f"strong, ${1000 * r['cost_mean']:.3f} per 1k prompts |", "unseen subjects: r40 row"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
            lambda p: f"It asks GPT-4 after {p['0']['escalated']}, {p['1']['escalated']} and {p['2']['escalated']} "
                      f"of each seed's 100 Mixtral replies", "unseen subjects: r40 escalations"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
            lambda p: f"Per seed its quality is {p['0']['quality']:.2f}, {p['1']['quality']:.2f} and "
                      f"{p['2']['quality']:.2f}", "unseen subjects: r40 per seed"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1",
+    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1",
            lambda r: f"with the Mixtral call before each escalation priced too (`cost_mean_all_calls` in each seed's "
                      f"`report.json`, since 2026-11-27) it costs ${1000 * r['cost_mean_all_calls']:.3f} per 1k prompts",
            "unseen subjects: r40 every call's cost"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
            lambda p: "(" + _three([p[s]["quality"] - p[s]["random_quality_at_cost_all_calls"] for s in "012"], "+.3f")
                      + " against the mix at the cost of every call)", "unseen subjects: r40 per seed, every call"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "seconds",
+    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "seconds",
            lambda t: f"`benchmarks/results/unseen_subjects_subset100_r40.md`, {t:.0f} s alone with the embeddings",
            "unseen subjects: r40 time"),
     Figure(TWO_MODELS, "unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
@@ -602,35 +604,35 @@ ROUTING_FIGURES = [
     Figure(TWO_MODELS, "unseen_subjects_subset300_r40.json", "routers",
            lambda r: f"+{r['probe_form']['weak_split_pooled']['value']:.3f} and +{r['knn']['weak_split_pooled']['value']:.3f};",
            "unseen subjects offline weak split (two-model study)"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "", _unseen_weak_split_table,
+    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "", _unseen_weak_split_table,
            "unseen subjects 300: weak-split table"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
+    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
            lambda p: f"Mixtral is right on {p['kept']:.3f} of the prompts it kept and {p['sent']:.3f} of those it "
                      f"escalated on, +{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]", "unseen subjects 300: r40 weak split"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "routers.router_r1",
+    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "routers.router_r1",
            lambda r: f"quality {r['quality_mean']:.3f} at {100 * r['strong_share_mean']:.1f}% strong, "
                      f"${1000 * r['cost_mean']:.3f} per 1k prompts", "unseen subjects 300: r40 point"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "routers.router_r1.per_seed",
+    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "routers.router_r1.per_seed",
            lambda p: f"per seed {p['0']['quality']:.3f}, {p['1']['quality']:.3f} and {p['2']['quality']:.3f} against the "
                      f"random mix at the same cost {p['0']['random_quality_at_cost']:.3f}, "
                      f"{p['1']['random_quality_at_cost']:.3f} and {p['2']['random_quality_at_cost']:.3f}",
            "unseen subjects 300: r40 per seed"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "seconds",
+    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "seconds",
            lambda t: f"--name\nunseen_subjects_subset300_r40`, {t:.0f} s (652 s the first time", "unseen subjects 300: time"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40.json", "routers.router_r1", _every_call_cost,
+    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "routers.router_r1", _every_call_cost,
            "unseen subjects 300: r40 every call's cost"),
     # the same policy's odds of escalating as a threshold router (--router-r1-score escalation)
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "", _unseen_apgr_rows,
+    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "", _unseen_apgr_rows,
            "unseen subjects 300: odds APGR table"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "routers",
+    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "routers",
            lambda r: f"give APGR {r['router_r1_odds']['apgr_mean']:.3f} on the unseen subjects, above MF "
                      f"({r['mf']['apgr_mean']:.3f}) and random ({r['random']['apgr_mean']:.3f}) and below kNN "
                      f"({r['knn']['apgr_mean']:.3f}) and `probe_form` ({r['probe_form']['apgr_mean']:.3f})",
            "unseen subjects 300: odds APGR sentence"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed.0.apgr_minus_random",
+    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed.0.apgr_minus_random",
            lambda d: f"only seed 0's interval against random excludes 0 ({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}])",
            "unseen subjects 300: odds vs random"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds",
+    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds",
            lambda r: f"Mixtral is right on {r['weak_split_pooled']['kept']:.3f} of the prompts it keeps and "
                      f"{r['weak_split_pooled']['sent']:.3f} of those it sends ({r['weak_split_pooled']['value']:+.3f} "
                      f"[{r['weak_split_pooled']['lo']:+.3f}, {r['weak_split_pooled']['hi']:+.3f}]). The score reads "
@@ -640,21 +642,21 @@ ROUTING_FIGURES = [
            lambda r: f"give APGR {r['router_r1_odds']['apgr_mean']:.3f} on those prompts (MF {r['mf']['apgr_mean']:.3f}, "
                      f"random {r['random']['apgr_mean']:.3f}, kNN {r['knn']['apgr_mean']:.3f}, `probe_form` "
                      f"{r['probe_form']['apgr_mean']:.3f})", "odds APGR (two-model study)"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "seconds",
+    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "seconds",
            lambda t: f"`benchmarks/results/unseen_subjects_subset300_r40_odds.md`, {t:.0f} s alone", "unseen subjects 300: odds time"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed",
+    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed",
            lambda p: f"Greedy decoding escalated on {_three([p[s]['escalated_greedy'] for s in '012'], 'd')} of each "
                      f"seed's 300, as in the run above, and {sum(p[s]['no_decision_point'] for s in '012')} of the 900 "
                      "turns had no decision point", "unseen subjects 300: odds greedy counts"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "", _unseen_weak_split_table,
+    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "", _unseen_weak_split_table,
            "unseen subjects: weak-split table"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.weak_split_pooled",
+    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1.weak_split_pooled",
            lambda p: f"Mixtral is right on {p['kept']:.3f} of the prompts the policy kept and {p['sent']:.3f} of those it "
                      f"escalated on, +{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]", "unseen subjects: r40 weak split"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.probe_form.per_seed",
+    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.probe_form.per_seed",
            lambda p: f"({sum(v['at_share']['0.5']['quality'] for v in p.values()) / len(p):.3f} at 50% strong, mean)",
            "unseen subjects: probe_form at 50%"),
-    Figure("docs/evaluation.md", "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
            lambda p: "the random mix of the two models at the same cost scores " + ", ".join(
                f"{p[s]['random_quality_at_cost']:.3f}" for s in "01") + f" and {p['2']['random_quality_at_cost']:.3f}",
            "unseen subjects: random mix at r40's cost"),
