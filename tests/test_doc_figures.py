@@ -772,8 +772,87 @@ GPU_FIGURES = [
                      f"{_logits(r, 'chunked', 2048, 'arithmetic_bytes_per_element')} that", "logits bytes per element"),
 ]
 
+# -- docs/serve.md: the selector's regret (benchmarks/results/selector.json) ---------------------------------
+
+SERVE = "docs/serve.md"
+REGRET_ROWS = {"0.0": "0 (correctness only)", "0.1": "0.1", "0.3": "0.3 (the default `cost_reward_alpha`)"}
+
+
+def _regret_row(alpha: str) -> Callable[[dict[str, Any]], str]:
+    def row(a: dict[str, Any]) -> str:
+        r = a[alpha]
+        return (f"| {REGRET_ROWS[alpha]} | " + " | ".join(f"{r[k]['final_regret_mean']:.0f}" for k in (
+            "thompson", "epsilon_greedy", "contextual", "best_fixed", "random")) + " |")
+    return row
+
+
+def _per_seed(r: dict[str, Any]) -> str:
+    return " / ".join(f"{x:.0f}" for x in r["per_seed"])
+
+
+SERVE_FIGURES = [
+    *[Figure(SERVE, "selector.json", "regret.alphas", _regret_row(a), f"regret table, alpha {a}") for a in REGRET_ROWS],
+    Figure(SERVE, "selector.json", "regret.alphas",
+           lambda a: f"At α = 0 it is {a['0.0']['contextual']['final_regret_mean']:.0f} against "
+                     f"{a['0.0']['thompson']['final_regret_mean']:.0f}, within "
+                     f"{a['0.0']['contextual']['final_regret_mean'] - a['0.0']['best_fixed']['final_regret_mean']:.0f} of "
+                     f"the best fixed candidate ({a['0.0']['best_fixed']['final_regret_mean']:.0f}). At α = 0.1 it is "
+                     f"{a['0.1']['contextual']['final_regret_mean']:.0f} against {a['0.1']['thompson']['final_regret_mean']:.0f}",
+           "contextual against Thompson"),
+    Figure(SERVE, "selector.json", "regret.alphas",
+           lambda a: "on every one of the three shuffles" if all(
+               c < t for al in ("0.0", "0.1") for c, t in zip(a[al]["contextual"]["per_seed"], a[al]["thompson"]["per_seed"]))
+           else NEVER_IN_A_DOC, "contextual below Thompson on every shuffle"),
+    Figure(SERVE, "selector.json", "regret.alphas",
+           lambda a: _alpha_03(a["0.3"]), "alpha 0.3 per shuffle"),
+]
+
+
+def _alpha_03(r: dict[str, Any]) -> str:
+    """At alpha 0.3: the contextual mode's and Thompson's regret, per shuffle, and the best fixed candidate's."""
+    mean = {k: round(r[k]["final_regret_mean"]) for k in ("contextual", "thompson", "best_fixed")}
+    return (f"{mean['contextual']} against {mean['thompson']}. Per shuffle it is {_per_seed(r['contextual'])} against "
+            f"Thompson's {_per_seed(r['thompson'])}. The best fixed candidate is at {mean['best_fixed']}")
+
+
+SERVE_FIGURES += [
+    Figure(SERVE, "selector.json", "regret",
+           lambda r: f"{r['contextual_decisions_per_s']:,.0f} `Selector.select` calls per second in-process", "decisions/s"),
+]
+
+def _ms(v: float) -> str:
+    """A latency as serve.md writes it: one decimal under 100 ms, whole milliseconds above."""
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def _latency_cells(setup: dict[str, Any]) -> str:
+    """A setup's row of serve.md's latency table: p50 / p99 at 20 and at 200 requests/s (achieved)."""
+    slow, fast = setup["rates"]["20.0"], setup["rates"]["200.0"]
+    return (f"| {_ms(slow['p50_ms'])} / {_ms(slow['p99_ms'])} | {_ms(fast['p50_ms'])} / {_ms(fast['p99_ms'])} "
+            f"({fast['achieved_rate_per_s']:.0f}) |")
+
+
+LATENCY_SETUPS = ("two_hop", "one_hop", "one_hop_no_access_log", "direct_two_hop", "direct",
+                  "direct_main_loop_access_log", "direct_main_loop")
+SERVE_FIGURES += [
+    *[Figure(SERVE, "selector.json", f"latency.setups.{name}", _latency_cells, f"latency row {name}")
+      for name in LATENCY_SETUPS],
+    Figure(SERVE, "selector.json", "latency.setups",
+           lambda s: f"**{_ms(s['direct_main_loop']['rates']['200.0']['p50_ms'])} ms / "
+                     f"{_ms(s['direct_main_loop']['rates']['200.0']['p99_ms'])} ms, "
+                     f"{s['direct_main_loop']['rates']['200.0']['achieved_rate_per_s']:.0f} requests/s achieved** (before: "
+                     f"{_ms(s['two_hop']['rates']['200.0']['p50_ms'])} ms / {_ms(s['two_hop']['rates']['200.0']['p99_ms'])} ms, "
+                     f"{s['two_hop']['rates']['200.0']['achieved_rate_per_s']:.0f} achieved)", "latency at 200 requests/s"),
+    Figure(SERVE, "selector.json", "decisions",
+           lambda d: f"| decisions/s inside the selector actor (Thompson, 2 candidates) | "
+                     f"{round(d['in_actor_thompson_per_s'], -3):,.0f} |", "decisions/s in the actor"),
+    Figure("README.md", "selector.json", "latency.setups.direct_main_loop.rates",
+           lambda r: f"`/route` p50 / p99 {_ms(r['200.0']['p50_ms'])} ms / {_ms(r['200.0']['p99_ms'])} ms at "
+                     f"{r['200.0']['target_rate_per_s']:.0f} requests/s", "README: serve latency"),
+]
+
 FIGURES = (OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
-           + TRAINER_FIGURES)
+           + TRAINER_FIGURES + SERVE_FIGURES)
 
 
 def test_a_failed_condition_cannot_pass() -> None:
