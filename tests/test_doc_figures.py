@@ -851,8 +851,41 @@ SERVE_FIGURES += [
                      f"{r['200.0']['target_rate_per_s']:.0f} requests/s", "README: serve latency"),
 ]
 
+# -- docs/intent.md: benchmarks/results/intent.json ------------------------------------------------------------
+
+INTENT = "docs/intent.md"
+INTENT_ROWS = {"supervised": "supervised", "rl": "rl (lr 1e-5, accuracy reward; default)",
+               "rl lr=1e-4": "rl lr 1e-4, accuracy", "rl calibration reward": "rl lr 1e-5, calibration reward (Brier)",
+               "rl f1 (leave-one-out) lr=1e-4": "rl lr 1e-4, F1 (leave-one-out)"}
+
+
+def _intent_row(key: str) -> Callable[[dict[str, Any]], str]:
+    def row(t: dict[str, Any]) -> str:
+        r = t[key]
+        return (f"| {INTENT_ROWS[key]} | {r['accuracy']:.4f} | {r['macro_f1']:.4f} | {r['ece']:.4f} | "
+                f"{r['ms_per_query']:.2f} | {r['single_query_ms_p50']:.2f} | {r['n_test']:.0f} |")
+    return row
+
+
+INTENT_FIGURES = [
+    *[Figure(INTENT, "intent.json", "table", _intent_row(k), f"table row {k}") for k in INTENT_ROWS],
+    Figure(INTENT, "intent.json", "table",
+           lambda t: f"The default (lr 1e-5) lost {100 * (t['supervised']['accuracy'] - t['rl']['accuracy']):.1f} points of "
+                     f"accuracy; lr 1e-4 lost {100 * (t['supervised']['accuracy'] - t['rl lr=1e-4']['accuracy']):.1f}; the "
+                     f"calibration and F1 rewards gained "
+                     f"{100 * (t['rl calibration reward']['accuracy'] - t['supervised']['accuracy']):.1f} and "
+                     f"{100 * (t['rl f1 (leave-one-out) lr=1e-4']['accuracy'] - t['supervised']['accuracy']):.1f}",
+           "PPO against supervised"),
+    Figure(INTENT, "intent.json", "main",
+           lambda m: f"Whole main run {m['total_wall_s']:.0f} s wall, of which {m['train_wall_s']:.0f} s training",
+           "main run time"),
+    Figure("README.md", "intent.json", "table",
+           lambda t: f"accuracy {t['supervised']['accuracy']:.4f} vs {t['rl']['accuracy']:.4f} on "
+                     f"{t['rl']['n_test']:.0f} held-out questions", "README: intent"),
+]
+
 FIGURES = (OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
-           + TRAINER_FIGURES + SERVE_FIGURES)
+           + TRAINER_FIGURES + SERVE_FIGURES + INTENT_FIGURES)
 
 
 def test_a_failed_condition_cannot_pass() -> None:
