@@ -867,6 +867,12 @@ def _intent_row(key: str) -> Callable[[dict[str, Any]], str]:
     return row
 
 
+TWO_MODELS_FIGURES = [
+    Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.2.routing.routes.policy",
+           lambda p: f"| 0.6 | {p['mean_reward']:.3f} | -0.029 [-0.038, -0.019] | {p['format_valid']:.3f} | 32 (2) | "
+                     f"{p['accuracy']:.3f} |", "greedy penalty 0.6 row"),
+]
+
 INTENT_FIGURES = [
     *[Figure(INTENT, "intent.json", "table", _intent_row(k), f"table row {k}") for k in INTENT_ROWS],
     Figure(INTENT, "intent.json", "table",
@@ -885,7 +891,7 @@ INTENT_FIGURES = [
 ]
 
 FIGURES = (OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
-           + TRAINER_FIGURES + SERVE_FIGURES + INTENT_FIGURES)
+           + TRAINER_FIGURES + SERVE_FIGURES + INTENT_FIGURES + TWO_MODELS_FIGURES)
 
 
 def test_a_failed_condition_cannot_pass() -> None:
