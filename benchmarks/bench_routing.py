@@ -51,6 +51,8 @@ from pathlib import Path
 from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
+LEDGER = ROOT / "benchmarks" / "results" / "test_ledger.jsonl"
+"""Where every --evaluate reading of held-out questions is recorded (``rlrouter.eval.ledger``)."""
 sys.path.insert(0, str(ROOT))
 
 ALPHAS = [round(0.02 * i, 2) for i in range(51)]
@@ -543,7 +545,24 @@ def evaluate_run(run_dir: str, questions: int, penalties: list[float] | None = N
         env, name = {"greedy_frequency_penalty": selection["chosen"]}, f"{name}_fp{selection['chosen']:g}"
     step = selection.get("chosen_step") if selection else None
     name += f"_step{step}" if step is not None else ""
-    return str(score_policy(run, cfg, data, name, env, step)), selection
+    scored = score_policy(run, cfg, data, name, env, step)
+    record_evaluation(scored, data / "test.parquet")
+    return str(scored), selection
+
+
+def record_evaluation(scored: Path, test_split: Path, ledger: Path = LEDGER) -> dict | None:
+    """A trained policy scored on held-out logged questions is a reading of those questions: append it to
+    the ledger of test readings (``rlrouter.eval.ledger``), keyed by the question ids read."""
+    import pandas as pd
+
+    from rlrouter.eval.ledger import reading_key, record_reading
+
+    rows = pd.read_parquet(test_split)
+    ids = [str(i) for i in (rows["id"] if "id" in rows else rows["query"])]
+    routing = json.loads((Path(scored) / "report.json").read_text()).get("routing") or {}
+    return record_reading(ledger, test_key=reading_key(ids), test_sources=[str(test_split)], router_types=["router_r1"],
+                          command="benchmarks/bench_routing.py --evaluate", run=Path(scored).name,
+                          questions=len(ids), policy_minus_best_fixed=routing.get("policy_minus_best_fixed"))
 
 
 def held_out_rows(run: Path, test: list[dict]) -> list[dict]:

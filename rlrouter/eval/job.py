@@ -23,6 +23,7 @@ from rlrouter.eval import learned as _learned  # noqa: F401 - registers the prob
 from rlrouter.eval import encoder_router as _encoder_router  # noqa: F401 - registers the encoder router
 from rlrouter.eval import online as _online  # noqa: F401 - registers the router that learns from feedback
 from rlrouter.eval.baselines import oracle_curve, oracle_decisions, subject_gain_scores
+from rlrouter.eval.ledger import earlier_readings, record_reading
 from rlrouter.eval.metrics import (RouterMetrics, calls_cost, evaluate_decisions, random_quality_at_cost, summarize,
                                     threshold_sweep, weak_split)
 from rlrouter.eval.ope import crossfit_reward_model, epsilon_soft, evaluate_all, one_hot, simulate_logging
@@ -484,12 +485,8 @@ def open_lockbox(cfg: Mapping[str, Any]) -> dict[str, Any]:
     types = sorted({str(spec.get("type")) for spec in [*(cfg["eval"].get("baselines") or {}).values(),
                                                          *((cfg.get("routers") or {}).values()), cfg.get("router")]
                     if spec})
-    earlier: list[dict[str, Any]] = []
     ledger = _ledger(cfg)
-    if ledger is not None and ledger.exists():
-        from rlrouter.data.io import read_jsonl
-
-        earlier = [rec for _, rec in read_jsonl(ledger)]
+    earlier = earlier_readings(ledger)
     same = [r for r in earlier if r.get("fingerprint") == fp]
     if same:
         warnings.warn(f"eval.lockbox: this config (fingerprint {fp}) already read the lockbox on "
@@ -502,20 +499,12 @@ def open_lockbox(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def record_lockbox_read(lockbox: Mapping[str, Any], report: Mapping[str, Any]) -> None:
-    """Append this reading (date, fingerprint, router types, sources, each router's APGR) to the ledger."""
-    if not lockbox.get("ledger"):
-        return
-    import datetime
-
+    """Append this reading (date, fingerprint, router types, sources, each router's APGR) to the ledger
+    (``rlrouter.eval.ledger``)."""
     per = report["slices"]["all"]["routers"]
-    rec = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "fingerprint": lockbox["fingerprint"], "router_types": lockbox["router_types"],
-           "test_sources": report["data"]["split"].get("test_sources"), "command": report.get("command"),
-           "apgr": {k: v.get("apgr") for k, v in per.items()}}
-    path = Path(lockbox["ledger"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(rec, sort_keys=True) + "\n")
+    record_reading(lockbox.get("ledger"), fingerprint=lockbox["fingerprint"], router_types=lockbox["router_types"],
+                   test_sources=report["data"]["split"].get("test_sources"), command=report.get("command"),
+                   apgr={k: v.get("apgr") for k, v in per.items()})
 
 
 def command_line() -> str | None:

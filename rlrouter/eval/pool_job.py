@@ -14,8 +14,6 @@ job (``rlrouter.eval.job.run``: APGR, CPT), any other this one.
 
 from __future__ import annotations
 
-import datetime
-import hashlib
 import itertools
 import json
 import time
@@ -27,7 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rlrouter.config import to_plain_dict
-from rlrouter.data.io import read_jsonl
+from rlrouter.eval.ledger import earlier_readings, reading_key, record_reading
 from rlrouter.eval.job import command_line, question_embedder, load_eval_set, run, split_by_question
 from rlrouter.eval.pool_report import write_pool_report
 from rlrouter.eval.pool_routers import PoolRouter, build_pool_router
@@ -269,24 +267,18 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def record_test_reading(ev: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any] | None:
     """Append this reading of the test tables (date, command, router types, overall AIQ gains) to
-    ``eval.ledger``, and return which router types read the same test tables before (so a report says when
-    its figures are a second look)."""
+    ``eval.ledger`` (``rlrouter.eval.ledger``), and return which router types read the same test tables before
+    (so a report says when its figures are a second look)."""
     path = ev.get("ledger")
     if not path:
         return None
-    path = Path(path)
     tests = report["data"].get("test_sources") or report["data"].get("sources")
-    key = hashlib.sha256(json.dumps(sorted(str(s) for s in tests)).encode()).hexdigest()[:16]
+    key = reading_key(tests)
     types = {n: r.get("type") for n, r in report["routers"].items()}
-    earlier = []
-    if path.exists():
-        earlier = [rec for _, rec in read_jsonl(path) if rec.get("test_key") == key]
+    earlier = earlier_readings(path, test_key=key)
     before = {t: [r["date"] for r in earlier if t in (r.get("router_types") or [])] for t in sorted(set(types.values()))}
-    rec = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "test_key": key,
-           "test_sources": [str(s) for s in tests], "command": report.get("command"),
-           "router_types": sorted({str(t) for t in types.values()}),
-           "aiq_minus_zero": {n: round(r["aiq_minus_zero"]["overall"]["mean"], 4) for n, r in report["routers"].items()}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(rec, sort_keys=True) + "\n")
+    record_reading(path, test_key=key, test_sources=[str(s) for s in tests], command=report.get("command"),
+                   router_types=sorted({str(t) for t in types.values()}),
+                   aiq_minus_zero={n: round(r["aiq_minus_zero"]["overall"]["mean"], 4)
+                                   for n, r in report["routers"].items()})
     return {"path": str(path), "test_key": key, "read_before_by_type": {t: d for t, d in before.items() if d}}

@@ -166,8 +166,11 @@ def test_one_penalty_is_scored_on_the_held_out_questions_without_a_selection_run
     monkeypatch.setattr("rlrouter.data.build.load_router_r1_split", lambda path: [{}] * 5)
     monkeypatch.setattr(br, "score_policy", lambda run, cfg, data, name, env, step=None:
                         calls.append((name, env, step)) or tmp_path / name)
+    monkeypatch.setattr(br, "record_evaluation", lambda scored, split: calls.append(("ledger", scored.name)))
     out, sel = br.evaluate_run(str(tmp_path / "r"), 10, [0.0], unread=["seen.parquet"])
-    assert calls == [("r_heldout5_unread_fp0", {"greedy_frequency_penalty": 0.0}, None)]
+    # scored, and the reading of those held-out questions recorded in the ledger
+    assert calls == [("r_heldout5_unread_fp0", {"greedy_frequency_penalty": 0.0}, None),
+                     ("ledger", "r_heldout5_unread_fp0")]
     assert sel["chosen"] == 0.0 and sel["scored"] == [] and sel["on"] == "given, not chosen"
     calls.clear()
     br.evaluate_run(str(tmp_path / "r"), 10, [0.0, 0.6])  # two: a choice, made on the training questions
