@@ -18,7 +18,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-gpu run test test-fast bench gpu-check prepare-data eval clean-venv
+.PHONY: install install-gpu run test test-fast bench gpu-check docs prepare-data eval clean-venv
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -57,6 +57,10 @@ test-fast: $(STAMP)
 # the GPU path's device check (tools/gpu_check.py): full size on CUDA, toy size on CPU; docs/gpu.md
 gpu-check: $(STAMP)
 	$(BIN)/python tools/gpu_check.py $(ARGS)
+
+docs: $(STAMP)
+	@# the docs' figure tables, rendered from benchmarks/results (tools/render_docs.py; --check changes nothing)
+	$(BIN)/python tools/render_docs.py $(ARGS)
 
 bench: $(STAMP)
 	@# TRL is the baseline of the GRPO step-time comparison only (benchmarks/bench_router_r1.py); its deps are ours

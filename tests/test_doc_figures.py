@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -224,15 +225,6 @@ EVALUATION_FIGURES = [
 # -- README.md's make run table (routing_make_run.json) and docs/benchmarks.md's routing tables (routing.json) --
 
 
-def _table_row(k: int) -> Callable[[dict[str, Any]], str]:
-    """Row ``k`` of a run's held-out table (report.md), rebuilt from the run's entry in routing.json."""
-    def fmt(entry: dict[str, Any]) -> str:
-        from rlrouter.trainer.report import results_table
-
-        return results_table(entry).splitlines()[k]
-    return fmt
-
-
 def _sweep_table(sweep: dict[str, Any]) -> str:
     from benchmarks.bench_routing import sweep_table
 
@@ -293,8 +285,6 @@ def _first(checkpoint: dict[str, Any]) -> str:
 
 MAKE_RUN = "runs.0"  # bench_routing.py --runs <the make run run> first
 ROUTING_FIGURES = [
-    *[Figure("README.md", "routing_make_run.json", MAKE_RUN, _table_row(k), f"make run table line {k}")
-      for k in range(11)],
     Figure("README.md", "routing_make_run.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
            lambda d: f"policy minus best fixed route {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]",
            "make run: policy minus best fixed"),
@@ -775,15 +765,6 @@ GPU_FIGURES = [
 # -- docs/serve.md: the selector's regret (benchmarks/results/selector.json) ---------------------------------
 
 SERVE = "docs/serve.md"
-REGRET_ROWS = {"0.0": "0 (correctness only)", "0.1": "0.1", "0.3": "0.3 (the default `cost_reward_alpha`)"}
-
-
-def _regret_row(alpha: str) -> Callable[[dict[str, Any]], str]:
-    def row(a: dict[str, Any]) -> str:
-        r = a[alpha]
-        return (f"| {REGRET_ROWS[alpha]} | " + " | ".join(f"{r[k]['final_regret_mean']:.0f}" for k in (
-            "thompson", "epsilon_greedy", "contextual", "best_fixed", "random")) + " |")
-    return row
 
 
 def _per_seed(r: dict[str, Any]) -> str:
@@ -791,7 +772,6 @@ def _per_seed(r: dict[str, Any]) -> str:
 
 
 SERVE_FIGURES = [
-    *[Figure(SERVE, "selector.json", "regret.alphas", _regret_row(a), f"regret table, alpha {a}") for a in REGRET_ROWS],
     Figure(SERVE, "selector.json", "regret.alphas",
            lambda a: f"At α = 0 it is {a['0.0']['contextual']['final_regret_mean']:.0f} against "
                      f"{a['0.0']['thompson']['final_regret_mean']:.0f}, within "
@@ -821,22 +801,11 @@ SERVE_FIGURES += [
 ]
 
 def _ms(v: float) -> str:
-    """A latency as serve.md writes it: one decimal under 100 ms, whole milliseconds above."""
-    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+    """A latency as serve.md writes it (``tools/render_docs.py``'s rule)."""
+    return _render_docs().ms(v)
 
 
-def _latency_cells(setup: dict[str, Any]) -> str:
-    """A setup's row of serve.md's latency table: p50 / p99 at 20 and at 200 requests/s (achieved)."""
-    slow, fast = setup["rates"]["20.0"], setup["rates"]["200.0"]
-    return (f"| {_ms(slow['p50_ms'])} / {_ms(slow['p99_ms'])} | {_ms(fast['p50_ms'])} / {_ms(fast['p99_ms'])} "
-            f"({fast['achieved_rate_per_s']:.0f}) |")
-
-
-LATENCY_SETUPS = ("two_hop", "one_hop", "one_hop_no_access_log", "direct_two_hop", "direct",
-                  "direct_main_loop_access_log", "direct_main_loop")
 SERVE_FIGURES += [
-    *[Figure(SERVE, "selector.json", f"latency.setups.{name}", _latency_cells, f"latency row {name}")
-      for name in LATENCY_SETUPS],
     Figure(SERVE, "selector.json", "latency.setups",
            lambda s: f"**{_ms(s['direct_main_loop']['rates']['200.0']['p50_ms'])} ms / "
                      f"{_ms(s['direct_main_loop']['rates']['200.0']['p99_ms'])} ms, "
@@ -854,17 +823,6 @@ SERVE_FIGURES += [
 # -- docs/intent.md: benchmarks/results/intent.json ------------------------------------------------------------
 
 INTENT = "docs/intent.md"
-INTENT_ROWS = {"supervised": "supervised", "rl": "rl (lr 1e-5, accuracy reward; default)",
-               "rl lr=1e-4": "rl lr 1e-4, accuracy", "rl calibration reward": "rl lr 1e-5, calibration reward (Brier)",
-               "rl f1 (leave-one-out) lr=1e-4": "rl lr 1e-4, F1 (leave-one-out)"}
-
-
-def _intent_row(key: str) -> Callable[[dict[str, Any]], str]:
-    def row(t: dict[str, Any]) -> str:
-        r = t[key]
-        return (f"| {INTENT_ROWS[key]} | {r['accuracy']:.4f} | {r['macro_f1']:.4f} | {r['ece']:.4f} | "
-                f"{r['ms_per_query']:.2f} | {r['single_query_ms_p50']:.2f} | {r['n_test']:.0f} |")
-    return row
 
 
 TWO_MODELS_FIGURES = [
@@ -874,7 +832,6 @@ TWO_MODELS_FIGURES = [
 ]
 
 INTENT_FIGURES = [
-    *[Figure(INTENT, "intent.json", "table", _intent_row(k), f"table row {k}") for k in INTENT_ROWS],
     Figure(INTENT, "intent.json", "table",
            lambda t: f"The default (lr 1e-5) lost {100 * (t['supervised']['accuracy'] - t['rl']['accuracy']):.1f} points of "
                      f"accuracy; lr 1e-4 lost {100 * (t['supervised']['accuracy'] - t['rl lr=1e-4']['accuracy']):.1f}; the "
@@ -944,15 +901,30 @@ def test_a_quick_bench_run_keeps_the_full_summary(tmp_path, monkeypatch) -> None
     assert json.loads((tmp_path / "summary_quick.json").read_text())["quick"] is True
 
 
-def test_many_models_table_is_rendered_from_its_json() -> None:
-    """docs/many_models.md's AIQ table is ``pool_report.aiq_table`` of the committed many_models.json, cell
-    for cell (``bench_many_models.py --render`` writes it), so no figure in it can drift from its source."""
-    from rlrouter.eval.pool_report import aiq_table, doc_block
+def _render_docs():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import render_docs
 
-    report = json.loads((RESULTS / "many_models.json").read_text())
-    block = doc_block((ROOT / "docs" / "many_models.md").read_text(), "many_models aiq")
-    assert block is not None, "docs/many_models.md has lost its rendered AIQ table's markers"
-    assert block == aiq_table(report)
+    return render_docs
+
+
+@pytest.mark.parametrize("table", _render_docs().TABLES, ids=lambda t: f"{t.doc}: {t.name}")
+def test_rendered_tables_are_their_results(table) -> None:
+    """Every figure table between a doc's render markers is what ``tools/render_docs.py`` (``make docs``)
+    renders from its JSON, cell for cell, so no figure in it can drift from its source."""
+    from rlrouter.eval.pool_report import doc_block
+
+    block = doc_block((ROOT / table.doc).read_text(), table.name)
+    assert block is not None, f"{table.doc} has lost the markers of its '{table.name}' table"
+    assert block == table.body(), f"{table.doc}: '{table.name}' differs from {table.results}; run make docs"
+
+
+def test_a_one_digit_edit_of_a_rendered_table_fails(tmp_path) -> None:
+    from rlrouter.eval.pool_report import doc_block
+
+    table = next(t for t in _render_docs().TABLES if t.name == "selector regret")
+    text = (ROOT / table.doc).read_text().replace("| 742 |", "| 743 |", 1)
+    assert doc_block(text, table.name) != table.body()
 
 
 def _rb_check(check: dict[str, Any], name: str, key: str = "ours") -> str:

@@ -38,15 +38,3 @@ def test_a_failing_stage_is_reported_not_raised(tmp_path, monkeypatch):
     monkeypatch.setitem(gpu_check.LIMIT_S, "env", 0.01)  # no process starts in 10 ms: over the limit
     row = gpu_check.run_stage("env", full=True)
     assert row["passed"] is False and "limit" in row["error"]
-
-
-def test_docs_gpu_md_table_is_the_committed_results():
-    sys.path.insert(0, str(ROOT / "tools"))
-    import gpu_check
-
-    from rlrouter.eval.pool_report import doc_block
-
-    files = [p for p in (gpu_check.RESULTS / "gpu_check_cpu.json", gpu_check.RESULTS / "gpu_check_cuda.json")
-             if p.exists()]
-    assert files, "no committed device-check result"
-    assert doc_block((ROOT / "docs" / "gpu.md").read_text(), "gpu check") == gpu_check.render(files)

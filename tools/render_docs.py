@@ -1,0 +1,166 @@
+"""Render the docs' figure tables from the results that hold them (``make docs``).
+
+Each table below sits in its doc between ``<!-- begin NAME ... -->`` / ``<!-- end NAME -->`` markers and is
+written here from its JSON under ``benchmarks/results/``. After a benchmark re-runs, ``make docs`` rewrites
+every table; ``tests/test_doc_figures.py`` fails while a doc's table differs from what its JSON renders, and
+pins the figures quoted in prose one by one.
+
+    python tools/render_docs.py            # rewrite every table
+    python tools/render_docs.py --check    # exit 1 and name each table that differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass(frozen=True)
+class Table:
+    doc: str
+    """The doc, relative to the project root."""
+    name: str
+    """Its markers' name."""
+    results: tuple[str, ...]
+    """The files under benchmarks/results/ it is rendered from."""
+    render: Callable[..., str]
+    """The files' parsed JSON (or, for ``paths=True``, their paths) -> the table."""
+    paths: bool = False
+
+    def body(self) -> str:
+        files = [RESULTS / r for r in self.results]
+        return self.render(*(files if self.paths else [json.loads(f.read_text()) for f in files]))
+
+
+# -- README.md: make run's table (routing_make_run.json, bench_routing.py --runs <the make run run>) ----------
+
+def make_run_table(routing: dict[str, Any]) -> str:
+    """The run's held-out table as its report.md writes it: the policy, the baselines, the oracle."""
+    from rlrouter.trainer.report import results_table
+
+    return "\n".join(results_table(routing["runs"][0]).splitlines()[:11])
+
+
+# -- docs/serve.md: the selector's regret and /route latency (selector.json) -----------------------------
+
+REGRET_ROWS = {"0.0": "0 (correctness only)", "0.1": "0.1", "0.3": "0.3 (the default `cost_reward_alpha`)"}
+REGRET_COLUMNS = {"thompson": "Thompson", "epsilon_greedy": "ε-greedy", "contextual": "contextual (defaults)",
+                  "best_fixed": "best fixed", "random": "random"}
+
+
+def regret_table(selector: dict[str, Any]) -> str:
+    """Cumulative regret per reward alpha (mean of the shuffles), the lowest of the routers in bold."""
+    lines = ["| reward α | " + " | ".join(REGRET_COLUMNS.values()) + " |", "|---" * (len(REGRET_COLUMNS) + 1) + "|"]
+    for alpha, label in REGRET_ROWS.items():
+        r = selector["regret"]["alphas"][alpha]
+        means = {k: r[k]["final_regret_mean"] for k in REGRET_COLUMNS}
+        best = min(("thompson", "epsilon_greedy", "contextual"), key=lambda k: means[k])
+        cells = [f"**{means[k]:.0f}**" if k == best else f"{means[k]:.0f}" for k in REGRET_COLUMNS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+LATENCY_ROWS = {
+    "two_hop": "`two_hop`, before: Serve proxy → `Ingress` replica → selector replica",
+    "one_hop": "`one_hop`: the selector replica is the ingress (`serving.selector_in_ingress`)",
+    "one_hop_no_access_log": "`one_hop_no_access_log`: the same, no Serve access log",
+    "direct_two_hop": "`direct_two_hop`: direct ingress, still two replicas",
+    "direct": "`direct`: direct ingress into the selector replica",
+    "direct_main_loop_access_log": "`direct_main_loop_access_log`: and user code on the replica's main event loop",
+    "throughput_optimized": "`throughput_optimized`: Ray's `RAY_SERVE_THROUGHPUT_OPTIMIZED=1` bundle instead",
+    "direct_main_loop": "**`direct_main_loop`**: direct ingress, selector as ingress, main loop, no access log (final)",
+}
+
+
+def ms(v: float) -> str:
+    """A latency in milliseconds: one decimal under 100, whole (with thousands separators) above."""
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def latency_table(selector: dict[str, Any]) -> str:
+    """p50 / p99 per setup at 20 and 200 requests/s (achieved rate in brackets); the final setup in bold."""
+    lines = ["| setup (`LATENCY_SETUPS` in `benchmarks/bench_selector.py`) | 20 req/s | 200 req/s (achieved) |",
+             "|---|---|---|"]
+    for name, label in LATENCY_ROWS.items():
+        slow, fast = (selector["latency"]["setups"][name]["rates"][r] for r in ("20.0", "200.0"))
+        a = f"{ms(slow['p50_ms'])} / {ms(slow['p99_ms'])}"
+        b = f"{ms(fast['p50_ms'])} / {ms(fast['p99_ms'])} ({fast['achieved_rate_per_s']:.0f})"
+        if name == "direct_main_loop":
+            a, b = f"**{a}**", f"**{b}**"
+        lines.append(f"| {label} | {a} | {b} |")
+    return "\n".join(lines)
+
+
+# -- docs/intent.md: supervised against PPO (intent.json) ------------------------------------------------
+
+INTENT_ROWS = {"supervised": "supervised", "rl": "rl (lr 1e-5, accuracy reward; default)",
+               "rl lr=1e-4": "rl lr 1e-4, accuracy", "rl calibration reward": "rl lr 1e-5, calibration reward (Brier)",
+               "rl f1 (leave-one-out) lr=1e-4": "rl lr 1e-4, F1 (leave-one-out)"}
+
+
+def intent_table(intent: dict[str, Any]) -> str:
+    lines = ["| adapter | accuracy | macro-F1 | ECE (15 bins) | ms/query (batch 32) | ms (1 query, p50) | n test |",
+             "|---|---|---|---|---|---|---|"]
+    for key, label in INTENT_ROWS.items():
+        r = intent["table"][key]
+        lines.append(f"| {label} | {r['accuracy']:.4f} | {r['macro_f1']:.4f} | {r['ece']:.4f} | "
+                     f"{r['ms_per_query']:.2f} | {r['single_query_ms_p50']:.2f} | {r['n_test']:.0f} |")
+    return "\n".join(lines)
+
+
+# -- docs/many_models.md and docs/gpu.md: rendered by their own modules ----------------------------------
+
+def many_models_table(report: dict[str, Any]) -> str:
+    from rlrouter.eval.pool_report import aiq_table
+
+    return aiq_table(report)
+
+
+def gpu_check_table(*paths: Path) -> str:
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gpu_check
+
+    return gpu_check.render([p for p in paths if p.exists()])
+
+
+TABLES = [
+    Table("README.md", "make run table", ("routing_make_run.json",), make_run_table),
+    Table("docs/serve.md", "selector regret", ("selector.json",), regret_table),
+    Table("docs/serve.md", "route latency", ("selector.json",), latency_table),
+    Table("docs/intent.md", "intent results", ("intent.json",), intent_table),
+    Table("docs/many_models.md", "many_models aiq", ("many_models.json",), many_models_table),
+    Table("docs/gpu.md", "gpu check", ("gpu_check_cpu.json", "gpu_check_cuda.json"), gpu_check_table, paths=True),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rlrouter.eval.pool_report import doc_block, replace_doc_block
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 naming each table that differs")
+    args = ap.parse_args(argv)
+    differ = []
+    for t in TABLES:
+        body = t.body()
+        if args.check:
+            if doc_block((ROOT / t.doc).read_text(encoding="utf-8"), t.name) != body:
+                differ.append(f"{t.doc}: {t.name}")
+        elif not replace_doc_block(ROOT / t.doc, t.name, body):
+            differ.append(f"{t.doc}: no '{t.name}' markers")
+    for d in differ:
+        print(f"differs: {d}" if args.check else f"not written: {d}")
+    if not differ:
+        print(f"{len(TABLES)} tables {'match their results' if args.check else 'rendered'}")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
