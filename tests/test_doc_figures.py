@@ -825,6 +825,16 @@ SERVE_FIGURES += [
 INTENT = "docs/intent.md"
 
 
+README_FIGURES = [
+    Figure("README.md", "gmtrouter.json", "summary",
+           lambda s: f"AUC {s['gmtrouter']['auc']['mean']:.3f} +- {s['gmtrouter']['auc']['std']:.3f}; per-user Beta "
+                     f"posterior {s['per_user_beta']['auc']['mean']:.3f} +- {s['per_user_beta']['auc']['std']:.3f}",
+           "README: GMTRouter"),
+    Figure("README.md", "durability.json", "",
+           lambda d: f"kill -9 of every Serve process, {d['cycles']} cycles: {d['lost']} acknowledged feedback lost"
+           if d["kill"] == "serve" and d["over_counted"] == 0 else NEVER_IN_A_DOC, "README: durability"),
+]
+
 TWO_MODELS_FIGURES = [
     Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.2.routing.routes.policy",
            lambda p: f"| 0.6 | {p['mean_reward']:.3f} | -0.029 [-0.038, -0.019] | {p['format_valid']:.3f} | 32 (2) | "
@@ -848,7 +858,7 @@ INTENT_FIGURES = [
 ]
 
 FIGURES = (OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
-           + TRAINER_FIGURES + SERVE_FIGURES + INTENT_FIGURES + TWO_MODELS_FIGURES)
+           + TRAINER_FIGURES + SERVE_FIGURES + INTENT_FIGURES + TWO_MODELS_FIGURES + README_FIGURES)
 
 
 def test_a_failed_condition_cannot_pass() -> None:
