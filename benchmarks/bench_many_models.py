@@ -2,7 +2,7 @@
 
     python benchmarks/bench_many_models.py            # the whole evaluation (eval=routerbench), a few minutes
     python benchmarks/bench_many_models.py --quick    # two routers, 100 resamples: a smoke run
-    python benchmarks/bench_many_models.py --only knn,escalate
+    python benchmarks/bench_many_models.py --only knn,escalate   # these routers only, merged into many_models.json
     python benchmarks/bench_many_models.py --render   # docs/many_models.md's table from the committed JSON
 
 Runs ``jobs/evaluate_router.py eval=routerbench``'s job (``rlrouter.eval.pool_job.run_pool``): every router's
@@ -10,7 +10,9 @@ settings are chosen by cross-validation on the train tables, then the test table
 reading is appended to ``benchmarks/results/test_ledger.jsonl``. Writes ``benchmarks/results/many_models.json``
 (per router ``aiq``, ``aiq_minus_zero: {overall: {mean, lo, hi}, <task>: ...}``, the curves, the settings chosen
 and their cross-validation scores), ``many_models.md`` and ``many_models.png`` (one panel a task). A quick run
-writes ``many_models_quick.*`` and never replaces the full result.
+writes ``many_models_quick.*`` and never replaces the full result. A run with ``--only`` reads the test tables for
+those routers (a ledger entry of its own) and merges their entries into the committed ``many_models.json``,
+keeping every other router's, then renders the Markdown, the PNG and the doc's table from the merged file.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from hydra import compose, initialize_config_dir
 
 from rlrouter.config import to_plain_dict
 from rlrouter.eval.pool_job import run_pool
-from rlrouter.eval.pool_report import aiq_table, replace_doc_block
+from rlrouter.eval.pool_report import aiq_table, pool_markdown, replace_doc_block
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -89,6 +91,19 @@ def routerbench_check(out_dir: Path) -> dict:
                    for t, pub in tasks.items()} for name, tasks in PUBLISHED.items()}
 
 
+def merge_routers(committed: dict, run: dict) -> dict:
+    """``committed`` with ``run``'s routers added or replaced (the zero router's entry is the same in both:
+    the same test tables, its settings chosen on the same train tables); the runs' commands and times kept."""
+    if committed["data"]["test"] != run["data"]["test"] or committed["data"]["tasks"] != run["data"]["tasks"]:
+        raise SystemExit("--only: this run read other test tables than the committed many_models.json; "
+                         "run the whole benchmark instead")
+    merged = {**committed, "routers": {**committed["routers"], **run["routers"]}}
+    merged["merged_runs"] = [*committed.get("merged_runs", []),
+                             {"command": run.get("command"), "routers": sorted(set(run["routers"]) - {"zero_router"}),
+                              "bench_seconds": run.get("bench_seconds")}]
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="per_task and knn only, 100 resamples")
@@ -119,10 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     report.pop("paths", None)
     if not args.quick and not args.only:
         report["routerbench_check"] = routerbench_check(ROOT / "outputs" / "bench_many_models_rb_check")
+    if args.only and (out / f"{stem}.json").exists():
+        report = merge_routers(json.loads((out / f"{stem}.json").read_text()), report)
+        (out / f"{stem}.md").write_text(pool_markdown(report))
+    else:
+        shutil.copyfile(Path(cfg["output_dir"]) / "report.md", out / f"{stem}.md")
     (out / f"{stem}.json").write_text(json.dumps(report, indent=2))
-    shutil.copyfile(Path(cfg["output_dir"]) / "report.md", out / f"{stem}.md")
     plot(report, out / f"{stem}.png")
-    if not args.quick and not args.only and out == RESULTS:
+    if not args.quick and out == RESULTS:
         replace_doc_block(DOC, "many_models aiq", aiq_table(report))
     print(f"bench_many_models: {out / stem}.{{json,md,png}} in {report['bench_seconds']} s")
     for name, tasks in (report.get("routerbench_check") or {}).items():
