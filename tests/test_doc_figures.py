@@ -1030,6 +1030,40 @@ MANY_MODELS_FIGURES += [
 ]
 
 
+PER_TASK_RUN = "router_r1_routerbench_per_task.json"
+
+
+def _rb_r2(r: dict[str, Any]) -> str:
+    g, t, routes = r["routing"]["policy_minus_best_fixed"], r["routing"]["policy_minus_per_task_rule"], r["routes"]
+    return (f"After the cold start the policy scores {r['held_out_curve'][0]['eval/mean_reward']:.3f}, above "
+            f"always-Yi-34B's {routes['always_yi-34b']['mean_reward']:.3f} on the same questions, and RL then lowers it: "
+            f"the trained policy calls Yi-34B on every question of every task, MBPP included, and is "
+            f"{g['value']:+.3f} [{g['lo']:+.3f}, {g['hi']:+.3f}] below always-Yi-34B (its format, not its route) and "
+            f"{t['value']:+.3f} [{t['lo']:+.3f}, {t['hi']:+.3f}] below the per-task rule "
+            f"({routes['per_task_rule']['mean_reward']:.3f})")
+
+
+MANY_MODELS_FIGURES += [
+    Figure("docs/many_models.md", PER_TASK_RUN, "held_out_curve",
+           lambda c: "| mean reward | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |", "R1 per-task curve"),
+    Figure("docs/many_models.md", PER_TASK_RUN, "", _rb_r2, "R1 per-task cold start against the routes"),
+    Figure("docs/many_models.md", PER_TASK_RUN, "routes.policy.route_share_by_task",
+           lambda s: "calls Yi-34B on every question of every task" if all(v["yi-34b"] == 1.0 for v in s.values())
+           else NEVER_IN_A_DOC, "R1 per-task calls"),
+    Figure("docs/many_models.md", PER_TASK_RUN, "", lambda r: f"2026-11-28, {r['wall_s']:,.0f} s on 2 cores beside other work",
+           "R1 per-task wall time"),
+    Figure("docs/many_models.md", PER_TASK_RUN, "routing.tasks",
+           lambda t: f"scored on {sum(t.values())} held-out questions, {t['mbpp']} a task"
+           if len(set(t.values())) == 1 else NEVER_IN_A_DOC, "R1 per-task held-out size"),
+    Figure("README.md", PER_TASK_RUN, "",
+           lambda r: f"the policy ends on always-Yi-34B ({r['routing']['policy_minus_best_fixed']['value']:+.3f} "
+                     f"[{r['routing']['policy_minus_best_fixed']['lo']:+.3f}, {r['routing']['policy_minus_best_fixed']['hi']:+.3f}], "
+                     f"{r['routes']['policy']['n']} questions), below the per-task rule "
+                     f"({r['routing']['policy_minus_per_task_rule']['value']:+.3f} [{r['routing']['policy_minus_per_task_rule']['lo']:+.3f}, "
+                     f"{r['routing']['policy_minus_per_task_rule']['hi']:+.3f}])", "README: R1 per-task cold start"),
+]
+
+
 @pytest.mark.parametrize("fig", MANY_MODELS_FIGURES, ids=[f.what for f in MANY_MODELS_FIGURES])
 def test_many_models_doc_quotes_the_committed_result(fig: Figure) -> None:
     test_the_doc_quotes_the_committed_result(fig)
