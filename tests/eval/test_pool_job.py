@@ -128,7 +128,7 @@ def test_routerbench_config_composes_and_names_only_known_routers():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="evaluate_router", overrides=["eval=routerbench"])
     assert len(cfg.eval.train_data) == 3 and len(cfg.eval.test_data) == 3
-    assert {"oracle", "per_task", "knn", "mlp", "mf", "cascade", "escalate"} <= set(cfg.eval.routers)
+    assert {"oracle", "per_task", "knn", "mlp", "mf", "gmtrouter", "cascade", "escalate"} <= set(cfg.eval.routers)
 
 
 def test_cli_validate_routerbench_names_row_and_column(tmp_path, tables, capsys):

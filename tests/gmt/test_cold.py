@@ -111,6 +111,20 @@ def test_fit_with_cold_frac_learns_the_common_preference_and_logs_the_cold_auc(g
     assert "cold_auc" in res.best_val and any("val/cold_auc" in r for r in res.history)
 
 
+def test_select_on_cold_keeps_the_epoch_with_the_best_cold_validation_auc(graph):
+    everything = torch.ones(graph.num_interactions, dtype=torch.bool)
+    split = Split(train=everything, val=everything.clone(), test=torch.zeros_like(everything))
+    cfg = dict(epochs=20, lr=1e-2, eval_every=2, patience=0, seed=0, target_frac=0.5)
+    res = fit(graph, split, GMTModelConfig(hidden_dim=16, predictor_hidden=16, dropout=0.0),
+              GMTTrainConfig(**cfg, select_on="cold"))  # cold_frac 0: the cold path is still validated
+    rows = [r for r in res.history if "val/cold_auc" in r]
+    assert len(rows) == 10
+    best = max(rows, key=lambda r: r["val/cold_auc"])  # the first of equals, as fit keeps it
+    assert res.best_epoch == best["epoch"] and res.best_val["cold_auc"] == best["val/cold_auc"]
+    with pytest.raises(ValueError, match="select_on: expected one of \\('graph', 'cold'\\), got 'warm'"):
+        GMTTrainConfig(select_on="warm")
+
+
 def test_cold_frac_outside_zero_one_names_the_field():
     with pytest.raises(ValueError, match="cold_frac: expected in \\[0, 1\\], got 1.5"):
         GMTTrainConfig(cold_frac=1.5)
