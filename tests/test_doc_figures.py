@@ -1030,6 +1030,18 @@ MANY_MODELS_FIGURES += [
 ]
 
 
+MANY_MODELS_FIGURES += [
+    Figure("docs/many_models.md", "many_models.json", "routers.gmtrouter",
+           lambda g: f"AIQ {g['aiq']['overall']:.3f}, {_mz(g['aiq_minus_zero']['overall'])} (ARC "
+                     f"{_mz(g['aiq_minus_zero']['arc-challenge'])}, MBPP {_mz(g['aiq_minus_zero']['mbpp'])}, Winogrande "
+                     f"{_mz(g['aiq_minus_zero']['winogrande'])})", "gmtrouter"),
+    Figure("docs/many_models.md", "many_models.json", "merged_runs",
+           lambda m: f"`python benchmarks/bench_many_models.py --only gmtrouter`, {m[0]['bench_seconds']:.0f} s,",
+           "gmtrouter run time"),
+    Figure("README.md", "many_models.json", "routers.gmtrouter.aiq_minus_zero.overall",
+           lambda d: f"GMTRouter over the 11 LLM nodes: {_mz(d)}", "README: gmtrouter"),
+]
+
 PER_TASK_RUN = "router_r1_routerbench_per_task.json"
 
 
