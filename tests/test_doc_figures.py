@@ -826,6 +826,10 @@ INTENT = "docs/intent.md"
 
 
 README_FIGURES = [
+    Figure("README.md", "fresh_clone.json", "",
+           lambda d: f"From a fresh clone on this 2-core machine: {d['passed']:,} passed, {d['skipped']} skipped in "
+                     f"{d['seconds']:,.0f} s ({d['seconds'] / 60:.0f} min, the venv install not counted; commit {d['commit']}",
+           "README: fresh-clone count"),
     Figure("README.md", "gmtrouter.json", "summary",
            lambda s: f"AUC {s['gmtrouter']['auc']['mean']:.3f} +- {s['gmtrouter']['auc']['std']:.3f}; per-user Beta "
                      f"posterior {s['per_user_beta']['auc']['mean']:.3f} +- {s['per_user_beta']['auc']['std']:.3f}",
