@@ -25,8 +25,8 @@ how far each checkpoint is from doing otherwise, step by step, without sampling.
 
 ``--groups N`` asks what RL's reward says instead: from each checkpoint it samples N trajectories (as a
 GRPO group does, at the run's temperature, ``transformers`` generation) on each of the run's
-``train.no_answer_share`` questions (training questions whose cheap reply states no final answer), each
-starting after the written call to the cheap candidate (``train.no_answer_first_call``), scores them with
+``curriculum.no_answer_share`` questions (training questions whose cheap reply states no final answer), each
+starting after the written call to the cheap candidate (``curriculum.no_answer_first_call``), scores them with
 the run's training reward and splits them into those that escalated and those that answered: mean reward,
 format validity, accuracy, the share cut by the trajectory's token budget (``rollout.env.max_total_tokens``)
 and, over groups holding both, the mean reward of escalating minus answering (the sign GRPO's advantage

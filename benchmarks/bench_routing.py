@@ -343,7 +343,7 @@ ESCALATION_KEYS = ("rollout/no_answer/escalated", "rollout/states_answer/escalat
 
 
 def escalation_curve(metrics: Path) -> list[dict]:
-    """Per RL step of a run trained with ``train.no_answer_share``, the share of its sampled trajectories that
+    """Per RL step of a run trained with ``curriculum.no_answer_share``, the share of its sampled trajectories that
     asked a second candidate after a cheap reply that states no answer and after one that states one
     (the trainer's stratum metrics); [] for runs without them."""
     if not metrics.exists():

@@ -163,7 +163,7 @@ def routerbench(path: str | Path | None = None, split: str | None = None) -> lis
                 skipped += 1
                 continue
             qid = f"routerbench-{t.ids[i]}" if t.ids is not None else question_id("routerbench", q)
-            # the task (eval_name) is the source: reports and train.sources slice by it
+            # the task (eval_name) is the source: reports and curriculum.sources slice by it
             out.append(Question(id=qid, source=t.sources[i], query=q, query_type=t.sources[i], ground_truth=golds))
     if skipped:
         log.info("routerbench: %d prompts that no logged model answered correctly have no gold answer: left out",

@@ -85,7 +85,7 @@ class RouteTable:
 
     def cheap_states_none(self) -> np.ndarray:
         """Per question, whether the cheapest candidate's reply states no final answer (where the cascade
-        escalates; ``train.no_answer_share``'s stratum). All False when the table has no replies to read."""
+        escalates; ``curriculum.no_answer_share``'s stratum). All False when the table has no replies to read."""
         return self.stated_or_all()[:, self.candidates.index(self.cheap)] < 0.5
 
 

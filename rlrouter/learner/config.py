@@ -110,33 +110,6 @@ class RouterR1TrainConfig:
     drawn and rolled out per step to replace such groups. 0 = off (every drawn group is learned on). The
     extra batches are scored like any (with ``cost_bounds: null`` their costs enter the cost window). Needs
     ``n_samples`` >= 2: one sample is no group to compare."""
-    no_answer_share: float = 0.0
-    """Stratified prompts: this share of each step's prompts is drawn from the training questions whose
-    cheapest candidate's logged reply states no final answer (``states_answer``; the questions where the
-    cascade asks the strong model too), the rest from the others; 0 = the natural mix. Those replies are
-    rare (21 of make run's 512 questions), so in the natural mix the reward barely reaches the choice made
-    after them. The choice made after the reply is made with the reply in view, so for it the mix only
-    shifts the gradient; the first call is made before, and a mix rich in questions the cheap model
-    fails makes the strong model pay more there than it does on the natural mix. The step's ``rollout/``
-    and ``reward/`` metrics then describe the stratified batch, not the natural mix. Needs a replay pool
-    (logged replies) and, when > 0, at least one such question."""
-    no_answer_first_call: bool = False
-    """With ``no_answer_share``: those questions' rollouts start after a call to the cheapest candidate.
-    The first turn is written for the policy (``rlrouter.rollout.demos.search_turn``, an observation:
-    neither sampled nor learned on), so they train only the choice made after the reply, and the first
-    call learns from the other questions, the natural mix, alone."""
-    first_call_share: float = 0.0
-    """This share of the *other* training questions (those whose cheapest candidate's reply states a final
-    answer), drawn once with ``seed``, also start their rollouts after the call to the cheapest candidate,
-    written as under ``no_answer_first_call``. With both, the choice made after the reply is trained on
-    replies that state an answer (where asking again loses) as well as on those that state none, and the
-    first call learns from the rest of the questions alone. 0 = off. Needs a replay pool (logged replies)."""
-    sources: list[str] = field(default_factory=list)
-    """RL prompts come only from the training questions of these data sources (``source``: e.g.
-    ``[gsm8k]``); empty = all of them. The cold start's demonstrations and the held-out evaluations keep
-    every source. A choice whose reward signal is weak on one task (asking the strong model again after
-    a cheap reply that states an answer: about -0.05 a GSM8K question at alpha 0.36) reaches the
-    gradient that many more times a step; the other tasks' prompts are then not trained on at all."""
     rollout_dump: bool = False
     """Write each step's sampled trajectories (question, stratum, reward parts, format failure, calls, text)
     to ``<out_dir>/rollouts/step_NNNNNN.jsonl`` (verl: ``trainer.rollout_data_dir``); about 3 KB a
@@ -195,23 +168,6 @@ class RouterR1TrainConfig:
         if self.filter_groups and self.n_samples < 2:
             raise ValueError(f"train.filter_groups={self.filter_groups} needs train.n_samples >= 2 (groups to "
                              f"compare), got n_samples={self.n_samples}")
-        if isinstance(self.no_answer_share, bool) or not isinstance(self.no_answer_share, (int, float)) \
-                or not 0.0 <= self.no_answer_share <= 1.0:
-            raise ValueError(f"train.no_answer_share: a share in [0, 1] (0 = the natural mix), "
-                             f"got {self.no_answer_share!r}")
-        if isinstance(self.sources, (str, bytes)) or not hasattr(self.sources, "__iter__") \
-                or not all(isinstance(x, str) and x for x in self.sources):
-            raise ValueError(f"train.sources: a list of data source names (e.g. [gsm8k]; [] = all), "
-                             f"got {self.sources!r}")
-        self.sources = list(self.sources)
-        if not isinstance(self.no_answer_first_call, bool):
-            raise ValueError(f"train.no_answer_first_call: true or false, got {self.no_answer_first_call!r}")
-        if self.no_answer_first_call and not self.no_answer_share:
-            raise ValueError("train.no_answer_first_call=true needs train.no_answer_share > 0 (the questions "
-                             "whose rollouts start after the cheap call)")
-        if isinstance(self.first_call_share, bool) or not isinstance(self.first_call_share, (int, float)) \
-                or not 0.0 <= self.first_call_share <= 1.0:
-            raise ValueError(f"train.first_call_share: a share in [0, 1] (0 = off), got {self.first_call_share!r}")
         if not isinstance(self.rollout_dump, bool):
             raise ValueError(f"train.rollout_dump: true or false, got {self.rollout_dump!r}")
         if self.sync not in SYNC_TRANSPORTS:

@@ -73,7 +73,7 @@ def fit_search_turn(model: str, sub_query: str, tokenizer: Any, budget: int, pre
 
 def with_first_turn(item: dict[str, Any], model: str, query_words: int = 24) -> dict[str, Any]:
     """``item`` whose rollouts start with the demonstrated first turn to ``model`` (``first_turn``, written
-    for the policy by ``RouterEnv.run``: ``train.no_answer_first_call``)."""
+    for the policy by ``RouterEnv.run``: ``curriculum.no_answer_first_call``)."""
     return {**item, "first_turn": search_turn(model, short_query(item["query"], query_words))}
 
 
@@ -104,7 +104,7 @@ def build_demonstrations(items: Sequence[dict[str, Any]], pool: Any, n: int, see
     if answer not in DEMO_ANSWERS:
         raise ValueError(f"train.warmup_answer: expected one of {DEMO_ANSWERS}, got {answer!r}")
     if not 0.0 <= second_call <= 1.0:
-        raise ValueError(f"train.warmup_second_call: expected a share in [0, 1], got {second_call!r}")
+        raise ValueError(f"curriculum.demo_second_call: expected a share in [0, 1], got {second_call!r}")
     rng = random.Random(seed)
     chosen = rng.sample(list(items), min(n, len(items)))
     cands = [pool.get(name) for name in pool.names]

@@ -243,7 +243,7 @@ class RouterEnv:
         """``n_samples`` trajectories per item, laid out item-major (row ``i * n + j``).
 
         ``temperature`` overrides the config's (0 for greedy evaluation). An item's ``first_turn`` (text)
-        stands in for its first sampled turn, as an observation (``train.no_answer_first_call``); its call asks
+        stands in for its first sampled turn, as an observation (``curriculum.no_answer_first_call``); its call asks
         the item's whole question, whatever the written sub-query shows (the policy reads it cut short). An item's
         ``stop_at_call`` (N >= 1) ends its trajectories once their N-th call is written, before that call is
         sent: the route is known and nothing is paid for it (a served cascade's decision)."""

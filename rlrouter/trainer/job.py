@@ -32,14 +32,13 @@ from rlrouter.rollout.group import RolloutGroup
 from rlrouter.learner.checkpoint import latest_checkpoint
 from rlrouter.storage import RunStorage, list_dirs
 from rlrouter.trainer.report import held_out_records, held_out_summary, plot_held_out, plot_run, results_table, write_train_report
-from rlrouter.trainer.router_r1 import (RouterR1Trainer, build_train_reward, check_no_answer, first_call_items,
-                                        held_out_reward, held_out_rollout, rl_items)
+from rlrouter.trainer.curriculum import CurriculumConfig, build_curriculum
+from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, held_out_reward, held_out_rollout
 
 log = logging.getLogger(__name__)
 
 
-JOB_ONLY_TRAIN_FIELDS = ("warmup_demos", "warmup_query_words", "warmup_route", "warmup_answer",
-                         "warmup_second_call")
+JOB_ONLY_TRAIN_FIELDS = ("warmup_demos", "warmup_query_words", "warmup_route", "warmup_answer")
 """``train`` fields the job reads itself (building the demonstrations) and ``RouterR1TrainConfig`` does not take."""
 
 
@@ -85,10 +84,11 @@ def env_config(cfg: DictConfig, train: RouterR1TrainConfig, **changes: Any) -> d
 
 
 def demonstrations(cfg: DictConfig, train: RouterR1TrainConfig, pool: Any, items: list[dict[str, Any]],
-                   env: dict[str, Any], reference: Any = None) -> list[Any]:
+                   env: dict[str, Any], reference: Any = None, second_call: float = 0.0) -> list[Any]:
     """The cold start's demonstrations as token sequences (none when ``train.warmup_steps`` is 0).
     ``reference``: the training questions' route table, whose per-task rule ``train.warmup_route=per_task``
-    demonstrates (at the run's alpha, on the reference cost scale)."""
+    demonstrates (at the run's alpha, on the reference cost scale); ``second_call``: the share of them that
+    asks a second candidate (``curriculum.demo_second_call``)."""
     if not train.warmup_steps:
         return []
     route = cfg.train.get("warmup_route", "random")
@@ -104,7 +104,7 @@ def demonstrations(cfg: DictConfig, train: RouterR1TrainConfig, pool: Any, items
                                           query_words=cfg.train.get("warmup_query_words", 24),
                                           route=route, task_routes=task_routes,
                                           answer=cfg.train.get("warmup_answer", "reply"),
-                                          second_call=float(cfg.train.get("warmup_second_call", 0.0)),
+                                          second_call=second_call,
                                           info_max_chars=env.get("info_max_chars", 400),
                                           mark_no_answer=bool(env.get("mark_no_answer", False)),
                                           last_call=int(env.get("max_turns", 0)) if env.get("note_last_call") else 0)]
@@ -145,7 +145,7 @@ def set_reference(train: RouterR1TrainConfig, pool: Any, items: list[dict[str, A
 
 def no_answer_items(table: Any) -> list[int]:
     """Indices of the training questions whose cheapest candidate's logged reply states no final answer
-    (``train.no_answer_share``'s stratum); none without a reference table (live candidates)."""
+    (``curriculum.no_answer_share``'s stratum); none without a reference table (live candidates)."""
     return [] if table is None else [int(i) for i in np.flatnonzero(table.cheap_states_none())]
 
 
@@ -176,11 +176,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     # the learner ranks store checkpoints there themselves, from whichever node they run on
     train.checkpoint_dir = store.checkpoints()
     reference_table = set_reference(train, pool, train_items)
-    no_answer = no_answer_items(reference_table)
-    check_no_answer(train, len(train_items), no_answer)
-    written = first_call_items(train, len(train_items), no_answer, reference_table is not None)
+    plan = typed_config(CurriculumConfig, cfg.get("curriculum"), "curriculum")
+    curriculum = build_curriculum(plan, train_items, no_answer_items(reference_table),
+                                  reference_table is not None, train.seed)
     query_words = cfg.train.get("warmup_query_words", 24)
-    for i in written:  # these rollouts start after the cheap call
+    for i in curriculum.first_call:  # these rollouts start after the cheap call
         train_items[i] = with_first_turn(train_items[i], reference_table.cheap, query_words)
     if cfg.eval.get("first_call_written", False):  # the policy scored as a cascade's second stage
         if reference_table is None:
@@ -188,16 +188,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                              "call from); set it to false")
         test_items = [with_first_turn(it, reference_table.cheap, query_words) for it in test_items]
         print(f"held-out: every question starts after the call to {reference_table.cheap} (eval.first_call_written)")
-    if train.first_call_share:
-        print(f"first call written: {len(written)} of {len(train_items)} training questions start after the "
-              f"call to {reference_table.cheap}")
-    if train.sources:
-        print(f"RL prompts: only the {len(rl_items(train, train_items))} training questions of {list(train.sources)} "
-              "(train.sources)")
-    if train.no_answer_share:
-        print(f"prompts: {train.no_answer_share:.2f} of each step's from the {len(no_answer)} of "
-              f"{len(train_items)} training questions whose cheap reply states no final answer"
-              + (", their rollouts starting after the cheap call" if train.no_answer_first_call else ""))
+    if curriculum.first_call:
+        print(f"first call written: {len(curriculum.first_call)} of {len(train_items)} training questions start "
+              f"after the call to {reference_table.cheap}")
+    print(curriculum.describe())
     scoring = held_out_reward(train)  # alpha, cost window, metric, reference: every held-out evaluation's
     metric = scoring["metric"]
     build_train_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
@@ -218,11 +212,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         base = held_out_rollout(group, test_items, eval_seed, "held-out, untrained", train.progress)
         report["results"]["policy_untrained"] = held_out_summary(base, candidates, **scoring)
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
-    demos = demonstrations(cfg, train, pool, train_items, env, reference_table) if not (train.resume_from or train.init_from) else []
+    demos = (demonstrations(cfg, train, pool, train_items, env, reference_table, plan.demo_second_call)
+             if not (train.resume_from or train.init_from) else [])
     t0 = time.perf_counter()
     with LearnerGroup(train, resources, max_failures=cfg.learner_failures) as learners:
         RouterR1Trainer(train, group, learners, candidates, train_items, demos, eval_items=test_items,
-                        no_answer=no_answer).fit()
+                        curriculum=curriculum).fit()
     result = learners.result
     report["train_s"] = time.perf_counter() - t0
     if getattr(result, "error", None):

@@ -32,6 +32,7 @@ from rlrouter.rewards.router_r1 import router_r1_part, score_trajectories
 from rlrouter.rollout.env import Trajectory
 from rlrouter.storage import join
 from rlrouter.sync.transports import SyncPayload
+from rlrouter.trainer.curriculum import Curriculum, batch_indices
 from rlrouter.trainer.report import held_out_summary
 
 log = logging.getLogger(__name__)
@@ -75,73 +76,6 @@ def sync_policy(cfg: RouterR1TrainConfig, learners: Any, rollout: Any) -> float:
     return float(payload.nbytes)
 
 
-def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
-    """The data cursor: items of ``step``, from per-epoch seeded permutations. A pure function of step,
-    so a resumed run draws exactly the batches an uninterrupted one would."""
-    out: list[int] = []
-    pos = step * batch_size
-    while len(out) < batch_size:
-        epoch, offset = divmod(pos, n)
-        perm = np.random.default_rng([seed, epoch]).permutation(n)
-        take = min(batch_size - len(out), n - offset)
-        out.extend(int(i) for i in perm[offset:offset + take])
-        pos += take
-    return out
-
-
-def step_indices(n: int, size: int, step: int, seed: int, focus: Sequence[int] = (), share: float = 0.0) -> list[int]:
-    """A step's prompts (``batch_indices``), stratified when ``share`` > 0: ``round(share * size)`` of them
-    from the items in ``focus``, the rest from the others, each stratum with its own cursor (so a pure
-    function of step too). ``share`` 0 or no ``focus`` is ``batch_indices`` itself."""
-    k = min(size, round(share * size)) if len(focus) else 0
-    if k == 0:
-        return batch_indices(n, size, step, seed)
-    chosen = set(focus)
-    rest = [i for i in range(n) if i not in chosen]
-    if not rest:
-        k = size
-    picked = [focus[i] for i in batch_indices(len(focus), k, step, seed)]
-    return picked + ([rest[i] for i in batch_indices(len(rest), size - k, step, seed)] if k < size else [])
-
-
-def rl_items(cfg: RouterR1TrainConfig, items: Sequence[dict[str, Any]]) -> list[int]:
-    """Indices of the training questions RL draws its prompts from: those of ``train.sources`` (all when
-    empty). A source no question has is an error naming the sources there are."""
-    if not cfg.sources:
-        return list(range(len(items)))
-    have = sorted({str(it.get("source", "")) for it in items})
-    missing = [s for s in cfg.sources if s not in have]
-    if missing:
-        raise ValueError(f"train.sources: no training question has source {missing} "
-                         f"(the training split's sources: {have})")
-    return [i for i, it in enumerate(items) if it.get("source") in cfg.sources]
-
-
-def check_no_answer(cfg: RouterR1TrainConfig, n_items: int, no_answer: Sequence[int]) -> None:
-    """``train.no_answer_share`` > 0 needs a stratum to draw from."""
-    if cfg.no_answer_share > 0 and not no_answer:
-        raise ValueError(f"train.no_answer_share={cfg.no_answer_share}: none of the {n_items} training questions "
-                         "has a cheapest-candidate reply without a final answer (or the pool has no logged "
-                         "replies to tell); set it to 0")
-
-
-def first_call_items(cfg: RouterR1TrainConfig, n_items: int, no_answer: Sequence[int],
-                     has_replies: bool = True) -> list[int]:
-    """Indices of the training questions whose rollouts start after the cheap call: the stratum under
-    ``train.no_answer_first_call``, and ``train.first_call_share`` of the others, drawn once with the seed."""
-    if cfg.first_call_share > 0 and not has_replies:
-        raise ValueError(f"train.first_call_share={cfg.first_call_share}: the pool has no logged replies to "
-                         "write the first call from (live candidates); set it to 0")
-    chosen = set(no_answer) if cfg.no_answer_first_call else set()
-    stratum = set(no_answer)
-    others = [i for i in range(n_items) if i not in stratum]
-    k = int(round(cfg.first_call_share * len(others)))
-    if k:
-        rng = np.random.default_rng(cfg.seed + 104729)
-        chosen.update(int(others[j]) for j in rng.choice(len(others), size=k, replace=False))
-    return sorted(chosen)
-
-
 def informative_groups(rewards: Sequence[float], group_size: int, tol: float = 1e-6) -> list[bool]:
     """Per group (contiguous runs of ``group_size`` rewards, item-major as the rollout lays them out):
     whether its samples score differently. A group whose rewards are all equal has zero GRPO advantage."""
@@ -181,37 +115,12 @@ def trajectory_metrics(trajs: Sequence[Trajectory], scores: Sequence[Any], candi
     return m
 
 
-def stratum_metrics(scores: Sequence[Any], calls: Sequence[int], in_stratum: Sequence[bool],
-                    group_size: int) -> dict[str, float]:
-    """Per stratum of ``train.no_answer_share`` (``no_answer``: the cheap reply states no final answer;
-    ``states_answer``: the others): share of trajectories that made two or more calls (``escalated``) and
-    mean reward; and over the stratum's groups (``group_size`` consecutive trajectories) holding both
-    moves, the mean of (mean reward escalating - mean reward not), the sign GRPO gives escalating there."""
-    m: dict[str, float] = {}
-    for name, want in (("no_answer", True), ("states_answer", False)):
-        sel = [k for k, f in enumerate(in_stratum) if f == want]
-        if not sel:
-            continue
-        m[f"rollout/{name}/escalated"] = float(np.mean([calls[k] >= 2 for k in sel]))
-        m[f"rollout/{name}/reward"] = float(np.mean([scores[k].total for k in sel]))
-        gaps = []
-        for g in range(0, len(in_stratum), group_size):
-            ks = [k for k in range(g, min(g + group_size, len(in_stratum))) if in_stratum[k] == want]
-            esc = [scores[k].total for k in ks if calls[k] >= 2]
-            rest = [scores[k].total for k in ks if calls[k] < 2]
-            if esc and rest:
-                gaps.append(np.mean(esc) - np.mean(rest))
-        if gaps:
-            m[f"rollout/{name}/escalate_minus_answer"] = float(np.mean(gaps))
-    return m
-
-
 def rollout_rows(step: int, idx: Sequence[int], trajs: Sequence[Trajectory], scores: Sequence[Any],
-                 group_size: int, no_answer: set[int]) -> list[dict[str, Any]]:
-    """One row per trajectory of a step (``train.rollout_dump``): its training question, sample, stratum,
-    reward parts, format failure, calls and text."""
+                 group_size: int, curriculum: Curriculum) -> list[dict[str, Any]]:
+    """One row per trajectory of a step (``train.rollout_dump``): its training question, sample, the
+    curriculum's stratum, reward parts, format failure, calls and text."""
     return [{"step": step, "question": int(idx[k // group_size]), "sample": k % group_size,
-             "no_answer": idx[k // group_size] in no_answer, "reward": s.total, "format": s.format,
+             "stratum": curriculum.stratum_of(idx[k // group_size]), "reward": s.total, "format": s.format,
              "outcome": s.outcome, "cost": s.cost, "failure": s.failure,
              "calls": [r.model for r in t.routes], "text": t.text}
             for k, (t, s) in enumerate(zip(trajs, scores))]
@@ -292,21 +201,14 @@ class RouterR1Trainer:
 
     def __init__(self, cfg: RouterR1TrainConfig, rollout: Rollout, learners: Any, candidates: Sequence[str],
                  items: Sequence[dict[str, Any]], demos: Sequence[Any] = (),
-                 eval_items: Sequence[dict[str, Any]] = (), no_answer: Sequence[int] = ()):
+                 eval_items: Sequence[dict[str, Any]] = (), curriculum: Curriculum | None = None):
         """``learners``: a ``LearnerGroup`` (Ray Train ranks) or ``LocalLearners`` (this process, no Ray);
         ``rollout``: a ``RolloutGroup`` or a ``LocalRollout``; ``items``: the training prompts;
-        ``demos``: the cold start's demonstrations; ``eval_items``: the held-out prompts; ``no_answer``:
-        indices of the items whose cheap reply states no final answer (``train.no_answer_share``)."""
-        check_no_answer(cfg, len(items), no_answer)
+        ``demos``: the cold start's demonstrations; ``eval_items``: the held-out prompts; ``curriculum``:
+        which of ``items`` each step draws (``rlrouter.trainer.curriculum``; default the natural mix)."""
         self.cfg, self.rollout, self.learners = cfg, rollout, learners
         self.candidates, self.items, self.demos, self.eval_items = candidates, items, demos, eval_items
-        self.no_answer = list(no_answer)
-        self.rl_items = rl_items(cfg, items)  # train.sources
-        position = {i: k for k, i in enumerate(self.rl_items)}
-        self._focus = [position[i] for i in self.no_answer if i in position]  # the stratum among them
-        if cfg.no_answer_share > 0 and not self._focus:
-            raise ValueError(f"train.no_answer_share={cfg.no_answer_share}: none of the questions of "
-                             f"train.sources={list(cfg.sources)} has a cheap reply without a final answer")
+        self.curriculum = curriculum or Curriculum.natural(len(items))
         self.out = Path(cfg.out_dir)
         self.restarts = 0
         self.reward: Any = None
@@ -385,8 +287,7 @@ class RouterR1Trainer:
         # until enough groups have reward spread
         while not rounds or (len(rounds) <= cfg.filter_groups and sum(map(sum, flags)) < size):
             r = len(rounds)
-            idx = [self.rl_items[k] for k in step_indices(len(self.rl_items), size, step, cfg.seed + 7919 * r,
-                                                          self._focus, cfg.no_answer_share)]
+            idx = self.curriculum.draw(step, size, cfg.seed + 7919 * r)
             drawn.append(idx)
             t0 = time.perf_counter()
             trajs = self.rollout.rollout([self.items[i] for i in idx], group,  # item-major
@@ -409,13 +310,10 @@ class RouterR1Trainer:
         # the rollout metrics describe the policy: round 0, the batch an unfiltered step draws
         trajs, scores = rounds[0]
         metrics = {**trajectory_metrics(trajs, scores, self.candidates), **learn}
-        idx0, strata = drawn[0], set(self.no_answer)
-        if strata:
-            metrics.update(stratum_metrics(scores, [len(t.routes) for t in trajs],
-                                           [idx0[k // group] in strata for k in range(len(trajs))], group))
+        metrics.update(self.curriculum.metrics(drawn[0], scores, [len(t.routes) for t in trajs], group))
         if cfg.rollout_dump:
             write_jsonl(self.out / "rollouts" / f"step_{step + 1:06d}.jsonl",  # numbered as metrics.jsonl
-                        rollout_rows(step + 1, idx0, trajs, scores, group, strata))
+                        rollout_rows(step + 1, drawn[0], trajs, scores, group, self.curriculum))
         if group > 1:  # one sample per prompt (PPO) forms no group
             metrics["rollout/informative_groups"] = sum(flags[0]) / len(flags[0])
         if cfg.filter_groups:

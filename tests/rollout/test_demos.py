@@ -100,7 +100,7 @@ def test_a_demonstrated_search_turn_fits_the_rollout_turn_budget():
 
 
 def test_second_call_demonstrations_ask_another_candidate_at_random(shared_data):
-    """With warmup_second_call, that share of demonstrations asks a second candidate (the other one, drawn
+    """With curriculum.demo_second_call, that share of demonstrations asks a second candidate (the other one, drawn
     without looking at the first reply) and answers what the second reply states; the format holds."""
     from rlrouter.data.sources import gsm8k
     from rlrouter.rollout.demos import demo_tokens
@@ -135,7 +135,7 @@ def test_second_call_demonstrations_ask_another_candidate_at_random(shared_data)
     turns = [seg + "</search>" for seg in policy.split("</search>")[:2]]
     assert all(len(turn) <= 100 for turn in turns) and "..." in turns[1] and turns[1].startswith("<think>I will ask ")
     assert build_demonstrations(items, pool, n=10, seed=1)[0]["calls"] == [build_demonstrations(items, pool, n=10, seed=1)[0]["model"]]
-    with pytest.raises(ValueError, match="train.warmup_second_call"):
+    with pytest.raises(ValueError, match="curriculum.demo_second_call"):
         build_demonstrations(items, pool, n=2, second_call=1.5)
 
 

@@ -204,7 +204,7 @@ def test_a_records_candidate_models_restrict_and_price_its_routes():
 
 
 def test_a_first_turn_written_for_the_policy_is_routed_but_not_learned_on():
-    """``first_turn`` (``train.no_answer_first_call``): the first turn is the item's text, an observation;
+    """``first_turn`` (``curriculum.no_answer_first_call``): the first turn is the item's text, an observation;
     the policy samples from the reply on, and only those turns are in the loss mask."""
     given = "I will ask small.</think>\n<search>small: what is 6*7?</search>"
     t2 = "<think>ok</think><answer>42</answer>"

@@ -121,64 +121,6 @@ def test_filter_groups_must_be_a_count():
         RouterR1TrainConfig(filter_groups=1, n_samples=1)
 
 
-def test_stratified_prompts_draw_their_share_from_the_no_answer_items():
-    from rlrouter.trainer.router_r1 import step_indices
-
-    focus = [3, 7, 11]
-    # no share, or no stratum: the plain cursor, so the default step is unchanged
-    assert [step_indices(20, 4, s, 5) for s in range(6)] == [batch_indices(20, 4, s, 5) for s in range(6)]
-    assert step_indices(20, 4, 2, 5, focus, 0.0) == batch_indices(20, 4, 2, 5)
-    assert step_indices(20, 4, 2, 5, (), 0.5) == batch_indices(20, 4, 2, 5)
-    steps = [step_indices(20, 4, s, 5, focus, 0.5) for s in range(6)]
-    assert steps == [step_indices(20, 4, s, 5, focus, 0.5) for s in range(6)]  # a pure function of step
-    for b in steps:
-        assert sum(i in focus for i in b) == 2 and len(b) == 4
-    firsts = [i for b in steps for i in b[:2]]
-    assert sorted(firsts[:3]) == focus  # the stratum's own cursor: each no-answer item once per its epoch
-    rest = [i for b in steps for i in b[2:]]
-    assert len(set(rest)) == len(rest) == 12  # the other items without repeats within their epoch
-    assert step_indices(20, 4, 1, 5, focus, 1.0) == [focus[i] for i in batch_indices(3, 4, 1, 5)]
-    assert sum(i in focus for i in step_indices(20, 4, 0, 5, focus, 0.3)) == 1  # round(0.3 x 4)
-
-
-def test_stratified_prompts_need_a_share_and_a_stratum():
-    from rlrouter.learner.config import RouterR1TrainConfig
-    from rlrouter.trainer.router_r1 import check_no_answer
-
-    for bad in (-0.1, 1.5, True, "half"):
-        with pytest.raises(ValueError, match="train.no_answer_share"):
-            RouterR1TrainConfig(no_answer_share=bad)
-    with pytest.raises(ValueError, match="no_answer_first_call=true needs train.no_answer_share > 0"):
-        RouterR1TrainConfig(no_answer_first_call=True)
-    with pytest.raises(ValueError, match="train.no_answer_first_call: true or false"):
-        RouterR1TrainConfig(no_answer_share=0.5, no_answer_first_call="yes")
-    RouterR1TrainConfig(no_answer_share=0.5, no_answer_first_call=True)
-    check_no_answer(RouterR1TrainConfig(), 10, [])  # off: nothing needed
-    check_no_answer(RouterR1TrainConfig(no_answer_share=0.5), 10, [4])
-    with pytest.raises(ValueError, match=r"no_answer_share=0.5: none of the 10 training questions"):
-        check_no_answer(RouterR1TrainConfig(no_answer_share=0.5), 10, [])
-
-
-def test_first_call_items_write_the_stratum_and_a_share_of_the_others():
-    from rlrouter.learner.config import RouterR1TrainConfig
-    from rlrouter.trainer.router_r1 import first_call_items
-
-    stratum = [2, 7]
-    assert first_call_items(RouterR1TrainConfig(), 10, stratum) == []
-    assert first_call_items(RouterR1TrainConfig(no_answer_share=0.5, no_answer_first_call=True), 10, stratum) == stratum
-    half = first_call_items(RouterR1TrainConfig(first_call_share=0.5), 10, stratum)
-    assert len(half) == 4 and not set(half) & set(stratum)  # 4 of the 8 others, none of the stratum
-    assert half == first_call_items(RouterR1TrainConfig(first_call_share=0.5), 10, stratum)  # drawn once, seeded
-    both = first_call_items(RouterR1TrainConfig(no_answer_share=0.5, no_answer_first_call=True,
-                                                first_call_share=1.0), 10, stratum)
-    assert both == list(range(10))
-    for bad in (-0.1, 1.5, True, "half"):
-        with pytest.raises(ValueError, match="train.first_call_share"):
-            RouterR1TrainConfig(first_call_share=bad)
-    with pytest.raises(ValueError, match="first_call_share=0.5: the pool has no logged replies"):
-        first_call_items(RouterR1TrainConfig(first_call_share=0.5), 10, [], has_replies=False)
-
-
 def test_the_no_answer_stratum_is_read_from_the_cheap_candidates_logged_replies():
     import numpy as np
 
@@ -191,91 +133,6 @@ def test_the_no_answer_stratum_is_read_from_the_cheap_candidates_logged_replies(
     assert no_answer_items(table) == [0, 3]
     assert no_answer_items(None) == []  # live candidates: no logged replies
     assert no_answer_items(RouteTable(["a"], ["x"], np.ones((1, 1)), np.ones((1, 1)), "x", {"x": 1.0})) == []
-
-
-def test_a_stratified_step_rolls_out_its_share_of_no_answer_items(monkeypatch, tmp_path):
-    import rlrouter.trainer.router_r1 as tr
-    from rlrouter.learner.config import RouterR1TrainConfig
-
-    monkeypatch.setattr(tr, "score_trajectories", _score)
-    monkeypatch.setattr(tr, "sync_policy", lambda *a: 0.0)
-    items = [{"id": i, "spread": True} for i in range(40)]
-    no_answer = [5, 17, 30]
-    cfg = RouterR1TrainConfig(prompts_per_step=4, n_samples=2, no_answer_share=0.5, out_dir=str(tmp_path),
-                              progress=False)
-    rollout, learners = _Rollout(), _Learners()
-    trainer = tr.RouterR1Trainer(cfg, rollout, learners, ["a", "b"], items, no_answer=no_answer)
-    for step in range(3):
-        trainer.train_step(step)
-    for step, _, drawn in rollout.calls:
-        assert drawn == tr.step_indices(40, 4, step, cfg.seed, no_answer, 0.5)
-        assert sum(i in no_answer for i in drawn) == 2
-    with pytest.raises(ValueError, match="no_answer_share=0.5: none of the 40"):
-        tr.RouterR1Trainer(cfg, rollout, learners, ["a", "b"], items)
-
-
-def test_rl_prompts_come_only_from_the_sources_named(monkeypatch, tmp_path):
-    """train.sources: every drawn prompt is one of those sources' questions, the no-answer stratum keeps
-    its share among them; an unknown source or a stratum outside them is an error naming it."""
-    import rlrouter.trainer.router_r1 as tr
-    from rlrouter.learner.config import RouterR1TrainConfig
-
-    monkeypatch.setattr(tr, "score_trajectories", _score)
-    monkeypatch.setattr(tr, "sync_policy", lambda *a: 0.0)
-    items = [{"id": i, "spread": True, "source": "gsm8k" if i % 3 == 0 else "mmlu"} for i in range(30)]
-    no_answer = [3, 9, 10]  # 10 is an mmlu question: outside the stratum once sources=[gsm8k]
-    cfg = RouterR1TrainConfig(prompts_per_step=4, n_samples=2, sources=["gsm8k"], no_answer_share=0.5,
-                              out_dir=str(tmp_path), progress=False)
-    assert tr.rl_items(cfg, items) == list(range(0, 30, 3))
-    assert tr.rl_items(RouterR1TrainConfig(), items) == list(range(30))
-    rollout, learners = _Rollout(), _Learners()
-    trainer = tr.RouterR1Trainer(cfg, rollout, learners, ["a", "b"], items, no_answer=no_answer)
-    for step in range(4):
-        trainer.train_step(step)
-    seen = set()
-    for _, _, drawn in rollout.calls:
-        assert all(items[i]["source"] == "gsm8k" for i in drawn)
-        assert sum(i in (3, 9) for i in drawn) == 2 and 10 not in drawn
-        seen.update(drawn)
-    assert len(seen) > 4  # the cursor walks over the gsm8k questions, not one batch again
-    with pytest.raises(ValueError, match=r"no training question has source \['gsm'\].*'gsm8k', 'mmlu'"):
-        tr.rl_items(RouterR1TrainConfig(sources=["gsm"]), items)
-    with pytest.raises(ValueError, match=r"none of the questions of train.sources=\['mmlu'\]"):
-        tr.RouterR1Trainer(RouterR1TrainConfig(sources=["mmlu"], no_answer_share=0.5, out_dir=str(tmp_path)),
-                           rollout, learners, ["a", "b"], items, no_answer=[3, 9])
-    for bad in ("gsm8k", [""], [1]):
-        with pytest.raises(ValueError, match="train.sources"):
-            RouterR1TrainConfig(sources=bad)
-
-
-def test_stratum_metrics_split_escalation_and_its_group_advantage_by_stratum():
-    from types import SimpleNamespace
-
-    from rlrouter.trainer.router_r1 import stratum_metrics
-
-    sc = lambda *r: [SimpleNamespace(total=x) for x in r]  # noqa: E731
-    # two groups of 2: the first from the no-answer stratum (one escalates and wins by 0.5), the second not
-    m = stratum_metrics(sc(0.8, 0.3, 1.0, 0.2), [2, 1, 1, 2], [True, True, False, False], 2)
-    assert m["rollout/no_answer/escalated"] == 0.5 and m["rollout/states_answer/escalated"] == 0.5
-    assert m["rollout/no_answer/reward"] == pytest.approx(0.55)
-    assert m["rollout/no_answer/escalate_minus_answer"] == pytest.approx(0.5)
-    assert m["rollout/states_answer/escalate_minus_answer"] == pytest.approx(-0.8)
-    # a stratum whose groups hold one move only has no gap to report
-    m = stratum_metrics(sc(0.8, 0.3), [1, 1], [True, True], 2)
-    assert "rollout/no_answer/escalate_minus_answer" not in m and "rollout/states_answer/reward" not in m
-
-
-def test_rollout_rows_name_each_trajectorys_question_and_stratum():
-    from types import SimpleNamespace
-
-    from rlrouter.trainer.router_r1 import rollout_rows
-
-    t = lambda *models: SimpleNamespace(routes=[SimpleNamespace(model=m) for m in models], text="x")  # noqa: E731
-    s = SimpleNamespace(total=1.0, format=0.0, outcome=1.0, cost=0.5, failure=None)
-    rows = rollout_rows(3, [7, 2], [t("a"), t("a", "b"), t(), t("b")], [s] * 4, 2, {2})
-    assert [(r["question"], r["sample"], r["no_answer"]) for r in rows] == [(7, 0, False), (7, 1, False),
-                                                                          (2, 0, True), (2, 1, True)]
-    assert rows[1]["calls"] == ["a", "b"] and rows[0]["step"] == 3 and rows[0]["failure"] is None
 
 
 def test_held_out_rollout_goes_in_chunks_in_order_with_a_progress_line_each(capsys):
@@ -298,3 +155,36 @@ def test_held_out_rollout_goes_in_chunks_in_order_with_a_progress_line_each(caps
     assert [ln.split(" [")[0] for ln in lines] == [f"held-out: question {n}/7" for n in (3, 6, 7)]
     held_out_rollout(Rollout(), items, 5, chunk=3, enabled=False)
     assert capsys.readouterr().out == ""
+
+
+def test_a_step_draws_its_prompts_from_the_curriculum_and_reports_its_strata(monkeypatch, tmp_path):
+    import rlrouter.trainer.router_r1 as tr
+    from rlrouter.learner.config import RouterR1TrainConfig
+    from rlrouter.trainer.curriculum import CurriculumConfig, build_curriculum
+
+    monkeypatch.setattr(tr, "score_trajectories", _score)
+    monkeypatch.setattr(tr, "sync_policy", lambda *a: 0.0)
+    items = [{"id": i, "spread": True, "source": "mbpp" if i < 4 else "arc"} for i in range(40)]
+    cfg = RouterR1TrainConfig(prompts_per_step=4, n_samples=2, out_dir=str(tmp_path), progress=False)
+    curriculum = build_curriculum(CurriculumConfig(balance="task"), items)
+    rollout, learners = _Rollout(), _Learners()
+    trainer = tr.RouterR1Trainer(cfg, rollout, learners, ["a", "b"], items, curriculum=curriculum)
+    for step in range(3):
+        metrics = trainer.train_step(step)
+    for step, _, drawn in rollout.calls:
+        assert drawn == curriculum.draw(step, 4, cfg.seed)
+        assert sum(items[i]["source"] == "mbpp" for i in drawn) == 2  # a tenth of the items, half the prompts
+    assert "rollout/mbpp/reward" in metrics and "rollout/arc/reward" in metrics
+
+
+def test_rollout_rows_name_each_trajectorys_question_and_stratum():
+    from rlrouter.trainer.curriculum import Curriculum
+    from rlrouter.trainer.router_r1 import rollout_rows
+
+    t = lambda *models: SimpleNamespace(routes=[SimpleNamespace(model=m) for m in models], text="x")  # noqa: E731
+    s = SimpleNamespace(total=1.0, format=0.0, outcome=1.0, cost=0.5, failure=None)
+    c = Curriculum({"no_answer": [2], "states_answer": [7]}, "share", 0.5)
+    rows = rollout_rows(3, [7, 2], [t("a"), t("a", "b"), t(), t("b")], [s] * 4, 2, c)
+    assert [(r["question"], r["sample"], r["stratum"]) for r in rows] == [
+        (7, 0, "states_answer"), (7, 1, "states_answer"), (2, 0, "no_answer"), (2, 1, "no_answer")]
+    assert rows[1]["calls"] == ["a", "b"] and rows[0]["step"] == 3 and rows[0]["failure"] is None
