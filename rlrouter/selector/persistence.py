@@ -237,7 +237,7 @@ def move_aside(path: Path) -> Path:
     return dest
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -259,7 +259,7 @@ def write_snapshot(path: str | Path, doc: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def read_snapshot(path: str | Path) -> SelectorState | None:
@@ -279,6 +279,30 @@ def read_snapshot(path: str | Path) -> SelectorState | None:
         raise StateFileError(path, f"corrupt or foreign: {e}", moved) from None
 
 
+def frame_line(tag: str, obj: Any) -> bytes:
+    """One durable log line: ``obj`` as JSON inside an envelope with its format ``tag`` and the CRC-32 of
+    that JSON, newline-terminated. The selector's write-ahead log and the serving traffic log write it."""
+    body = json.dumps(obj, separators=(",", ":"))
+    return json.dumps({"f": tag, "crc": zlib.crc32(body.encode()), "body": body},
+                      separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def unframe_line(line: bytes, tag: str) -> Any:
+    """The object of a ``frame_line`` line (without its newline); ``ValueError`` saying why when the line
+    is not one of ``tag``'s, or its checksum does not match (a torn or altered record)."""
+    try:
+        outer = json.loads(line.decode("utf-8"))
+        if not isinstance(outer, dict) or outer.get("f") != tag:
+            raise ValueError(f"not a {tag} entry")
+        if zlib.crc32(outer["body"].encode()) != outer["crc"]:
+            raise ValueError("checksum mismatch")
+        return json.loads(outer["body"])
+    except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise ValueError(f"malformed entry ({type(e).__name__}: {e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e})") from None
+
+
 class WriteAheadLog:
     """Append-only JSON-lines log of resolved updates; ``append`` returns once the line is on disk."""
 
@@ -293,10 +317,8 @@ class WriteAheadLog:
         return self._f
 
     def append(self, seq: int, update: PosteriorUpdate) -> None:
-        body = json.dumps({"seq": seq, "update": encode_update(update)}, separators=(",", ":"))
-        line = json.dumps({"f": WAL_FORMAT, "crc": zlib.crc32(body.encode()), "body": body}, separators=(",", ":"))
         f = self._file()
-        f.write(line.encode("utf-8") + b"\n")
+        f.write(frame_line(WAL_FORMAT, {"seq": seq, "update": encode_update(update)}))
         f.flush()
         # the acknowledgement waits for this: an acked /feedback must survive kill -9
         os.fsync(f.fileno())
@@ -317,12 +339,7 @@ class WriteAheadLog:
             if not line:
                 continue
             try:
-                outer = json.loads(line.decode("utf-8"))
-                if not isinstance(outer, dict) or outer.get("f") != WAL_FORMAT:
-                    raise ValueError("not a selector log entry")
-                if zlib.crc32(outer["body"].encode()) != outer["crc"]:
-                    raise ValueError("checksum mismatch")
-                inner = json.loads(outer["body"])
+                inner = unframe_line(line, WAL_FORMAT)
                 entries.append((int(inner["seq"]), decode_update(inner["update"])))
             except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
                 self.close()
@@ -343,7 +360,7 @@ class WriteAheadLog:
         with open(self.path, "wb") as f:
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def close(self) -> None:
         if self._f is not None:

@@ -32,6 +32,14 @@ from rlrouter.serving.schemas import ChatCompletionRequest, ModelCard, ModelList
 SPECIAL_MODELS = ("auto", "arena")
 
 
+def _delta_text(chunk: dict[str, Any]) -> str:
+    """The content a chat-completion chunk adds (empty for role and finish chunks)."""
+    try:
+        return chunk["choices"][0]["delta"].get("content") or ""
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return ""
+
+
 def _sse(obj: Any) -> bytes:
     return f"data: {json.dumps(obj)}\n\n".encode()
 
@@ -132,16 +140,20 @@ class ChatProxy:
                 meta["router"] = dec["router"]
         if end_user is not None:
             meta["end_user"] = end_user
+        # the traffic log's record of this request: its id (a decision's, else a new one), who, what
+        log = {"request_id": dec["request_id"] if dec is not None else f"chat-{uuid.uuid4().hex}", "user": user,
+               "endpoint": "chat", "prompt": query, "decision": ctx.decision_record(dec, models[0])}
         if len(models) > 1:
-            data = await self._fan_out(dec, models, messages, params, meta)
+            data = await self._fan_out(dec, models, messages, params, meta, log)
             headers["X-RLRouter-Model"] = data["model"]
             if body.stream:
                 return self._replay_stream(data), headers
             return data, headers
         model = models[0]
         if body.stream:
-            return await self._stream(model, messages, params, meta), headers
+            return await self._stream(model, messages, params, meta, log), headers
         r, data = await asyncio.wait_for(ctx.pool.chat(model, messages, **params), ctx.serving.proxy_timeout_s)
+        await ctx.log_request(**log, calls=[ctx.call_record(model, r)])
         if not r.ok:
             raise candidate_error(model, str(r.error))
         data = {**data, "model": model}
@@ -150,7 +162,7 @@ class ChatProxy:
         return data, headers
 
     async def _fan_out(self, dec: dict[str, Any], models: list[str], messages: list[dict[str, Any]],
-                       params: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+                       params: dict[str, Any], meta: dict[str, Any], log: dict[str, Any]) -> dict[str, Any]:
         """Multi-round / arena: call ``models`` in parallel, aggregate, record the returned model."""
         ctx = self.ctx
         results = await asyncio.gather(*[asyncio.wait_for(ctx.pool.chat(m, messages, **params),
@@ -165,6 +177,9 @@ class ChatProxy:
                 errors[m] = str(res[0].error)
             else:
                 answers[m] = res[1]
+        await ctx.log_request(**log, calls=[{"model": m, "error": f"{type(res).__name__}: {res}"}
+                                            if isinstance(res, BaseException) else ctx.call_record(m, res[0])
+                                            for m, res in zip(models, results)])
         refused = {m: candidate_error(m, e) for m, e in errors.items()}
         errors = {m: public_text(e) for m, e in errors.items()}
         if not answers:
@@ -180,7 +195,7 @@ class ChatProxy:
         return data
 
     async def _stream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
-                      meta: dict[str, Any]) -> AsyncIterator[bytes]:
+                      meta: dict[str, Any], log: dict[str, Any]) -> AsyncIterator[bytes]:
         """The candidate's chunks as SSE. The first chunk is awaited here, before the 200 goes out, so a
         call that fails from the start (a prompt over the context, a candidate down) gets its status."""
         chunks = self.ctx.pool.stream(model, messages, **params)
@@ -190,20 +205,29 @@ class ChatProxy:
             first = None
         except Exception as e:  # noqa: BLE001 - the candidate's failure, mapped to a status
             raise candidate_error(model, str(e) or type(e).__name__) from None
-        return self._sse_stream(model, first, chunks, meta)
+        return self._sse_stream(model, first, chunks, meta, log)
 
-    @staticmethod
-    async def _sse_stream(model: str, first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]],
-                          meta: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def _sse_stream(self, model: str, first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]],
+                          meta: dict[str, Any], log: dict[str, Any]) -> AsyncIterator[bytes]:
+        t0, text, usage, error = time.perf_counter(), [], None, None
         try:
             if first is not None:
+                text.append(_delta_text(first))
                 yield _sse({**first, **({"x_rlrouter": meta} if meta else {}), "model": model})
                 async for chunk in chunks:
+                    text.append(_delta_text(chunk))
+                    usage = chunk.get("usage") or usage
                     yield _sse({**chunk, "model": model})
         except Exception as e:  # noqa: BLE001 - the status is sent already: report in-band, as OpenAI does
             err = candidate_error(model, str(e) or type(e).__name__)
+            error = err.message
             yield _sse({"error": {"message": err.message, "type": err.type, "param": err.field,
                                   "code": err.code or err.status}})
+        usage = usage or {}
+        call = {"model": model, "reply": "".join(text), "prompt_tokens": usage.get("prompt_tokens", 0),
+                "completion_tokens": usage.get("completion_tokens", 0), "latency_s": time.perf_counter() - t0,
+                **({"error": error} if error else {})}
+        await self.ctx.log_request(**log, calls=[call])  # on disk before the stream's end is acknowledged
         yield b"data: [DONE]\n\n"
 
     async def _replay_stream(self, data: dict[str, Any]) -> AsyncIterator[bytes]:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from rlrouter.serving.peer import client_address
+from rlrouter.serving.traffic import TrafficConfig
 
 
 class ServingConfigError(ValueError):
@@ -111,8 +112,23 @@ class ServingConfig:
     selector_in_ingress: bool = True
     """The selector's one replica answers HTTP itself: no actor hop on /route (latency). False: a
     separate, scalable ingress deployment calls the selector replica through its handle."""
+    traffic: Any = field(default_factory=dict)
+    """The opt-in traffic log (``rlrouter.serving.traffic.TrafficConfig``: enabled, path, store_prompts,
+    max_segment_mb, retention_segments): every routed request and feedback, on disk before the reply."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.traffic, TrafficConfig):
+            if not isinstance(self.traffic, dict):
+                raise ServingConfigError("traffic", f"expected a mapping of traffic log settings, got {self.traffic!r}")
+            unknown = sorted(set(self.traffic) - {f.name for f in fields(TrafficConfig)})
+            if unknown:
+                raise ServingConfigError(f"traffic.{unknown[0]}", "unknown field; known fields: "
+                                         f"{sorted(f.name for f in fields(TrafficConfig))}")
+            try:
+                self.traffic = TrafficConfig(**self.traffic)
+            except ValueError as e:
+                where, _, why = str(e).partition(": ")
+                raise ServingConfigError(where.removeprefix("serving."), why) from None
         if not isinstance(self.api_keys, list):
             raise ServingConfigError("api_keys", "expected a list of {key, user_id, admin}")
         for i, k in enumerate(self.api_keys):

@@ -16,6 +16,7 @@ from rlrouter.selector.config import SelectorConfig
 from rlrouter.serving.config import ServingConfig
 from rlrouter.serving.errors import ApiError, context_length_exceeded
 from rlrouter.serving.selector_client import SelectorClient
+from rlrouter.serving.traffic import TrafficLog, prompt_fields
 
 
 def match_name(name: str, names: list[str]) -> str | None:
@@ -37,7 +38,50 @@ class ServiceContext:
     """The candidate pool (``rlrouter.pool.pool.CandidatePool``) that chat completions proxy to."""
     encoder_: Any = None
     """A sentence encoder given by the caller (tests); None loads ``serving.encoder`` on first use."""
+    traffic: TrafficLog | None = None
+    """The traffic log when ``serving.traffic.enabled`` (opened by the service); None: nothing is logged."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    async def log_request(self, request_id: str, user: str, endpoint: str, prompt: str, decision: dict[str, Any],
+                          calls: list[dict[str, Any]] = ()) -> None:
+        """Append a routed request to the traffic log (when on), fsynced before this returns, so before the
+        reply goes out. ``decision``: ``model``, ``router``, ``version``, ``mode``; ``calls``: each candidate
+        called, with its reply, tokens, cost and latency."""
+        if self.traffic is None:
+            return
+        cfg = self.traffic.cfg
+        emb = None
+        if not cfg.store_prompts:
+            emb = await asyncio.to_thread(self.encoder().encode_one, prompt)
+        rec = {"kind": "request", "id": request_id, "user": user, "endpoint": endpoint,
+               **prompt_fields(prompt, cfg.store_prompts, emb), "decision": decision, "calls": list(calls)}
+        await asyncio.to_thread(self.traffic.append, rec)
+
+    @staticmethod
+    def decision_record(dec: dict[str, Any] | None, model: str) -> dict[str, Any]:
+        """What the traffic log keeps of a decision: the model(s), the mode, and the router that made it (a
+        served router's name and details; else the mode's maker: the selector, GMTRouter, LLM routing; a
+        request that named its model: ``caller``)."""
+        if dec is None:
+            return {"model": model, "models": [model], "mode": "direct", "router": "caller"}
+        info = dec.get("router")
+        return {"model": dec["model"], "models": dec.get("models") or [dec["model"]], "mode": dec["mode"],
+                "router": info["name"] if isinstance(info, dict) else "selector",
+                **({"router_info": info} if isinstance(info, dict) else {})}
+
+    @staticmethod
+    def call_record(model: str, r: Any) -> dict[str, Any]:
+        """One candidate call for the traffic log (``r``: a ``CandidateResponse``)."""
+        return {"model": model, "reply": r.text, "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.completion_tokens, "cost": r.cost, "latency_s": r.latency_s,
+                **({"error": r.error} if r.error else {})}
+
+    async def log_feedback(self, request_id: str, user: str, **what: Any) -> None:
+        """Append a feedback to the traffic log (when on), fsynced before this returns."""
+        if self.traffic is not None:
+            rec = {"kind": "feedback", "request_id": request_id, "user": user,
+                   **{k: v for k, v in what.items() if v is not None}}
+            await asyncio.to_thread(self.traffic.append, rec)
 
     def encoder(self) -> Any:
         if self.encoder_ is None:

@@ -75,6 +75,8 @@ class FeedbackRole:
             reward = body.reward if body.reward is not None else self._router_r1_reward(body)
             kwargs["reward"] = reward
         res = await ctx.selector.call("feedback", **kwargs)
+        await ctx.log_feedback(body.request_id, principal.user_id, outcome=body.outcome, label=label,
+                               confidence=confidence, reward=reward, winner=body.winner)
         router = None
         if self.routers is not None:
             try:

@@ -34,6 +34,7 @@ from rlrouter.serving.router_models import RouterModels
 from rlrouter.serving.router_r1 import RouterR1Role
 from rlrouter.serving.router_r1_client import RouterR1Policy
 from rlrouter.serving.routing import Routing
+from rlrouter.serving.traffic import TrafficLog
 from rlrouter.serving.schemas import (
     ChatCompletionRequest,
     FeedbackRequest,
@@ -70,7 +71,8 @@ class RouterService:
         (serve/app.py asks the Serve controller), shown on ``/health``; ``served_routers``: async
         ``decide``/``feedback`` of the routers saved by jobs/train_router.py
         (:class:`~rlrouter.serving.served_routers.ServedRouters`), ``router_manifests`` their manifests."""
-        self.ctx = ServiceContext(selector, selector_config, serving, list(candidates), pool, encoder)
+        self.ctx = ServiceContext(selector, selector_config, serving, list(candidates), pool, encoder,
+                                  TrafficLog(serving.traffic) if serving.traffic.enabled else None)
         self.intent = IntentRole(self.ctx, intent)
         self.router_r1 = RouterR1Role(self.ctx, router_r1_policy)
         self.gmt = GMTRole(self.ctx, gmt, name_map) if gmt is not None else None

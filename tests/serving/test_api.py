@@ -566,3 +566,60 @@ def test_a_body_that_stops_arriving_is_a_408(tmp_path, pool):
     body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
     assert body["error"]["field"] == "body" and "serving.body_timeout_s" in body["error"]["message"]
     assert 0.3 <= took < 5
+
+
+def test_the_traffic_log_records_routes_chats_streams_and_feedback(tmp_path, pool, gsm8k_prompt, logged_answers):
+    """serving.traffic on: every /route, chat completion (plain, streamed, direct, arena) and feedback is a
+    record on disk when the reply arrives; requests carry the decision and each call's reply and cost."""
+    from rlrouter.serving.traffic import read_traffic
+
+    folder = tmp_path / "traffic"
+    client, _, _ = make_client(tmp_path, pool, {"traffic": {"enabled": True, "path": str(folder)}})
+    prompt, _ = gsm8k_prompt
+    r = client.post("/route", json={"query": prompt}, headers=ALICE).json()
+    assert len(read_traffic(folder).requests) == 1  # on disk when the reply is here
+    assert client.post("/feedback", json={"request_id": r["request_id"], "outcome": "win"}, headers=ALICE).status_code == 200
+    msgs = [{"role": "user", "content": prompt}]
+    chat = client.post("/v1/chat/completions", json={"model": "auto", "messages": msgs}, headers=ALICE).json()
+    with client.stream("POST", "/v1/chat/completions", json={"model": "auto", "messages": msgs, "stream": True},
+                       headers=ALICE) as s:
+        streamed = "".join(s.iter_text())
+    assert "[DONE]" in streamed
+    client.post("/v1/chat/completions", json={"model": MIXTRAL, "messages": msgs}, headers=BOB)
+    client.post("/v1/chat/completions", json={"model": "arena", "messages": msgs}, headers=ALICE)
+    got = read_traffic(folder)
+    assert got.skipped == 0 and got.orphan_feedback == []
+    route, plain, stream, direct, arena = got.requests
+    assert route["id"] == r["request_id"] and route["endpoint"] == "route" and route["calls"] == []
+    assert route["decision"]["model"] == r["model"] and route["decision"]["router"] == "selector"
+    assert route["prompt"] == prompt and route["user"] == "alice"
+    assert [f["outcome"] for f in route["feedback"]] == ["win"]
+    assert plain["id"] == chat["x_rlrouter"]["request_id"]
+    (call,) = plain["calls"]
+    assert call["model"] == chat["model"] and call["reply"] == logged_answers[chat["model"]] and call["cost"] > 0
+    assert stream["calls"][0]["reply"] == logged_answers[stream["decision"]["model"]]
+    assert direct["decision"] == {"model": MIXTRAL, "models": [MIXTRAL], "mode": "direct", "router": "caller"}
+    assert direct["user"] == "bob" and direct["id"].startswith("chat-")
+    assert {c["model"] for c in arena["calls"]} == set(pool.names)
+
+
+def test_the_traffic_log_keeps_no_prompt_text_when_told(tmp_path, pool, gsm8k_prompt):
+    class Encoder:
+        def encode_one(self, text):
+            return [float(len(text)), 1.0]
+
+    from rlrouter.serving.traffic import read_traffic, segments
+
+    folder = tmp_path / "traffic"
+    client, _, svc = make_client(tmp_path, pool, {"traffic": {"enabled": True, "path": str(folder),
+                                                              "store_prompts": False}})
+    svc.ctx.encoder_ = Encoder()
+    prompt, _ = gsm8k_prompt
+    client.post("/route", json={"query": prompt}, headers=ALICE)
+    (rec,) = read_traffic(folder).requests
+    assert "prompt" not in rec and len(rec["prompt_sha256"]) == 64 and rec["embedding"] == [float(len(prompt)), 1.0]
+    assert prompt[:40].encode() not in b"".join(p.read_bytes() for p in segments(folder))
+    with pytest.raises(ValueError, match="serving config field 'traffic.max_segment_mb'"):
+        ServingConfig(traffic={"max_segment_mb": -1})
+    with pytest.raises(ValueError, match="serving config field 'traffic.folder': unknown field"):
+        ServingConfig(traffic={"folder": "x"})

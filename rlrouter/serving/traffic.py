@@ -1,0 +1,175 @@
+"""The traffic log: every routed request and every feedback, appended to disk as it happens (opt-in,
+``serving.traffic``), the raw material of a router retrained on the app's own traffic.
+
+Records are JSON objects, one a line, each framed with a format tag and a CRC-32 like the selector's
+write-ahead log (``rlrouter.selector.persistence.frame_line``), in segment files
+``traffic-<first unix ms>-<pid>-<n>.jsonl`` under ``serving.traffic.path``:
+
+- ``{"kind": "request", "id", "time", "user", "prompt" | "prompt_sha256" + "embedding", "decision": {"model",
+  "router", "version", "mode"}, "calls": [{"model", "reply", "prompt_tokens", "completion_tokens", "cost",
+  "latency_s"}]}``: one per routed request. With ``store_prompts: false`` the prompt's text never reaches
+  the disk: only its SHA-256 and, when the app has an encoder, its embedding.
+- ``{"kind": "feedback", "request_id", "time", "user", ...}``: one per feedback as it arrives (``outcome``,
+  ``reward``, ``followup`` class, a judge's grade), joined to its request when the log is read.
+
+``append`` returns once its line is fsynced, so a record the app acknowledged survives ``kill -9``. A crash
+mid-append leaves a torn line; ``read_traffic`` skips every line that fails its frame or checksum and counts
+it, so one torn record never hides the others. A segment is closed after ``max_segment_mb`` and a new one
+started; ``retention_segments`` keeps the newest N (older ones are deleted at rotation). Readers open the
+segments read-only and take no lock: reading never blocks serving.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from rlrouter.selector.persistence import fsync_dir, frame_line, unframe_line
+
+TRAFFIC_FORMAT = "rlrouter.traffic"
+SEGMENT_GLOB = "traffic-*.jsonl"
+
+
+@dataclass
+class TrafficConfig:
+    """``serving.traffic``: the opt-in traffic log."""
+
+    enabled: bool = False
+    path: str = "outputs/traffic"
+    """The folder of the log's segment files (created when missing)."""
+    store_prompts: bool = True
+    """False: a request's prompt is kept as its SHA-256 (and embedding, when the app has an encoder) only."""
+    max_segment_mb: float = 64.0
+    """A segment is closed when it reaches this size, and the next record starts a new one."""
+    retention_segments: int = 0
+    """Keep the newest N segments, deleting older ones at rotation; 0 keeps them all."""
+
+    def __post_init__(self) -> None:
+        for name in ("enabled", "store_prompts"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"serving.traffic.{name}: true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.path, str) or not self.path:
+            raise ValueError(f"serving.traffic.path: a folder, got {self.path!r}")
+        if isinstance(self.max_segment_mb, bool) or not isinstance(self.max_segment_mb, (int, float)) \
+                or self.max_segment_mb <= 0:
+            raise ValueError(f"serving.traffic.max_segment_mb: a size in MB > 0, got {self.max_segment_mb!r}")
+        if isinstance(self.retention_segments, bool) or not isinstance(self.retention_segments, int) \
+                or self.retention_segments < 0:
+            raise ValueError(f"serving.traffic.retention_segments: an int >= 0 (0 = keep all), "
+                             f"got {self.retention_segments!r}")
+
+
+def prompt_fields(prompt: str, store_prompts: bool, embedding: Sequence[float] | None = None) -> dict[str, Any]:
+    """What a request record keeps of its prompt: the text, or (``store_prompts`` false) its SHA-256 and,
+    when given, its embedding."""
+    if store_prompts:
+        return {"prompt": prompt}
+    out: dict[str, Any] = {"prompt_sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest()}
+    if embedding is not None:
+        out["embedding"] = [float(x) for x in embedding]
+    return out
+
+
+class TrafficLog:
+    """The writer: one per app process. Thread-safe; ``append`` blocks until its record is on disk."""
+
+    def __init__(self, cfg: TrafficConfig):
+        self.cfg = cfg
+        self.dir = Path(cfg.path)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._f: Any = None
+        self._size = 0
+        self.records = 0
+        self.rotations = 0
+
+    def _segment(self) -> Any:
+        if self._f is None or self._size >= self.cfg.max_segment_mb * 1024 * 1024:
+            if self._f is not None:
+                self._f.close()
+                self.rotations += 1
+            n = len(segments(self.dir))
+            path = self.dir / f"traffic-{int(time.time() * 1000):013d}-{os.getpid()}-{n:06d}.jsonl"
+            self._f = open(path, "ab")
+            self._size = self._f.tell()
+            fsync_dir(self.dir)  # the new segment's name survives a crash too
+            self._retain()
+        return self._f
+
+    def _retain(self) -> None:
+        keep = self.cfg.retention_segments
+        if keep:
+            for old in segments(self.dir)[:-keep]:
+                old.unlink(missing_ok=True)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write ``record`` (needs ``kind``) and fsync it; returning means it survives a crash."""
+        if record.get("kind") not in ("request", "feedback"):
+            raise ValueError(f"traffic record kind: 'request' or 'feedback', got {record.get('kind')!r}")
+        line = frame_line(TRAFFIC_FORMAT, {"time": time.time(), **record})
+        with self._lock:
+            f = self._segment()
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+            self._size += len(line)
+            self.records += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if self._f is not None:
+                self._f.close()
+                self._f = None
+
+
+def segments(folder: str | Path) -> list[Path]:
+    """The log's segment files, oldest first (their names start with the time they were opened)."""
+    return sorted(Path(folder).glob(SEGMENT_GLOB))
+
+
+@dataclass
+class TrafficRead:
+    requests: list[dict[str, Any]]
+    """Request records in log order, each with ``feedback``: its feedback records in arrival order."""
+    orphan_feedback: list[dict[str, Any]]
+    """Feedback whose request is not in the log (logged before the log was on, or deleted by retention)."""
+    skipped: int
+    """Lines that failed their frame or checksum (torn by a crash, or altered), skipped."""
+    skipped_at: list[str]
+    """Where they were, ``file:line``, the first 20."""
+
+
+def read_traffic(folder: str | Path, files: Iterable[Path] | None = None) -> TrafficRead:
+    """Every intact record of the log at ``folder``, requests joined to their feedback."""
+    requests: list[dict[str, Any]] = []
+    feedback: list[dict[str, Any]] = []
+    skipped, where = 0, []
+    for path in (segments(folder) if files is None else files):
+        data = path.read_bytes()
+        for i, line in enumerate(data.split(b"\n")):
+            if not line:
+                continue
+            try:
+                rec = unframe_line(line, TRAFFIC_FORMAT)
+                if not isinstance(rec, dict) or rec.get("kind") not in ("request", "feedback"):
+                    raise ValueError("not a traffic record")
+            except ValueError:
+                skipped += 1
+                if len(where) < 20:
+                    where.append(f"{path}:{i + 1}")
+                continue
+            (requests if rec["kind"] == "request" else feedback).append({**rec, "feedback": []}
+                                                                        if rec["kind"] == "request" else rec)
+    # joined after every segment is read: with several app processes, a feedback may sit in a segment
+    # opened before its request's
+    by_id = {str(r.get("id")): r for r in requests}
+    orphans = []
+    for fb in sorted(feedback, key=lambda r: r.get("time", 0.0)):
+        target = by_id.get(str(fb.get("request_id")))
+        (target["feedback"] if target is not None else orphans).append(fb)
+    return TrafficRead(requests, orphans, skipped, where)
