@@ -114,7 +114,7 @@ def sampled_groups(run: Path, checkpoint: Path, n: int, env_changes: dict, seed:
     from rlrouter.rollout.env import EnvConfig, RouterEnv
     from rlrouter.rollout.hf_backend import HFGenerator
     from rlrouter.rollout.policy import merged_policy_dir
-    from rlrouter.trainer.job import env_config, no_answer_items, set_reference, train_config
+    from rlrouter.trainer.job import RouterR1JobConfig, no_answer_items, set_reference
     from rlrouter.trainer.router_r1 import build_train_reward
 
     cfg = OmegaConf.load(run / "config.yaml")
@@ -123,13 +123,14 @@ def sampled_groups(run: Path, checkpoint: Path, n: int, env_changes: dict, seed:
     train_path = Path(cfg.data.out_dir) / "train.parquet"
     items = load_router_r1_split(train_path if train_path.is_absolute() else ROOT / train_path)
     pool = CandidatePool.from_config(to_plain(cfg.pool))
-    train = train_config(cfg, run, train_path)
+    job = RouterR1JobConfig.from_cfg(cfg)  # an old run's config.yaml: its train.no_answer_share etc. read as curriculum fields
+    train = job.train
+    train.out_dir, train.train_path = str(run), str(train_path)
     table = set_reference(train, pool, items)
     if table is None:
         raise SystemExit(f"{run}: --groups needs a replay pool (the stratum is read from its logged replies)")
-    stratum = [with_first_turn(items[i], table.cheap, cfg.train.get("warmup_query_words", 24))
-               for i in no_answer_items(table)]
-    env_cfg = EnvConfig(**{k: v for k, v in env_config(cfg, train).items() if k in EnvConfig.__dataclass_fields__})
+    stratum = [with_first_turn(items[i], table.cheap, job.demos.query_words) for i in no_answer_items(table)]
+    env_cfg = EnvConfig(**{k: v for k, v in job.env.items() if k in EnvConfig.__dataclass_fields__})
     tok = load_tokenizer(cfg.model)
     gen = HFGenerator(merged_policy_dir(checkpoint, cfg.model), tok)  # one request at a time, each its own seed
     trajs = RouterEnv(env_cfg, tok, pool, gen.generate_ids).run(stratum, n_samples=n, seed=seed)

@@ -52,7 +52,7 @@ def main() -> None:
     from rlrouter.trainer.report import held_out_summary
     from rlrouter.config import to_plain
     from rlrouter.data.job import ensure_data
-    from rlrouter.trainer.job import env_config, set_reference, train_config
+    from rlrouter.trainer.job import RouterR1JobConfig, set_reference
     from rlrouter.trainer.router_r1 import build_train_reward, held_out_reward
     from rlrouter.rewards.router_r1 import score_trajectories
     from rlrouter.models import load_causal_lm, load_tokenizer
@@ -61,7 +61,9 @@ def main() -> None:
     from rlrouter.rollout.hf_backend import HFGenerator
 
     cfg = compose(spec["overrides"])
-    train = train_config(cfg, out_path.parent / "trl_run")
+    job = RouterR1JobConfig.from_cfg(cfg)
+    train = job.train
+    train.out_dir = str(out_path.parent / "trl_run")
     lcfg = train.learner_cfg
     torch.manual_seed(train.seed)
     train_path, test_path = ensure_data(cfg)
@@ -75,7 +77,7 @@ def main() -> None:
     base = load_causal_lm(cfg.model, dtype="float32")
     model = PeftModel.from_pretrained(base, str(Path(spec["init_from"]) / "adapter"), is_trainable=True)
     gen = HFGenerator(model, tok, batched=True)
-    env = RouterEnv(EnvConfig(**env_config(cfg, train)), tok, pool, gen.generate_ids)
+    env = RouterEnv(EnvConfig(**job.env), tok, pool, gen.generate_ids)
     by_query = {it["query"]: it for it in items}
 
     def rollout_func(prompts: list[str], trainer) -> dict:

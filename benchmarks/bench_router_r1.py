@@ -142,16 +142,17 @@ class Context:
         return render_chat(self.tokenizer, build_prompt(question, self.cand_objs, max_turns)) + prefill
 
     def train(self):
-        from rlrouter.trainer.job import set_reference, train_config
+        from rlrouter.trainer.job import RouterR1JobConfig, set_reference
 
-        train = train_config(self.cfg, train_path=self.train_path)
+        train = RouterR1JobConfig.from_cfg(self.cfg).train  # the job's own typing, a fresh copy each time
+        train.train_path = str(self.train_path)
         set_reference(train, self.pool, self.train_items)  # the job's reference cost scale
         return train
 
     def resources(self):
-        from rlrouter.trainer.job import resource_spec
+        from rlrouter.trainer.job import RouterR1JobConfig
 
-        return resource_spec(self.cfg)
+        return RouterR1JobConfig.from_cfg(self.cfg).resources
 
     def engine(self, enable_lora: bool) -> dict[str, Any]:
         # the job's own builder: LoRA in the engine only for the lora transport
@@ -159,12 +160,12 @@ class Context:
 
         train = self.train()
         train.sync = "lora" if enable_lora else "tensors"
-        return engine_config(self.cfg, train)
+        return engine_config(container(self.cfg.rollout.engine), train)
 
     def env(self, **changes: Any) -> dict[str, Any]:
         from rlrouter.trainer.job import env_config
 
-        return env_config(self.cfg, self.train(), **changes)
+        return env_config(container(self.cfg.rollout.env), self.train(), **changes)
 
 
 def actor_threads(group) -> list[dict[str, Any]]:

@@ -88,9 +88,10 @@ class RunStorage:
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> RunStorage:
-        """From a job config with ``run_name``, ``out_dir``, ``paths.root_dir`` and optional ``storage``."""
-        default_out = str(Path(cfg.paths.root_dir) / "outputs" / cfg.run_name)
-        return cls.resolve(cfg.run_name, cfg.out_dir, default_out, cfg.get("storage"))  # run_folder's rule
+        """From a job config (a Hydra node or a plain mapping) with ``run_name``, ``out_dir``,
+        ``paths.root_dir`` and optional ``storage``."""
+        default_out = str(Path(cfg["paths"]["root_dir"]) / "outputs" / cfg["run_name"])
+        return cls.resolve(cfg["run_name"], cfg["out_dir"], default_out, cfg.get("storage"))  # run_folder's rule
 
     @classmethod
     def for_output_dir(cls, job_name: str, output_dir: str, storage: str | None = None,

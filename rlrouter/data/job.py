@@ -8,8 +8,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from rlrouter.config import to_plain
 from rlrouter.data.build import BuildConfig, CandidateSpec, SourceSpec, build
 from rlrouter.data.logged import default_routellm_source
 from rlrouter.data.routerbench import load_logged_outcomes
@@ -33,29 +34,31 @@ def candidate_specs(pool_cfg: Any) -> list[CandidateSpec]:
     return out
 
 
-def build_config(cfg: DictConfig) -> BuildConfig:
-    data = OmegaConf.to_container(cfg.data, resolve=True)
+def build_config(cfg: Any) -> BuildConfig:
+    data = to_plain(cfg["data"])
     return BuildConfig(
         sources=[SourceSpec(**s) for s in data["sources"]],
-        candidates=candidate_specs(OmegaConf.to_container(cfg.pool, resolve=True)),
+        candidates=candidate_specs(to_plain(cfg["pool"])),
         train_size=data["train_size"], test_size=data["test_size"], seed=data["seed"],
         out_dir=data["out_dir"], require_logged=data.get("require_logged", True))
 
 
-def load_logged(cfg: DictConfig):
+def load_logged(cfg: Any):
     return load_logged_outcomes(logged_source(cfg))
 
 
-def records_config(cfg: DictConfig):
+def records_config(cfg: Any):
     """``data=records``: the user's own files (``rlrouter.data.records``)."""
-    data = OmegaConf.to_container(cfg.data, resolve=True)
+    data = to_plain(cfg["data"])
     known = {f for f in RecordsConfig.__dataclass_fields__}
     return RecordsConfig(**{k: v for k, v in data.items() if k in known})
 
 
-def prepare(cfg: DictConfig) -> dict[str, Any]:
-    if cfg.data.get("train_files") is not None:
-        pool = {c.name: c.price_out for c in candidate_specs(OmegaConf.to_container(cfg.pool, resolve=True))}
+def prepare(cfg: Any) -> dict[str, Any]:
+    """Build the train/test split; ``cfg``: the job's config, a Hydra node or its plain form, with ``data``
+    and ``pool``."""
+    if cfg["data"].get("train_files") is not None:
+        pool = {c.name: c.price_out for c in candidate_specs(to_plain(cfg["pool"]))}
         stats = build_records(records_config(cfg), pool)
     else:
         bc = build_config(cfg)
@@ -67,17 +70,17 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     return stats
 
 
-def ensure_data(cfg: DictConfig) -> tuple[Path, Path]:
+def ensure_data(cfg: Any) -> tuple[Path, Path]:
     """The run's train and test parquet, built first (``prepare``) when either is missing."""
-    d = Path(cfg.data.out_dir)
+    d = Path(cfg["data"]["out_dir"])
     if not ((d / "train.parquet").exists() and (d / "test.parquet").exists()):
         prepare(cfg)
     return d / "train.parquet", d / "test.parquet"
 
 
-def logged_source(cfg: DictConfig) -> Any:
+def logged_source(cfg: Any) -> Any:
     """The logged outcomes the data and the replay candidates without a ``source`` read."""
-    return cfg.data.get("logged_source") or default_routellm_source()
+    return cfg["data"].get("logged_source") or default_routellm_source()
 
 
 def apply_epochs(cfg: DictConfig) -> DictConfig:

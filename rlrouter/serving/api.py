@@ -118,6 +118,45 @@ def router_r1_principal(request: Request, authorization: str | None = Header(def
     raise AuthError(401, f"{send} (client address {host} is not in serving.router_r1_keyless_networks)")
 
 
+MAX_JSON_DEPTH = 100
+"""Deeper JSON bodies get a 400 before parsing. Python's parser fails on deep nesting only at its recursion
+limit, which a library may raise in the process: the answer to a body must not depend on what was imported."""
+
+_JSON_SPECIAL = re.compile(rb'[\[\]{}"\\]')
+
+
+class JsonDepth:
+    """The deepest nesting of a JSON text fed in chunks; brackets inside strings (escapes included) do not
+    count. Only the bytes that matter are visited (a regex finds them), so a large body costs little."""
+
+    def __init__(self) -> None:
+        self.depth = self.deepest = 0
+        self.in_string = self.escaped = False
+
+    def feed(self, chunk: bytes) -> int:
+        escaped_at = 0 if self.escaped else -1  # the byte a backslash before it escapes
+        self.escaped = False
+        for m in _JSON_SPECIAL.finditer(chunk):
+            j = m.start()
+            if j == escaped_at:
+                continue
+            c = chunk[j]
+            if self.in_string:
+                if c == 0x5C:  # a backslash: the next byte is escaped (maybe the next chunk's first)
+                    escaped_at = j + 1
+                    self.escaped = j + 1 == len(chunk)
+                elif c == 0x22:
+                    self.in_string = False
+            elif c == 0x22:
+                self.in_string = True
+            elif c in (0x5B, 0x7B):
+                self.depth += 1
+                self.deepest = max(self.deepest, self.depth)
+            elif c in (0x5D, 0x7D):
+                self.depth -= 1
+        return self.deepest
+
+
 class BodyLimits:
     """Pure ASGI middleware: 413 when the body is (or turns out to be) over the cap, before parsing; 408 when
     the whole body has not arrived ``body_timeout_s`` after the request's first read (a slow client, e.g.
@@ -137,6 +176,8 @@ class BodyLimits:
             return await self.app(scope, receive, send)
         cap, wait_s = _STATE["max_body_bytes"], _STATE["body_timeout_s"]
         too_big = _error(413, f"body: larger than the {cap}-byte limit (max_body_bytes)", "body")
+        too_deep = _error(400, f"body: JSON nested too deeply to parse (more than {MAX_JSON_DEPTH} levels)", "body")
+        depth = JsonDepth()
         too_slow = _error(408, f"body: not received within {wait_s:g} s (serving.body_timeout_s); send the whole "
                                f"body at once", "body")
         for name, value in scope.get("headers", []):
@@ -173,6 +214,9 @@ class BodyLimits:
                 if seen > cap:
                     failed = too_big
                     raise _Refused()
+                if depth.feed(msg.get("body", b"")) > MAX_JSON_DEPTH:
+                    failed = too_deep
+                    raise _Refused()
             return msg
 
         async def guarded_send(msg: dict) -> None:
@@ -192,8 +236,8 @@ class BodyLimits:
 
 def _parse_failure(cause: BaseException | None) -> str:
     """Why FastAPI could not parse a body, in words (it reports every case as one 400)."""
-    if isinstance(cause, RecursionError):
-        return "JSON nested too deeply to parse (keep it under a few hundred levels)"
+    if isinstance(cause, RecursionError):  # BodyLimits refuses deeper bodies first; kept for a lower limit
+        return f"JSON nested too deeply to parse (more than {MAX_JSON_DEPTH} levels)"
     if isinstance(cause, UnicodeDecodeError):
         return "not valid JSON (bytes that are not UTF-8 text)"
     return f"not valid JSON ({type(cause).__name__}: {cause})" if cause is not None else "not valid JSON"

@@ -101,7 +101,8 @@ class Routing:
                      else "serving.replay_miss is 'error', so it was not left out")
             why = (f"{chosen_missed} replay logged answers and have none for this query ({among}); calling "
                    f"it gets a 404 of type replay_miss")
-        await self.ctx.log_request(dec["request_id"], user, "route", body.query, self.ctx.decision_record(dec, dec["model"]))
+        await self.ctx.log_request(dec["request_id"], user, "route", body.query,
+                                   self.ctx.decision_record(dec, dec["model"]))
         return RouteResponse(model=dec["model"], request_id=dec["request_id"], mode=dec["mode"],
                              scores=dec["scores"], models=models, fallback_reason=dec.get("fallback_reason"),
                              replay_miss=why, router=dec.get("router"))

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+import yaml
 
-from rlrouter.config import to_plain, typed_config
+from rlrouter.config import to_plain, to_plain_dict, typed_config
 from rlrouter.data.build import load_router_r1_split
 from rlrouter.data.io import read_jsonl, write_jsonl
 from rlrouter.data.job import ensure_data, logged_source
@@ -39,7 +40,102 @@ log = logging.getLogger(__name__)
 
 
 JOB_ONLY_TRAIN_FIELDS = ("warmup_demos", "warmup_query_words", "warmup_route", "warmup_answer")
-"""``train`` fields the job reads itself (building the demonstrations) and ``RouterR1TrainConfig`` does not take."""
+"""``train`` fields the job reads itself (building the demonstrations: ``DemoConfig``) and
+``RouterR1TrainConfig`` does not take."""
+
+LEGACY_CURRICULUM_FIELDS = {"no_answer_share": "no_answer_share", "no_answer_first_call": "no_answer_first_call",
+                            "first_call_share": "first_call_share", "sources": "sources",
+                            "warmup_second_call": "demo_second_call"}
+"""``train`` fields of runs made before the curriculum (their ``config.yaml``) -> ``curriculum`` fields."""
+
+
+@dataclass
+class DemoConfig:
+    """The cold start's demonstrations, which the job builds (``train.warmup_demos`` etc.)."""
+
+    demos: int = 64
+    query_words: int = 24
+    route: str = "random"
+    answer: str = "reply"
+
+
+@dataclass
+class HeldOutConfig:
+    """``eval``: the held-out questions every evaluation of the run scores."""
+
+    num_questions: int = 32
+    per_task: bool = False
+    seed: int = 1234
+    untrained: bool = True
+    first_call_written: bool = False
+
+
+@dataclass
+class RayConnect:
+    """``ray``: the embedded cluster's logical resources (ignored when ``RAY_ADDRESS`` names a cluster)."""
+
+    num_cpus: int | None = None
+    num_gpus: int | None = None
+    include_dashboard: bool = False
+
+
+@dataclass
+class RouterR1JobConfig:
+    """The Router-R1 job's config, typed once at the job's entry (``from_cfg``): what the rooms below take.
+
+    ``plain`` is the composed config resolved to plain containers (the run's ``config.yaml``, its report,
+    the data job); every section the job acts on is a typed object, checked when built."""
+
+    plain: dict[str, Any]
+    train: RouterR1TrainConfig
+    demos: DemoConfig
+    curriculum: CurriculumConfig
+    eval: HeldOutConfig
+    resources: ResourceSpec
+    ray: RayConnect
+    engine: dict[str, Any]
+    """``rollout.engine`` with what it shares with the learner derived (``engine_config``)."""
+    env: dict[str, Any]
+    """``rollout.env`` at the learner's sampling temperature (``env_config``)."""
+    max_restarts: int = 3
+
+    @property
+    def model(self) -> str:
+        return self.plain["model"]
+
+    @property
+    def pool(self) -> dict[str, Any]:
+        return self.plain["pool"]
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> "RouterR1JobConfig":
+        """Type the job's whole config (a Hydra node or its plain form, e.g. an old run's ``config.yaml``) once.
+        A bad field fails here, before any data, model or Ray work, with its path. A run made before the
+        curriculum had its prompt-mix fields under ``train``; they are read as ``curriculum`` fields."""
+        # Hydra's own node (its run folder's resolver is the entry point's) is not the job's
+        plain = {k: to_plain_dict(v) if isinstance(v, Mapping) else to_plain(v)
+                 for k, v in cfg.items() if k != "hydra"}
+        train = dict(plain.get("train") or {})
+        curriculum = dict(plain.get("curriculum") or {})
+        for old, new in LEGACY_CURRICULUM_FIELDS.items():
+            if old in train:
+                curriculum.setdefault(new, train.pop(old))
+        root = Path(plain["paths"]["root_dir"])
+        demos = DemoConfig(**{k.removeprefix("warmup_"): train.pop(k) for k in JOB_ONLY_TRAIN_FIELDS if k in train})
+        if train.get("init_from") and not Path(train["init_from"]).is_absolute():
+            # the learner ranks run in Ray's own working directories, where a path relative to the project
+            # is not found: resolve it against the project
+            train["init_from"] = str(root / train["init_from"])
+        learner = {**(plain.get("learner") or {}), "model": plain["model"]}
+        typed = typed_config(RouterR1TrainConfig, {**train, "out_dir": str(plain["out_dir"]),
+                                                   "reward": plain.get("reward"), "learner": learner}, "train")
+        rollout = plain.get("rollout") or {}
+        engine = dict(rollout.get("engine") or {})
+        return cls(plain, typed, demos, typed_config(CurriculumConfig, curriculum, "curriculum"),
+                   typed_config(HeldOutConfig, plain.get("eval"), "eval"),
+                   ResourceSpec(**(plain.get("resources") or {})),
+                   typed_config(RayConnect, plain.get("ray"), "ray"), engine_config(engine, typed),
+                   env_config(rollout.get("env") or {}, typed), int(rollout.get("max_restarts", 3)))
 
 
 def check_fresh(out: Path, resume: bool, run_name: str, checkpoints: str | None = None) -> None:
@@ -55,56 +151,40 @@ def check_fresh(out: Path, resume: bool, run_name: str, checkpoints: str | None 
                               "to continue it, or choose another run_name (the default is time-stamped)")
 
 
-def train_config(cfg: DictConfig, out_dir: str | Path | None = None,
-                 train_path: str | Path = "") -> RouterR1TrainConfig:
-    """The run's ``RouterR1TrainConfig``: ``train``, the ``reward`` group and the ``learner`` (with the policy)."""
-    train = {k: v for k, v in to_plain(cfg.train).items() if k not in JOB_ONLY_TRAIN_FIELDS}
-    if train.get("init_from") and not Path(train["init_from"]).is_absolute():
-        # the learner ranks run in Ray's own working directories, where a path relative to the project
-        # is not found: resolve it against the project
-        train["init_from"] = str(Path(cfg.paths.root_dir) / train["init_from"])
-    return typed_config(RouterR1TrainConfig, {**train, "out_dir": str(out_dir or cfg.out_dir),
-                                              "train_path": str(train_path), "reward": to_plain(cfg.reward),
-                                              "learner": {**to_plain(cfg.learner), "model": cfg.model}}, "train")
-
-
-def engine_config(cfg: DictConfig, train: RouterR1TrainConfig) -> dict[str, Any]:
-    """The rollout engine's config; what it must share with the learner is derived here, once: the LoRA
-    rank it must accept, whether it serves adapters (the ``lora`` sync transport) and whether it joins
-    an NCCL weight transfer (the ``nccl`` transport)."""
-    engine = to_plain(cfg.rollout.engine)
+def engine_config(engine: dict[str, Any], train: RouterR1TrainConfig) -> dict[str, Any]:
+    """The rollout engine's config (``rollout.engine``); what it must share with the learner is derived here,
+    once: the LoRA rank it must accept, whether it serves adapters (the ``lora`` sync transport) and whether
+    it joins an NCCL weight transfer (the ``nccl`` transport)."""
     return {**engine, "max_lora_rank": max(train.learner_cfg.lora_r, 8), "enable_lora": train.sync == "lora",
             "weight_transfer": "nccl" if train.sync == "nccl" else engine.get("weight_transfer")}
 
 
-def env_config(cfg: DictConfig, train: RouterR1TrainConfig, **changes: Any) -> dict[str, Any]:
-    """The rollout environment's config; it samples at the learner's temperature (the log-probs of the
-    update are taken from the same tempered distribution)."""
-    return {**to_plain(cfg.rollout.env), "temperature": train.learner_cfg.temperature, **changes}
+def env_config(env: dict[str, Any], train: RouterR1TrainConfig, **changes: Any) -> dict[str, Any]:
+    """The rollout environment's config (``rollout.env``); it samples at the learner's temperature (the
+    log-probs of the update are taken from the same tempered distribution)."""
+    return {**env, "temperature": train.learner_cfg.temperature, **changes}
 
 
-def demonstrations(cfg: DictConfig, train: RouterR1TrainConfig, pool: Any, items: list[dict[str, Any]],
-                   env: dict[str, Any], reference: Any = None, second_call: float = 0.0) -> list[Any]:
+def demonstrations(job: RouterR1JobConfig, pool: Any, items: list[dict[str, Any]], reference: Any = None) -> list[Any]:
     """The cold start's demonstrations as token sequences (none when ``train.warmup_steps`` is 0).
     ``reference``: the training questions' route table, whose per-task rule ``train.warmup_route=per_task``
-    demonstrates (at the run's alpha, on the reference cost scale); ``second_call``: the share of them that
-    asks a second candidate (``curriculum.demo_second_call``)."""
+    demonstrates (at the run's alpha, on the reference cost scale); ``curriculum.demo_second_call`` of them
+    ask a second candidate."""
+    train, env, route = job.train, job.env, job.demos.route
     if not train.warmup_steps:
         return []
-    route = cfg.train.get("warmup_route", "random")
     task_routes = None
     if route == "per_task" and reference is not None:
         scoring = held_out_reward(train)
         task_routes = per_task_rule(reference, scoring["alpha"], tuple(scoring["reference"]["cost_bounds"]))
         print(f"cold start: demonstrations route by the training questions' per-task rule {task_routes}")
-    tok = load_tokenizer(cfg.model)
+    tok = load_tokenizer(job.model)
     cands = [pool.get(n) for n in pool.names]
     return [demo_tokens(d, tok, cands, EnvConfig(**env))
-            for d in build_demonstrations(items, pool, cfg.train.warmup_demos, seed=train.seed,
-                                          query_words=cfg.train.get("warmup_query_words", 24),
-                                          route=route, task_routes=task_routes,
-                                          answer=cfg.train.get("warmup_answer", "reply"),
-                                          second_call=second_call,
+            for d in build_demonstrations(items, pool, job.demos.demos, seed=train.seed,
+                                          query_words=job.demos.query_words,
+                                          route=route, task_routes=task_routes, answer=job.demos.answer,
+                                          second_call=job.curriculum.demo_second_call,
                                           info_max_chars=env.get("info_max_chars", 400),
                                           mark_no_answer=bool(env.get("mark_no_answer", False)),
                                           last_call=int(env.get("max_turns", 0)) if env.get("note_last_call") else 0)]
@@ -149,44 +229,39 @@ def no_answer_items(table: Any) -> list[int]:
     return [] if table is None else [int(i) for i in np.flatnonzero(table.cheap_states_none())]
 
 
-def resource_spec(cfg: DictConfig) -> ResourceSpec:
-    return ResourceSpec(**to_plain(cfg.resources))
-
-
-def run(cfg: DictConfig) -> dict[str, Any]:
+def run(cfg: Any) -> dict[str, Any]:
+    """The job, from its composed config (typed here, once: ``RouterR1JobConfig.from_cfg``)."""
     import ray
 
     t_start = time.perf_counter()
-    store = RunStorage.from_cfg(cfg)  # where reports, checkpoints and plots go
+    job = RouterR1JobConfig.from_cfg(cfg)
+    plain, train = job.plain, job.train
+    EngineConfig(**job.engine)  # a bad engine fails here too (train.sync=nccl on a CPU engine)
+    store = RunStorage.from_cfg(plain)  # where reports, checkpoints and plots go
     print(store.banner())
-    out = store.prepare(resume=cfg.resume)
-    check_fresh(out, cfg.resume, cfg.run_name, store.checkpoints())
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    print(f"paths: project {cfg.paths.root_dir} (shared data {cfg.paths.shared_data})")
-    train_path, test_path = ensure_data(cfg)
-    print(f"data: {train_path}, {test_path.name}; logged outcomes {logged_source(cfg)}")
+    out = store.prepare(resume=plain["resume"])
+    check_fresh(out, plain["resume"], plain["run_name"], store.checkpoints())
+    (out / "config.yaml").write_text(yaml.safe_dump(plain, sort_keys=False))
+    print(f"paths: project {plain['paths']['root_dir']} (shared data {plain['paths']['shared_data']})")
+    train_path, test_path = ensure_data(plain)
+    print(f"data: {train_path}, {test_path.name}; logged outcomes {logged_source(plain)}")
     train_items = load_router_r1_split(train_path)
-    test_items = held_out_items(load_router_r1_split(test_path), cfg.eval.num_questions,
-                                bool(cfg.eval.get("per_task", False)))
-    pool_cfg = to_plain(cfg.pool)
-    pool = CandidatePool.from_config(pool_cfg)
+    test_items = held_out_items(load_router_r1_split(test_path), job.eval.num_questions, job.eval.per_task)
+    pool = CandidatePool.from_config(job.pool)
     candidates = pool.names
-    resources = resource_spec(cfg)
-    train = train_config(cfg, out, train_path)
+    train.out_dir, train.train_path = str(out), str(train_path)
     # the learner ranks store checkpoints there themselves, from whichever node they run on
     train.checkpoint_dir = store.checkpoints()
     reference_table = set_reference(train, pool, train_items)
-    plan = typed_config(CurriculumConfig, cfg.get("curriculum"), "curriculum")
-    curriculum = build_curriculum(plan, train_items, no_answer_items(reference_table),
+    curriculum = build_curriculum(job.curriculum, train_items, no_answer_items(reference_table),
                                   reference_table is not None, train.seed)
-    query_words = cfg.train.get("warmup_query_words", 24)
     for i in curriculum.first_call:  # these rollouts start after the cheap call
-        train_items[i] = with_first_turn(train_items[i], reference_table.cheap, query_words)
-    if cfg.eval.get("first_call_written", False):  # the policy scored as a cascade's second stage
+        train_items[i] = with_first_turn(train_items[i], reference_table.cheap, job.demos.query_words)
+    if job.eval.first_call_written:  # the policy scored as a cascade's second stage
         if reference_table is None:
             raise ValueError("eval.first_call_written=true needs a replay pool (logged replies to write the first "
                              "call from); set it to false")
-        test_items = [with_first_turn(it, reference_table.cheap, query_words) for it in test_items]
+        test_items = [with_first_turn(it, reference_table.cheap, job.demos.query_words) for it in test_items]
         print(f"held-out: every question starts after the call to {reference_table.cheap} (eval.first_call_written)")
     if curriculum.first_call:
         print(f"first call written: {len(curriculum.first_call)} of {len(train_items)} training questions start "
@@ -195,27 +270,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     scoring = held_out_reward(train)  # alpha, cost window, metric, reference: every held-out evaluation's
     metric = scoring["metric"]
     build_train_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
-    EngineConfig(**engine_config(cfg, train))  # so does a bad engine (train.sync=nccl on a CPU engine)
-    cluster = connect(num_cpus=cfg.ray.num_cpus, num_gpus=cfg.ray.num_gpus,
-                      include_dashboard=cfg.ray.include_dashboard)
+    cluster = connect(num_cpus=job.ray.num_cpus, num_gpus=job.ray.num_gpus,
+                      include_dashboard=job.ray.include_dashboard)
     print(f"ray: {cluster['mode']} cluster at {cluster['address']}")
-    if cfg.resume:
+    if plain["resume"]:
         train.resume_from = latest_checkpoint(train.checkpoints)
         print(f"resume: {train.resume_from or 'no checkpoint yet, starting fresh'}")
-    env = env_config(cfg, train)
-    group = RolloutGroup(cfg.model, engine_config(cfg, train), env, pool_cfg, resources,
-                         max_restarts=cfg.rollout.max_restarts)
+    group = RolloutGroup(job.model, job.engine, job.env, job.pool, job.resources, max_restarts=job.max_restarts)
     print(f"rollout: {len(group)} vLLM worker(s) ready in {group.ready_s:.1f}s")
-    report: dict[str, Any] = {"config": to_plain(cfg), "cluster": cluster, "results": {}}
-    eval_seed = cfg.eval.seed
-    if not train.resume_from and cfg.eval.get("untrained", True):
+    report: dict[str, Any] = {"config": plain, "cluster": cluster, "results": {}}
+    eval_seed = job.eval.seed
+    if not train.resume_from and job.eval.untrained:
         base = held_out_rollout(group, test_items, eval_seed, "held-out, untrained", train.progress)
         report["results"]["policy_untrained"] = held_out_summary(base, candidates, **scoring)
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
-    demos = (demonstrations(cfg, train, pool, train_items, env, reference_table, plan.demo_second_call)
-             if not (train.resume_from or train.init_from) else [])
+    demos = demonstrations(job, pool, train_items, reference_table) if not (train.resume_from or train.init_from) else []
     t0 = time.perf_counter()
-    with LearnerGroup(train, resources, max_failures=cfg.learner_failures) as learners:
+    with LearnerGroup(train, job.resources, max_failures=plain["learner_failures"]) as learners:
         RouterR1Trainer(train, group, learners, candidates, train_items, demos, eval_items=test_items,
                         curriculum=curriculum).fit()
     result = learners.result

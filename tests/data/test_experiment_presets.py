@@ -26,21 +26,17 @@ def test_every_preset_is_listed():
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_composes_and_prepares_its_data(experiment, tmp_path, shared_data):
     from rlrouter.data.job import prepare
-    from rlrouter.distributed.resources import ResourceSpec
-    from rlrouter.learner.config import RouterR1TrainConfig
     from rlrouter.rollout.env import EnvConfig
     from rlrouter.rollout.worker import EngineConfig
+    from rlrouter.trainer.job import RouterR1JobConfig
 
     cfg = compose([f"experiment={experiment}", f"paths.root_dir={tmp_path}", f"paths.shared_data={shared_data}"])
     plain = OmegaConf.to_container(cfg, resolve=True)
-    from rlrouter.trainer.job import JOB_ONLY_TRAIN_FIELDS
-
-    train = RouterR1TrainConfig(**{k: v for k, v in plain["train"].items() if k not in JOB_ONLY_TRAIN_FIELDS},
-                        learner={**plain["learner"], "model": plain["model"]})
+    job = RouterR1JobConfig.from_cfg(cfg)  # the job's typing: train, learner, resources, eval, curriculum
+    train, resources = job.train, job.resources
     learner = train.learner_cfg  # validates the learner block (dtype, strategy, checkpoint keeping)
-    resources = ResourceSpec(**plain["resources"])
-    EngineConfig(**plain["rollout"]["engine"])
-    EnvConfig(**plain["rollout"]["env"])
+    EngineConfig(**job.engine)
+    EnvConfig(**job.env)
     assert train.prompts_per_step % resources.learner.num_workers == 0
     if not learner.lora:
         # a full fine-tune's cold start must not use the LoRA-scale learning rate of the base config

@@ -1,6 +1,7 @@
 """End to end: the Serve app on the local Ray cluster, driven over real HTTP with the official ``openai``
 client and with httpx; the selector actor is killed (kill, no graceful save) and the whole app is
-deleted and redeployed, and the posteriors must survive both.
+deleted and redeployed, and the posteriors must survive both, as must every request and feedback the traffic
+log acknowledged.
 
 The pool is the replay of the real logged outcomes (conf/pool/routellm_replay.yaml); the implicit
 feedback classifier is the real MiniLM one.
@@ -60,16 +61,18 @@ def serve_app(ray_cluster, shared_data, tmp_path_factory):
 
     port = _get_global_client().http_config.port  # an already-running Serve keeps its port
     state = tmp_path_factory.mktemp("selector") / "state.json"
+    traffic = state.parent / "traffic"
     args = {"pool": yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text()),
             "selector": {"storage_path": str(state), "seed": 0, "auto_save_interval": "1s"},
-            "serving": {"api_keys": KEYS, "router_r1_keyless_networks": ["127.0.0.0/8"], "dev": True}}
+            "serving": {"api_keys": KEYS, "router_r1_keyless_networks": ["127.0.0.0/8"], "dev": True,
+                        "traffic": {"enabled": True, "path": str(traffic)}}}
 
     def deploy():
         serve.run(app_mod.build_app(args), name=APP, route_prefix="/", blocking=False)
         _wait_healthy(f"http://127.0.0.1:{port}")
 
     deploy()
-    yield f"http://127.0.0.1:{port}", deploy, state
+    yield f"http://127.0.0.1:{port}", deploy, state, traffic
     serve.delete(APP)
 
 
@@ -78,8 +81,9 @@ def test_http_api_openai_client_and_restart(serve_app, shared_data):
     import ray
 
     from rlrouter.serving.router_r1_client import HTTPRouterR1Client
+    from rlrouter.serving.traffic import read_traffic
 
-    base, deploy, state = serve_app
+    base, deploy, state, traffic = serve_app
     table_prompt = next(line for line in (shared_data / "routellm" / "gsm8k" / "test.jsonl").read_text().splitlines())
     assert table_prompt  # the shared data is there
     from rlrouter.data.logged import load_routellm
@@ -111,6 +115,7 @@ def test_http_api_openai_client_and_restart(serve_app, shared_data):
     chunks = list(client.chat.completions.create(model="auto", stream=True,
                                                  messages=[{"role": "user", "content": prompt}]))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    stream_id = next(c.model_extra["x_rlrouter"]["request_id"] for c in chunks if c.model_extra.get("x_rlrouter"))
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{base}/v1", api_key="wrong", max_retries=0).models.list()
 
@@ -140,6 +145,16 @@ def test_http_api_openai_client_and_restart(serve_app, shared_data):
             pass
         time.sleep(1)
     assert _posteriors(base) == before
+    # the traffic log written by the killed replica: every acknowledged request and feedback is there
+    r = httpx.post(f"{base}/route", json={"query": prompt}, headers=ALICE)  # and the restarted one writes on
+    assert r.status_code == 200
+    log = read_traffic(traffic)
+    by_id = {q["id"]: q for q in log.requests}
+    assert {routed["request_id"], rid, stream_id, r.json()["request_id"]} <= set(by_id) and log.skipped <= 1
+    assert [f["outcome"] for f in by_id[routed["request_id"]]["feedback"]] == ["win"]
+    assert [f["label"] for f in by_id[rid]["feedback"]] == ["satisfied"]
+    assert by_id[rid]["calls"][0]["reply"] == logged and by_id[rid]["calls"][0]["cost"] > 0
+    assert len({p.name.split("-")[2] for p in traffic.glob("traffic-*.jsonl")}) == 2  # two processes wrote
 
     # --- shut the app down, deploy it again: the posteriors are the same, exactly
     from ray import serve

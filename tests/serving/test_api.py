@@ -623,3 +623,40 @@ def test_the_traffic_log_keeps_no_prompt_text_when_told(tmp_path, pool, gsm8k_pr
         ServingConfig(traffic={"max_segment_mb": -1})
     with pytest.raises(ValueError, match="serving config field 'traffic.folder': unknown field"):
         ServingConfig(traffic={"folder": "x"})
+
+
+def test_json_depth_counts_brackets_outside_strings_across_chunks():
+    from rlrouter.serving.api import MAX_JSON_DEPTH, JsonDepth
+
+    def deepest(*chunks):
+        d = JsonDepth()
+        for c in chunks:
+            d.feed(c)
+        return d.deepest
+
+    assert deepest(b'{"a": [1, {"b": [2]}]}') == 4
+    assert deepest(b'{"q": "[[[[{{{{"}') == 1  # inside a string
+    assert deepest(b'{"q": "a\\"[[[["}') == 1  # an escaped quote does not end the string
+    assert deepest(b'{"q": "a\\\\"', b', "r": [[1]]}') == 3  # an escaped backslash does
+    assert deepest(b'{"q": "a\\', b'"[[["}') == 1  # an escape split across chunks
+    assert deepest(b"[" * 150, b"]" * 150) == 150 > MAX_JSON_DEPTH
+
+
+def test_deep_json_is_refused_whatever_the_recursion_limit(env):
+    """The answer to a too-deep body must not depend on the process's recursion limit (a library may raise
+    it: this test once failed only after other tests had run)."""
+    import sys
+
+    client, _, _ = env
+    json_h = {**ALICE, "Content-Type": "application/json"}
+    nested = b'{"query": ' + b"[" * 500 + b"]" * 500 + b"}"
+    old = sys.getrecursionlimit()
+    try:
+        for limit in (old, 100_000):
+            sys.setrecursionlimit(limit)
+            r = client.post("/route", content=nested, headers=json_h)
+            assert r.status_code == 400 and "nested too deeply" in err(r)["message"] and err(r)["field"] == "body"
+    finally:
+        sys.setrecursionlimit(old)
+    ok = b'{"query": "hi", "candidates": ' + b"[" * 1 + b'"' + GPT4.encode() + b'"]}'
+    assert client.post("/route", content=ok, headers=json_h).status_code == 200

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from benchmarks import bench_learning as bl
-from rlrouter.trainer.job import env_config, train_config
+from rlrouter.trainer.job import RouterR1JobConfig
 from rlrouter.trainer.router_r1 import build_train_reward
 from rlrouter.rewards.router_r1 import router_r1_part
 
@@ -20,7 +20,7 @@ REFERENCE = {"cost_bounds": [0.005, 0.072], "strong": "gpt-4-1106-preview"}
 @pytest.mark.parametrize("arm", sorted(bl.ARMS))
 def test_every_arm_composes_and_builds_its_reward(arm):
     cfg = bl.compose([*bl.ARMS[arm], "run_name=t"])
-    train = train_config(cfg)
+    train = RouterR1JobConfig.from_cfg(cfg).train
     train.eval_reference = REFERENCE
     reward = build_train_reward(train, CANDS)
     assert router_r1_part(reward).format_reward is not None
@@ -28,10 +28,11 @@ def test_every_arm_composes_and_builds_its_reward(arm):
 
 def test_the_sanity_arm_is_rl_from_scratch_on_the_graded_format_reward():
     cfg = bl.compose([*bl.ARMS["sanity"], "run_name=t"])
-    train = train_config(cfg)
+    job = RouterR1JobConfig.from_cfg(cfg)
+    train = job.train
     train.eval_reference = REFERENCE
     assert train.warmup_steps == 0 and train.init_from is None
-    env = env_config(cfg, train)
+    env = job.env
     assert env["temperature"] == 0.7  # the env samples at the learner's temperature
     assert env["prefill"] == "<think>"  # as the prompt's example opens its thought
     fmt = router_r1_part(build_train_reward(train, CANDS)).format_reward

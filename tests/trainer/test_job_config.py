@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from rlrouter.trainer.job import engine_config, env_config, resource_spec, train_config
+from rlrouter.trainer.job import RouterR1JobConfig
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.trainer.router_r1 import build_train_reward
 from rlrouter.rewards.router_r1 import router_r1_part
@@ -26,21 +26,21 @@ def _compose(*overrides: str):
 
 @pytest.mark.parametrize("experiment", [None, *EXPERIMENTS])
 def test_every_experiment_builds_its_objects(experiment):
-    cfg = _compose(*([f"experiment={experiment}"] if experiment else []))
-    train = train_config(cfg)
+    job = RouterR1JobConfig.from_cfg(_compose(*([f"experiment={experiment}"] if experiment else [])))
+    train = job.train
     train.eval_reference = REFERENCE
     reward = build_train_reward(train, CANDS)
     assert router_r1_part(reward).format_reward is not None
     assert train.learner_cfg.algo in ("grpo", "ppo")
-    resource_spec(cfg)
+    assert job.resources.learner.num_workers >= 1
     # derived fields come from one place
-    assert engine_config(cfg, train)["max_lora_rank"] >= train.learner_cfg.lora_r
-    assert engine_config(cfg, train)["enable_lora"] == (train.sync == "lora")
-    assert env_config(cfg, train)["temperature"] == train.learner_cfg.temperature
+    assert job.engine["max_lora_rank"] >= train.learner_cfg.lora_r
+    assert job.engine["enable_lora"] == (train.sync == "lora")
+    assert job.env["temperature"] == train.learner_cfg.temperature
 
 
 def test_budget_experiment_adds_the_budget_term_to_the_router_r1_total():
-    train = train_config(_compose("experiment=toolrl_budget"))
+    train = RouterR1JobConfig.from_cfg(_compose("experiment=toolrl_budget")).train
     train.eval_reference = REFERENCE
     reward = build_train_reward(train, CANDS)
     text = ("<think>easy</think><search>mixtral-8x7b-instruct: 2+2?</search>"
@@ -97,16 +97,14 @@ def test_nccl_sync_starts_the_engines_with_the_nccl_weight_transfer():
     """``train.sync=nccl`` is one switch; the engines' ``weight_transfer`` follows from it."""
     from rlrouter.engine import EngineConfig
 
-    cfg = _compose("train.sync=nccl")
-    engine = engine_config(cfg, train_config(cfg))
+    engine = RouterR1JobConfig.from_cfg(_compose("train.sync=nccl")).engine
     assert engine["weight_transfer"] == "nccl" and engine["enable_lora"] is False
     # the CPU preset runs the same vLLM transfer engines over gloo (rlrouter.sync.gloo)
     assert EngineConfig(**engine).llm_kwargs("m")["weight_transfer_config"] == {"backend": "gloo"}
-    gpu = _compose("train.sync=nccl", "rollout=vllm_gpu")
-    kwargs = EngineConfig(**engine_config(gpu, train_config(gpu))).llm_kwargs("m")
+    gpu = RouterR1JobConfig.from_cfg(_compose("train.sync=nccl", "rollout=vllm_gpu"))
+    kwargs = EngineConfig(**gpu.engine).llm_kwargs("m")
     assert kwargs["weight_transfer_config"] == {"backend": "nccl"}
-    plain = _compose()
-    assert engine_config(plain, train_config(plain)).get("weight_transfer") is None
+    assert RouterR1JobConfig.from_cfg(_compose()).engine.get("weight_transfer") is None
 
 
 def test_cpu_engines_prefill_unchunked_unless_told_otherwise():
@@ -122,6 +120,31 @@ def test_cpu_engines_prefill_unchunked_unless_told_otherwise():
 def test_a_relative_init_from_is_resolved_against_the_project():
     """The learner ranks run in Ray's working directories: `train.init_from=outputs/C/...` (as the README
     writes it) must reach them as the project's path."""
-    train = train_config(_compose("train.init_from=outputs/C/checkpoints/step_000000"))
+    train = RouterR1JobConfig.from_cfg(_compose("train.init_from=outputs/C/checkpoints/step_000000")).train
     assert train.init_from == "/tmp/outputs/C/checkpoints/step_000000"  # paths.root_dir=/tmp in _compose
-    assert train_config(_compose("train.init_from=/abs/ck")).init_from == "/abs/ck"
+    assert RouterR1JobConfig.from_cfg(_compose("train.init_from=/abs/ck")).train.init_from == "/abs/ck"
+
+
+def test_the_job_types_its_config_once_and_names_a_bad_field():
+    """Every section the job acts on is typed at its entry; a bad value fails there with its path, before
+    any data, model or Ray work."""
+    job = RouterR1JobConfig.from_cfg(_compose("curriculum.balance=task", "eval.per_task=true", "train.warmup_route=per_task"))
+    assert job.curriculum.balance == "task" and job.eval.per_task is True and job.demos.route == "per_task"
+    assert job.demos.demos == 64 and job.eval.num_questions == 32 and job.ray.num_cpus == 6
+    assert job.plain["model"] == job.model and job.pool["candidates"]
+    for override, field in (("curriculum.balance=tasks", "curriculum.balance"), ("eval.bogus=1", "eval.bogus"),
+                            ("train.filter_groups=-1", "train.filter_groups"), ("ray.gpus=1", "ray.gpus")):
+        with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+            RouterR1JobConfig.from_cfg(_compose(("+" if "bogus" in override or "gpus" in override else "") + override))
+
+
+def test_an_old_runs_config_reads_its_prompt_mix_as_the_curriculum():
+    """Runs made before the curriculum kept train.no_answer_share etc. (their config.yaml): typed as now."""
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(_compose(), resolve=True)
+    del plain["curriculum"]
+    plain["train"].update(no_answer_share=0.5, no_answer_first_call=True, sources=["gsm8k"], warmup_second_call=0.5)
+    job = RouterR1JobConfig.from_cfg(plain)
+    assert (job.curriculum.no_answer_share, job.curriculum.no_answer_first_call, job.curriculum.sources,
+            job.curriculum.demo_second_call) == (0.5, True, ["gsm8k"], 0.5)
