@@ -250,7 +250,9 @@ def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
     sel.setdefault("costs", _candidate_costs(cfg["pool"]))
     if sel.get("storage_path") and not Path(sel["storage_path"]).is_absolute():
         sel["storage_path"] = str(ROOT / sel["storage_path"])
-    cfg["selector"] = sel
+    from rlrouter.serving.traffic import selector_defaults
+
+    cfg["selector"] = selector_defaults(sel, cfg.get("serving"))  # propensities for the traffic log
     from rlrouter.serving.served_routers import router_entries
 
     cfg["routers"] = router_entries(cfg.get("routers"), ROOT)

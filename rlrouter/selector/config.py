@@ -133,6 +133,11 @@ class SelectorConfig:
     """Decisions kept for later /feedback; the oldest are forgotten first."""
     seed: int | None = None
     """Seed of the sampling RNG (tests and benchmarks); None draws from the OS."""
+    propensity_draws: int = 0
+    """Posterior draws per candidate that estimate a Thompson decision's propensity (the probability the
+    policy picks what it picked, for off-policy estimates on the traffic log); 0: not estimated (random
+    and epsilon-greedy picks carry their exact propensity anyway). The Serve app sets 512 when
+    ``serving.traffic`` is on and this is not set."""
     costs: dict[str, float] = field(default_factory=dict)
     """Candidate -> price (USD per 1M tokens) used by cost awareness."""
 
@@ -173,6 +178,9 @@ class SelectorConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SelectorConfigError(f, f"expected an integer >= 1, got {v!r}")
+        v = self.propensity_draws
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise SelectorConfigError("propensity_draws", f"expected an integer >= 0 (0 = off), got {v!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise SelectorConfigError("seed", f"expected an integer or null, got {self.seed!r}")
         if self.storage_path is not None and (not isinstance(self.storage_path, str) or not self.storage_path):

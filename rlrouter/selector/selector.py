@@ -100,6 +100,11 @@ class Decision:
     models: list[str] = field(default_factory=list)
     explored: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
+    propensity: float | None = None
+    """The probability that the selector's policy picks ``model`` for this request, as it stood (the
+    logging policy's propensity that off-policy estimators weigh by): exact for random and epsilon-greedy
+    picks, a Monte Carlo estimate over ``propensity_draws`` posterior draws for Thompson sampling (None when
+    that is 0); None for the contextual mode and for several models at once."""
 
 
 class Selector:
@@ -110,6 +115,8 @@ class Selector:
         self.state = SelectorState()
         self.candidates: list[str] = list(candidates or [])
         self._rng = random.Random(self.config.seed)
+        # the propensity's own draws: the decisions' random stream stays what it was
+        self._mc = np.random.default_rng([self.config.seed, 7])
         self._lock = threading.RLock()
         self._dirty = False
         self._last_save = time.monotonic()
@@ -221,7 +228,7 @@ class Selector:
     def _remember(self, model: str, mode: str, cands: list[str], req: SelectionRequest,
                   scores: dict[str, float], models: list[str], x: np.ndarray | None,
                   explored: bool = False, detail: dict[str, Any] | None = None,
-                  request_id: str | None = None) -> Decision:
+                  request_id: str | None = None, propensity: float | None = None) -> Decision:
         # unguessable per-process prefix + counter: unique, and ~10x cheaper than uuid4
         rid = request_id or f"{self._id_prefix}{next(self._ids):x}"
         pending = self.state.pending
@@ -232,7 +239,7 @@ class Selector:
             pending.popitem(last=False)
         self._dirty = True
         return Decision(request_id=rid, model=model, mode=mode, scores=scores, models=models,
-                        explored=explored, detail=detail or {})
+                        explored=explored, detail=detail or {}, propensity=propensity)
 
     def select(self, req: SelectionRequest) -> Decision:
         """One routing decision (VSR ``Select`` without the LLM router, which the serving layer adds)."""
@@ -245,20 +252,51 @@ class Selector:
             if under:
                 model = self._random_candidate(under)
                 return self._remember(model, "min_samples", cands, req, {model: 0.5}, [model], x, explored=True,
-                                      detail={"min_samples": cfg.min_samples})
+                                      detail={"min_samples": cfg.min_samples},
+                                      propensity=self._random_share(model, under))
             if x is not None or cfg.use_thompson_sampling:
                 mode, scores = self._scores(cands, req, x, sample=True)
                 model = max(cands, key=scores.__getitem__)
-                return self._remember(model, mode, cands, req, scores, [model], x)
+                return self._remember(model, mode, cands, req, scores, [model], x,
+                                      propensity=self._thompson_share(model, cands, req) if x is None else None)
             # epsilon-greedy: explore with probability eps (cheaper candidates first when cost-aware)
             eps = self.exploration_rate(self.state.selections)
+            _, means = self._scores(cands, req, None, sample=False)  # no draw: the random stream is untouched
+            greedy = max(cands, key=means.__getitem__)
             if self._rng.random() < eps:
                 model = self._random_candidate(cands)
                 return self._remember(model, "epsilon_greedy", cands, req, {model: 0.5}, [model], x,
-                                      explored=True, detail={"epsilon": eps})
-            mode, scores = self._scores(cands, req, None, sample=False)
-            model = max(cands, key=scores.__getitem__)
-            return self._remember(model, mode, cands, req, scores, [model], x, detail={"epsilon": eps})
+                                      explored=True, detail={"epsilon": eps},
+                                      propensity=eps * self._random_share(model, cands) + (1 - eps) * (model == greedy))
+            return self._remember(greedy, "epsilon_greedy", cands, req, means, [greedy], x, detail={"epsilon": eps},
+                                  propensity=eps * self._random_share(greedy, cands) + (1 - eps))
+
+    def _random_share(self, model: str, cands: list[str]) -> float:
+        """The probability that ``_random_candidate(cands)`` picks ``model``."""
+        costs = self.config.costs
+        n = len(cands)
+        if not self.config.cost_awareness or not costs:
+            return 1.0 / n
+        ordered = sorted(cands, key=lambda m: costs.get(m, 0.0))
+        if n > 2:
+            third = ordered[: n // 3]
+            return 0.5 * (model in third) / len(third) + 0.5 / n
+        return 1.0 / n
+
+    def _thompson_share(self, model: str, cands: list[str], req: SelectionRequest) -> float | None:
+        """Monte Carlo estimate of the probability that a Thompson draw ranks ``model`` first: every
+        candidate's posterior drawn ``propensity_draws`` times, through the same (affine) cost and session
+        adjustments as the decision, from the selector's own second random stream. None when off."""
+        k = self.config.propensity_draws
+        if k <= 0:
+            return None
+        draws = np.empty((len(cands), k))
+        for i, m in enumerate(cands):
+            p = self.posterior(m, req.user_id, req.category)
+            lo, hi = self._adjust(m, 0.0, req.session_id), self._adjust(m, 1.0, req.session_id)
+            draws[i] = lo + (hi - lo) * self._mc.beta(p.alpha, p.beta, size=k)
+        wins = np.bincount(draws.argmax(axis=0), minlength=len(cands))
+        return float(wins[cands.index(model)] / k)
 
     def _under_sampled(self, cands: list[str]) -> list[str]:
         """Candidates with the fewest global feedbacks, when that is below ``min_samples`` (VSR: the

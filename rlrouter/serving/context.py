@@ -67,7 +67,7 @@ class ServiceContext:
         info = dec.get("router")
         return {"model": dec["model"], "models": dec.get("models") or [dec["model"]], "mode": dec["mode"],
                 "router": info["name"] if isinstance(info, dict) else "selector",
-                **({"router_info": info} if isinstance(info, dict) else {})}
+                "propensity": dec.get("propensity"), **({"router_info": info} if isinstance(info, dict) else {})}
 
     @staticmethod
     def call_record(model: str, r: Any) -> dict[str, Any]:

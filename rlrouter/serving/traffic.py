@@ -64,6 +64,20 @@ class TrafficConfig:
                              f"got {self.retention_segments!r}")
 
 
+PROPENSITY_DRAWS = 512
+"""``selector.propensity_draws`` the Serve app sets when the traffic log is on and the selector config
+leaves it out: every Thompson decision then carries its estimated propensity (its standard error is at
+most 0.5 / sqrt(512) = 0.022)."""
+
+
+def selector_defaults(selector: dict[str, Any], serving: dict[str, Any] | None) -> dict[str, Any]:
+    """The selector section as the app runs it: with ``serving.traffic.enabled``, ``propensity_draws``
+    defaults to ``PROPENSITY_DRAWS`` so the log holds the logging policy's propensities."""
+    traffic = (serving or {}).get("traffic") or {}
+    enabled = traffic.enabled if isinstance(traffic, TrafficConfig) else bool(traffic.get("enabled", False))
+    return {"propensity_draws": PROPENSITY_DRAWS, **selector} if enabled else dict(selector)
+
+
 def prompt_fields(prompt: str, store_prompts: bool, embedding: Sequence[float] | None = None) -> dict[str, Any]:
     """What a request record keeps of its prompt: the text, or (``store_prompts`` false) its SHA-256 and,
     when given, its embedding."""

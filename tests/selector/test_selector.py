@@ -204,3 +204,45 @@ def test_contextual_learns_context_dependent_best_arm():
         regret[contextual] = total
     assert regret[True] < 0.5 * regret[False]
     assert context_vector([3.0, 4.0]).tolist() == pytest.approx([0.6, 0.8, 1.0])
+
+
+def _three(**kw):
+    s = Selector(SelectorConfig(seed=5, min_samples=0, **kw), ["a", "b", "c"])
+    for m, (al, be) in {"a": (8.0, 4.0), "b": (6.0, 5.0), "c": (2.0, 2.0)}.items():
+        s.state.global_[m].alpha, s.state.global_[m].beta = al, be
+    return s
+
+
+@pytest.mark.parametrize("cost_awareness", [False, True])
+def test_thompson_propensities_match_the_decisions_they_describe(cost_awareness):
+    """The estimated probability of each pick agrees with how often the selector, in the same state, picks it;
+    the estimate has its own random stream, so the decisions are those it makes without it."""
+    kw = {"cost_awareness": cost_awareness, "costs": {"a": 30.0, "b": 1.0, "c": 0.2}}
+    s, plain = _three(propensity_draws=512, **kw), _three(**kw)
+    req = SelectionRequest(candidates=["a", "b", "c"], session_id=None)
+    decs = [s.select(req) for _ in range(3000)]
+    assert [d.model for d in decs] == [plain.select(req).model for _ in range(3000)]
+    assert all(d.propensity is None for d in [plain.select(req)])
+    for m in ("a", "b", "c"):
+        freq = np.mean([d.model == m for d in decs])
+        prop = np.mean([d.propensity for d in decs if d.model == m])
+        assert abs(freq - prop) < 0.04, (m, freq, prop)
+
+
+def test_epsilon_greedy_and_random_picks_carry_their_exact_propensity():
+    s = _three(use_thompson_sampling=False, cost_awareness=False)
+    req = SelectionRequest(candidates=["a", "b", "c"])
+    for _ in range(50):
+        eps = s.exploration_rate(s.state.selections + 1)
+        d = s.select(req)
+        expected = eps / 3 + (1 - eps) * (d.model == "a")  # "a" has the highest mean
+        assert d.propensity == pytest.approx(expected)
+    costly = _three(use_thompson_sampling=False, cost_awareness=True, costs={"a": 30.0, "b": 1.0, "c": 0.2})
+    # random picks, cost-aware: half the time among the cheapest third (c), half among all
+    assert costly._random_share("c", ["a", "b", "c"]) == pytest.approx(0.5 + 0.5 / 3)
+    assert costly._random_share("a", ["a", "b", "c"]) == pytest.approx(0.5 / 3)
+    fresh = Selector(SelectorConfig(seed=1, min_samples=2, cost_awareness=False), ["a", "b"])
+    d = fresh.select(SelectionRequest(candidates=["a", "b"]))
+    assert d.mode == "min_samples" and d.propensity == 0.5
+    with pytest.raises(SelectorConfigError, match="propensity_draws"):
+        SelectorConfig(propensity_draws=-1)

@@ -574,7 +574,8 @@ def test_the_traffic_log_records_routes_chats_streams_and_feedback(tmp_path, poo
     from rlrouter.serving.traffic import read_traffic
 
     folder = tmp_path / "traffic"
-    client, _, _ = make_client(tmp_path, pool, {"traffic": {"enabled": True, "path": str(folder)}})
+    client, _, _ = make_client(tmp_path, pool, {"traffic": {"enabled": True, "path": str(folder)}},
+                               propensity_draws=512)
     prompt, _ = gsm8k_prompt
     r = client.post("/route", json={"query": prompt}, headers=ALICE).json()
     assert len(read_traffic(folder).requests) == 1  # on disk when the reply is here
@@ -593,6 +594,7 @@ def test_the_traffic_log_records_routes_chats_streams_and_feedback(tmp_path, poo
     assert route["id"] == r["request_id"] and route["endpoint"] == "route" and route["calls"] == []
     assert route["decision"]["model"] == r["model"] and route["decision"]["router"] == "selector"
     assert route["prompt"] == prompt and route["user"] == "alice"
+    assert 0 < route["decision"]["propensity"] <= 1  # the selector's probability of this pick
     assert [f["outcome"] for f in route["feedback"]] == ["win"]
     assert plain["id"] == chat["x_rlrouter"]["request_id"]
     (call,) = plain["calls"]
@@ -619,6 +621,12 @@ def test_the_traffic_log_keeps_no_prompt_text_when_told(tmp_path, pool, gsm8k_pr
     (rec,) = read_traffic(folder).requests
     assert "prompt" not in rec and len(rec["prompt_sha256"]) == 64 and rec["embedding"] == [float(len(prompt)), 1.0]
     assert prompt[:40].encode() not in b"".join(p.read_bytes() for p in segments(folder))
+    from rlrouter.serving.traffic import PROPENSITY_DRAWS, selector_defaults
+
+    assert selector_defaults({"seed": 1}, {"traffic": {"enabled": True}}) == {"propensity_draws": PROPENSITY_DRAWS,
+                                                                            "seed": 1}
+    assert selector_defaults({"propensity_draws": 0}, {"traffic": {"enabled": True}}) == {"propensity_draws": 0}
+    assert selector_defaults({"seed": 1}, {}) == {"seed": 1}
     with pytest.raises(ValueError, match="serving config field 'traffic.max_segment_mb'"):
         ServingConfig(traffic={"max_segment_mb": -1})
     with pytest.raises(ValueError, match="serving config field 'traffic.folder': unknown field"):
