@@ -1021,11 +1021,6 @@ MANY_MODELS_FIGURES += [
                      f"{100 * s['gpt-4']:.0f}%", "R1 call shares"),
     Figure("docs/many_models.md", "router_r1_routerbench.json", "",
            lambda r: f"1,{int(r['wall_s']) - 1000:03d} s on 2 cores", "R1 wall time"),
-    Figure("README.md", "router_r1_routerbench.json", "",
-           lambda r: f"lifts held-out reward from {r['held_out_curve'][0]['eval/mean_reward']:.3f} to "
-                     f"{r['held_out_curve'][-1]['eval/mean_reward']:.3f} in 10 GRPO steps but stays below always-Yi-34B "
-                     f"({r['routing']['policy_minus_best_fixed']['value']:+.3f} [{r['routing']['policy_minus_best_fixed']['lo']:+.3f}, "
-                     f"{r['routing']['policy_minus_best_fixed']['hi']:+.3f}], 32 questions)", "README: R1 on the pool"),
     Figure("README.md", "many_models.json", "routers",
            lambda r: f"AIQ {r['escalate']['aiq']['overall']:.3f} vs the zero router's {r['zero_router']['aiq']['overall']:.3f}, "
                      f"{_mz(r['escalate']['aiq_minus_zero']['overall'])}; RouterBench's kNN does not "
@@ -1077,6 +1072,47 @@ MANY_MODELS_FIGURES += [
                      f"{r['routes']['policy']['n']} questions), below the per-task rule "
                      f"({r['routing']['policy_minus_per_task_rule']['value']:+.3f} [{r['routing']['policy_minus_per_task_rule']['lo']:+.3f}, "
                      f"{r['routing']['policy_minus_per_task_rule']['hi']:+.3f}])", "README: R1 per-task cold start"),
+]
+
+
+BALANCED_RUN = "router_r1_routerbench_balanced.json"
+
+
+def _gap(g: dict[str, Any]) -> str:
+    return f"{g['value']:+.3f} [{g['lo']:+.3f}, {g['hi']:+.3f}]"
+
+
+def _rb_r4(r: dict[str, Any]) -> str:
+    loss = r["routing"]["policy_loss"]
+    return (f"{_gap(r['routing']['policy_minus_best_fixed'])} below always-Yi-34B, of which\n  the route is "
+            f"{loss['route']:.3f}, format {loss['format']:.3f} and copying the reply {loss['copy']:.3f}")
+
+
+def _kl_at(rows: list[dict[str, Any]], step: int) -> float:
+    return next(m["learner/kl"] for m in rows if m["step"] == step)
+
+
+MANY_MODELS_FIGURES += [
+    Figure("docs/many_models.md", BALANCED_RUN, "held_out_curve",
+           lambda c: "| mean reward, prompts balanced over tasks (rb_r4) | "
+                     + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |", "R1 balanced curve"),
+    Figure("docs/many_models.md", BALANCED_RUN, "natural_mix.held_out_curve",
+           lambda c: "| mean reward, the natural mix (rb_r2) | "
+                     + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |", "R1 natural-mix curve beside it"),
+    Figure("docs/many_models.md", BALANCED_RUN, "", _rb_r4, "R1 balanced against the best fixed route"),
+    Figure("docs/many_models.md", BALANCED_RUN, "routes.policy.route_share_by_task",
+           lambda s: "Mistral-7B, on every question of every task" if all(v["mistral-7b"] == 1.0 for v in s.values())
+           else NEVER_IN_A_DOC, "R1 balanced calls"),
+    Figure("docs/many_models.md", BALANCED_RUN, "",
+           lambda r: f"its KL to the cold start reaches {_kl_at(r['rl_steps'], 6):.3f} at step 6 against rb_r2's "
+                     f"{_kl_at(r['natural_mix']['rl_steps'], 6):.4f}", "R1 balanced KL"),
+    Figure("docs/many_models.md", BALANCED_RUN, "with_filter_groups.held_out_curve",
+           lambda c: f"the held-out\nreward fell to {c[-1]['eval/mean_reward']:.3f} at step {c[-1]['step']}",
+           "R1 balanced with filter_groups"),
+    Figure("docs/many_models.md", BALANCED_RUN, "", lambda r: f"2026-11-29, {r['wall_s']:,.0f} s on 2 cores beside other work",
+           "R1 balanced wall time"),
+    Figure("README.md", BALANCED_RUN, "routing.policy_minus_best_fixed",
+           lambda g: f"collapses to always-Mistral-7B ({_gap(g)})", "README: R1 balanced"),
 ]
 
 

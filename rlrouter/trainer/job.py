@@ -21,6 +21,7 @@ from rlrouter.data.job import ensure_data, logged_source
 from rlrouter.data.question import task_of
 from rlrouter.distributed.cluster import connect
 from rlrouter.distributed.resources import ResourceSpec
+from rlrouter.eval.ledger import reading_key, record_reading
 from rlrouter.eval.route_scores import cost_bounds, per_task_rule, route_table, scoreboard
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.group import LearnerGroup
@@ -68,6 +69,10 @@ class HeldOutConfig:
     seed: int = 1234
     untrained: bool = True
     first_call_written: bool = False
+    ledger: str | None = None
+    """A test-readings ledger (``rlrouter.eval.ledger``, e.g. ``benchmarks/results/test_ledger.jsonl``): the run
+    appends one reading of its held-out questions there, with how many evaluations read them. None: no record
+    (a user's own run)."""
 
 
 @dataclass
@@ -229,6 +234,11 @@ def no_answer_items(table: Any) -> list[int]:
     return [] if table is None else [int(i) for i in np.flatnonzero(table.cheap_states_none())]
 
 
+def read_jsonl_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a run's JSON-lines log; none when it is missing."""
+    return [row for _, row in read_jsonl(path)] if path.exists() else []
+
+
 def run(cfg: Any) -> dict[str, Any]:
     """The job, from its composed config (typed here, once: ``RouterR1JobConfig.from_cfg``)."""
     import ray
@@ -308,8 +318,15 @@ def run(cfg: Any) -> dict[str, Any]:
     report["routing"] = board
     report["results"].update({k: v for k, v in board["routes"].items() if k != "policy"})
     print("routing:", json.dumps({k: board[k] for k in ("best_fixed", "per_task", "policy_minus_best_fixed")}))
-    metrics_file = out / "metrics.jsonl"
-    metrics = [row for _, row in read_jsonl(metrics_file)] if metrics_file.exists() else []
+    if job.eval.ledger:  # held-out questions read by this run's evaluations: one record in the ledger
+        ids = [str(it.get("id") or it["query"]) for it in test_items]
+        evaluations = (sum(1 for m in read_jsonl_rows(out / "metrics.jsonl") if "eval/mean_reward" in m)
+                       + 1 + ("policy_untrained" in report["results"]))  # the curve's, the trained, the untrained
+        report["ledger"] = record_reading(
+            job.eval.ledger, test_key=reading_key(ids), test_sources=[str(test_path)], router_types=["router_r1"],
+            command="jobs/train_router_r1.py", run=plain["run_name"], questions=len(ids), evaluations=evaluations,
+            policy_minus_best_fixed=board.get("policy_minus_best_fixed"))
+    metrics = read_jsonl_rows(out / "metrics.jsonl")
     report["steps"] = metrics
     report["checkpoint"] = latest_checkpoint(train.checkpoints)
     report["samples"] = [{"query": t.item["query"][:200], "text": t.text[:1200], "answer": t.answer,

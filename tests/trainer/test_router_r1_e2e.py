@@ -154,7 +154,7 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train_router_r1", overrides=[
             "debug=cpu", f"paths.root_dir={tmp_path}", f"paths.shared_data={shared_data}", "run_name=e2e",
-            "eval.num_questions=2", "ray.num_cpus=6", "train.sync=nccl"])
+            "eval.num_questions=2", "ray.num_cpus=6", "train.sync=nccl", f"eval.ledger={tmp_path / 'ledger.jsonl'}"])
     report = run(cfg)
     out = tmp_path / "outputs" / "e2e"
     steps = [row for _, row in read_jsonl(out / "metrics.jsonl")]
@@ -186,3 +186,7 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     for name in ("reward_curve.png", "route_shares.png", "accuracy_vs_cost.png", "held_out_curve.png"):
         assert (out / name).stat().st_size > 1000
     assert report["wall_s"] > 0
+    # the held-out questions it read, in the ledger: the untrained, the cold start's (step 0), step 2's, the trained
+    (reading,) = [row for _, row in read_jsonl(tmp_path / "ledger.jsonl")]
+    assert reading["run"] == "e2e" and reading["questions"] == 2 and reading["evaluations"] == 4
+    assert reading["policy_minus_best_fixed"] == routing["policy_minus_best_fixed"]
