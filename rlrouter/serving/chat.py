@@ -101,6 +101,7 @@ class ChatProxy:
         session = body.session_id or session_header
         params = self._params(body)
         name = match_name(body.model, [*SPECIAL_MODELS, *ctx.candidates])
+        among: list[str] | None = None  # the candidates that can answer this prompt, where known
         choice = self.routing.routers.parse(body.model) if name is None else None
         if name is None and choice is None:
             raise ApiError(404, f"field 'model': unknown model '{body.model}'; use 'auto', 'arena' or one of "
@@ -119,6 +120,7 @@ class ChatProxy:
             how = "all" if name == "arena" else self.routing.how()
             can, missed = await ctx.answerable(query, ctx.candidates)
             cands = None
+            among = can
             if ctx.serving.replay_miss == "fallthrough":
                 if not can:
                     raise self._miss_error(missed)
@@ -154,6 +156,8 @@ class ChatProxy:
             return await self._stream(model, messages, params, meta, log), headers
         r, data = await asyncio.wait_for(ctx.pool.chat(model, messages, **params), ctx.serving.proxy_timeout_s)
         await ctx.log_request(**log, calls=[ctx.call_record(model, r)])
+        if dec is not None:  # a routed request: maybe a counterfactual reply too
+            ctx.explore(log["request_id"], model, messages, params, among)
         if not r.ok:
             raise candidate_error(model, str(r.error))
         data = {**data, "model": model}
@@ -205,10 +209,11 @@ class ChatProxy:
             first = None
         except Exception as e:  # noqa: BLE001 - the candidate's failure, mapped to a status
             raise candidate_error(model, str(e) or type(e).__name__) from None
-        return self._sse_stream(model, first, chunks, meta, log)
+        return self._sse_stream(model, first, chunks, meta, log, messages, params)
 
     async def _sse_stream(self, model: str, first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]],
-                          meta: dict[str, Any], log: dict[str, Any]) -> AsyncIterator[bytes]:
+                          meta: dict[str, Any], log: dict[str, Any], messages: list[dict[str, Any]],
+                          params: dict[str, Any]) -> AsyncIterator[bytes]:
         t0, text, usage, error = time.perf_counter(), [], None, None
         try:
             if first is not None:
@@ -228,6 +233,8 @@ class ChatProxy:
                 "completion_tokens": usage.get("completion_tokens", 0), "latency_s": time.perf_counter() - t0,
                 **({"error": error} if error else {})}
         await self.ctx.log_request(**log, calls=[call])  # on disk before the stream's end is acknowledged
+        if log["decision"]["router"] != "caller":
+            self.ctx.explore(log["request_id"], model, messages, params)
         yield b"data: [DONE]\n\n"
 
     async def _replay_stream(self, data: dict[str, Any]) -> AsyncIterator[bytes]:

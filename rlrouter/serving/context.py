@@ -41,6 +41,7 @@ class ServiceContext:
     traffic: TrafficLog | None = None
     """The traffic log when ``serving.traffic.enabled`` (opened by the service); None: nothing is logged."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    _explorations: set = field(default_factory=set, repr=False)
 
     async def log_request(self, request_id: str, user: str, endpoint: str, prompt: str, decision: dict[str, Any],
                           calls: list[dict[str, Any]] = ()) -> None:
@@ -71,10 +72,34 @@ class ServiceContext:
 
     @staticmethod
     def call_record(model: str, r: Any) -> dict[str, Any]:
-        """One candidate call for the traffic log (``r``: a ``CandidateResponse``)."""
-        return {"model": model, "reply": r.text, "prompt_tokens": r.prompt_tokens,
+        """One candidate call for the traffic log (``r``: a ``CandidateResponse``); ``correct`` when the backend
+        knows it (a replay of logged outcomes)."""
+        return {"model": model, "reply": r.text if r.ok else None, "prompt_tokens": r.prompt_tokens,
                 "completion_tokens": r.completion_tokens, "cost": r.cost, "latency_s": r.latency_s,
-                **({"error": r.error} if r.error else {})}
+                **({"error": r.error} if r.error else {}),
+                **({"correct": bool(r.correct)} if getattr(r, "correct", None) is not None else {})}
+
+    def explore(self, request_id: str, chosen: str, messages: list[dict[str, Any]], params: dict[str, Any],
+                candidates: list[str] | None = None) -> None:
+        """With ``serving.traffic.explore_share``, ask a second candidate in the background (the caller's answer
+        does not wait) and log its reply as an ``explore`` record of the request; counted on ``/metrics``."""
+        if self.traffic is None or self.pool is None or not self.traffic.cfg.explore_share:
+            return
+        second = self.traffic.explore_target(chosen, candidates or self.candidates)
+        if second is None:
+            return
+
+        async def call() -> None:
+            from rlrouter.serving.metrics import METRICS
+
+            r, _ = await asyncio.wait_for(self.pool.chat(second, messages, **params), self.serving.proxy_timeout_s)
+            METRICS.observe_exploration(second, r.cost if r.ok else 0.0, r.ok)
+            await asyncio.to_thread(self.traffic.append, {"kind": "explore", "request_id": request_id,
+                                                          "calls": [self.call_record(second, r)]})
+
+        task = asyncio.get_running_loop().create_task(call())
+        self._explorations.add(task)  # held until done: a task nobody holds may be collected mid-flight
+        task.add_done_callback(self._explorations.discard)
 
     async def log_feedback(self, request_id: str, user: str, **what: Any) -> None:
         """Append a feedback to the traffic log (when on), fsynced before this returns."""

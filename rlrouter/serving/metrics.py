@@ -36,6 +36,11 @@ class ServingMetrics:
                                  ("model", "mode"), registry=r)
         self.feedback = Counter("rlrouter_selector_feedback", "acknowledged feedback updates, one per candidate "
                                 "an update touched", ("model", "kind"), registry=r)
+        self.explore_calls = Counter("rlrouter_traffic_explore_calls", "background calls of a second candidate "
+                                     "(serving.traffic.explore_share), by candidate and outcome", ("model", "ok"),
+                                     registry=r)
+        self.explore_cost = Counter("rlrouter_traffic_explore_cost_usd", "what those calls cost, USD", ("model",),
+                                    registry=r)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
@@ -50,6 +55,10 @@ class ServingMetrics:
         elif method == "feedback":
             for d in result[1]["deltas"]:
                 self.feedback.labels(str(d["model"]), str(result[1]["kind"])).inc()
+
+    def observe_exploration(self, model: str, cost: float, ok: bool) -> None:
+        self.explore_calls.labels(model, str(ok).lower()).inc()
+        self.explore_cost.labels(model).inc(max(0.0, float(cost)))
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric above."""

@@ -103,6 +103,9 @@ class Routing:
                    f"it gets a 404 of type replay_miss")
         await self.ctx.log_request(dec["request_id"], user, "route", body.query,
                                    self.ctx.decision_record(dec, dec["model"]))
+        if not why:  # the route's counterfactual: another candidate's reply to the query, in the background
+            self.ctx.explore(dec["request_id"], dec["model"], [{"role": "user", "content": body.query}], {},
+                             can if choice is None else None)
         return RouteResponse(model=dec["model"], request_id=dec["request_id"], mode=dec["mode"],
                              scores=dec["scores"], models=models, fallback_reason=dec.get("fallback_reason"),
                              replay_miss=why, router=dec.get("router"))

@@ -11,6 +11,9 @@ write-ahead log (``rlrouter.selector.persistence.frame_line``), in segment files
   the disk: only its SHA-256 and, when the app has an encoder, its embedding.
 - ``{"kind": "feedback", "request_id", "time", "user", ...}``: one per feedback as it arrives (``outcome``,
   ``reward``, ``followup`` class, a judge's grade), joined to its request when the log is read.
+- ``{"kind": "explore", "request_id", "calls": [...]}``: with ``explore_share``, the reply of a second candidate
+  the app asked in the background (``correct`` when a replay backend logged whether it was right), joined to
+  its request as ``explore``.
 
 ``append`` returns once its line is fsynced, so a record the app acknowledged survives ``kill -9``. A crash
 mid-append leaves a torn line; ``read_traffic`` skips every line that fails its frame or checksum and counts
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -48,6 +52,12 @@ class TrafficConfig:
     """A segment is closed when it reaches this size, and the next record starts a new one."""
     retention_segments: int = 0
     """Keep the newest N segments, deleting older ones at rotation; 0 keeps them all."""
+    explore_share: float = 0.0
+    """This share of routed requests is also sent, in the background, to a second candidate: the one with the
+    fewest logged replies so far (ties at random), so the log holds counterfactual replies. The caller still
+    gets the routed answer; the added calls and cost are counted on ``/metrics``. 0: no exploration."""
+    explore_seed: int | None = None
+    """Seed of the exploration draws (tests); None draws from the OS."""
 
     def __post_init__(self) -> None:
         for name in ("enabled", "store_prompts"):
@@ -62,6 +72,9 @@ class TrafficConfig:
                 or self.retention_segments < 0:
             raise ValueError(f"serving.traffic.retention_segments: an int >= 0 (0 = keep all), "
                              f"got {self.retention_segments!r}")
+        if isinstance(self.explore_share, bool) or not isinstance(self.explore_share, (int, float)) \
+                or not 0.0 <= self.explore_share <= 1.0:
+            raise ValueError(f"serving.traffic.explore_share: a share in [0, 1] (0 = off), got {self.explore_share!r}")
 
 
 PROPENSITY_DRAWS = 512
@@ -89,6 +102,9 @@ def prompt_fields(prompt: str, store_prompts: bool, embedding: Sequence[float] |
     return out
 
 
+KINDS = ("request", "feedback", "explore")
+
+
 class TrafficLog:
     """The writer: one per app process. Thread-safe; ``append`` blocks until its record is on disk."""
 
@@ -101,6 +117,18 @@ class TrafficLog:
         self._size = 0
         self.records = 0
         self.rotations = 0
+        self.replies: dict[str, int] = {}
+        """Replies logged per candidate by this process (what exploration fills)."""
+        self._rng = random.Random(cfg.explore_seed)
+
+    def explore_target(self, chosen: str, candidates: Sequence[str]) -> str | None:
+        """A second candidate for this request, or None: drawn with ``explore_share``, the candidate other than
+        ``chosen`` with the fewest logged replies so far (ties at random)."""
+        others = [c for c in candidates if c != chosen]
+        if not others or self._rng.random() >= self.cfg.explore_share:
+            return None
+        least = min(self.replies.get(c, 0) for c in others)
+        return self._rng.choice([c for c in others if self.replies.get(c, 0) == least])
 
     def _segment(self) -> Any:
         if self._f is None or self._size >= self.cfg.max_segment_mb * 1024 * 1024:
@@ -123,8 +151,8 @@ class TrafficLog:
 
     def append(self, record: dict[str, Any]) -> None:
         """Write ``record`` (needs ``kind``) and fsync it; returning means it survives a crash."""
-        if record.get("kind") not in ("request", "feedback"):
-            raise ValueError(f"traffic record kind: 'request' or 'feedback', got {record.get('kind')!r}")
+        if record.get("kind") not in KINDS:
+            raise ValueError(f"traffic record kind: one of {KINDS}, got {record.get('kind')!r}")
         line = frame_line(TRAFFIC_FORMAT, {"time": time.time(), **record})
         with self._lock:
             f = self._segment()
@@ -133,6 +161,9 @@ class TrafficLog:
             os.fsync(f.fileno())
             self._size += len(line)
             self.records += 1
+            for call in record.get("calls") or []:
+                if call.get("reply") is not None:
+                    self.replies[call["model"]] = self.replies.get(call["model"], 0) + 1
 
     def close(self) -> None:
         with self._lock:
@@ -149,9 +180,11 @@ def segments(folder: str | Path) -> list[Path]:
 @dataclass
 class TrafficRead:
     requests: list[dict[str, Any]]
-    """Request records in log order, each with ``feedback``: its feedback records in arrival order."""
+    """Request records in log order, each with ``feedback``: its feedback records in arrival order, and
+    ``explore``: the calls exploration added to it."""
     orphan_feedback: list[dict[str, Any]]
-    """Feedback whose request is not in the log (logged before the log was on, or deleted by retention)."""
+    """Feedback (or exploration) whose request is not in the log (logged before the log was on, or deleted by
+    retention)."""
     skipped: int
     """Lines that failed their frame or checksum (torn by a crash, or altered), skipped."""
     skipped_at: list[str]
@@ -170,20 +203,25 @@ def read_traffic(folder: str | Path, files: Iterable[Path] | None = None) -> Tra
                 continue
             try:
                 rec = unframe_line(line, TRAFFIC_FORMAT)
-                if not isinstance(rec, dict) or rec.get("kind") not in ("request", "feedback"):
+                if not isinstance(rec, dict) or rec.get("kind") not in KINDS:
                     raise ValueError("not a traffic record")
             except ValueError:
                 skipped += 1
                 if len(where) < 20:
                     where.append(f"{path}:{i + 1}")
                 continue
-            (requests if rec["kind"] == "request" else feedback).append({**rec, "feedback": []}
+            (requests if rec["kind"] == "request" else feedback).append({**rec, "feedback": [], "explore": []}
                                                                         if rec["kind"] == "request" else rec)
     # joined after every segment is read: with several app processes, a feedback may sit in a segment
     # opened before its request's
     by_id = {str(r.get("id")): r for r in requests}
     orphans = []
-    for fb in sorted(feedback, key=lambda r: r.get("time", 0.0)):
+    for fb in sorted(feedback, key=lambda r: r.get("time", 0.0)):  # feedback and exploration records
         target = by_id.get(str(fb.get("request_id")))
-        (target["feedback"] if target is not None else orphans).append(fb)
+        if target is None:
+            orphans.append(fb)
+        elif fb["kind"] == "explore":
+            target["explore"].extend(fb.get("calls") or [])
+        else:
+            target["feedback"].append(fb)
     return TrafficRead(requests, orphans, skipped, where)

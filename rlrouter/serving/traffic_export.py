@@ -11,8 +11,10 @@ test, so a router is judged on traffic that came after what it learned from.
 
 Feedback becomes a score as the selector reads it: ``win`` 1, ``tie`` 0.5, ``loss`` 0; an implicit follow-up
 ``satisfied`` 1 and any other label 0; a Router-R1 reward clipped to [0, 1]. The last feedback on a request
-counts. Without exploration every row holds one scored candidate, the one the app chose: a router learns only
-from the routes it took, and the report says so.
+counts. A reply the caller gave no feedback on, and every exploration reply (``serving.traffic.explore_share``),
+is scored by its logged correctness when its backend knows it (a replay of logged outcomes: the ``logged``
+judge), else left blank. Without exploration every row holds one scored candidate, the one the app chose: a
+router learns only from the routes it took, and the report says so.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def export_rows(read: TrafficRead, candidates: Sequence[str] | None = None) -> t
     requests = sorted(read.requests, key=lambda r: r.get("time", 0.0))
     if candidates is None:
         seen = {r["decision"]["model"] for r in requests if r.get("decision")}
-        seen |= {c["model"] for r in requests for c in r.get("calls") or []}
+        seen |= {c["model"] for r in requests for c in [*(r.get("calls") or []), *(r.get("explore") or [])]}
         candidates = sorted(seen)
     rows = []
     for r in requests:
@@ -59,12 +61,14 @@ def export_rows(read: TrafficRead, candidates: Sequence[str] | None = None) -> t
             row["prompt"] = r["prompt"]
         else:
             row["prompt_sha256"], row["embedding"] = r.get("prompt_sha256"), r.get("embedding")
-        calls = {c["model"]: c for c in r.get("calls") or [] if "model" in c}
+        calls = {c["model"]: c for c in [*(r.get("calls") or []), *(r.get("explore") or [])] if "model" in c}
         for m in candidates:
             call = calls.get(m)
-            row[m] = score if m == chosen else None
+            judged = float(call["correct"]) if call and call.get("correct") is not None else None
+            row[m] = (score if score is not None else judged) if m == chosen else judged
             row[f"{m}|model_response"] = call.get("reply") if call else None
             row[f"{m}|total_cost"] = call.get("cost") if call else None
+        row["judged"] = score is None and row.get(chosen) is not None
         rows.append(row)
     return rows, list(candidates)
 
@@ -85,22 +89,23 @@ def write_export(read: TrafficRead, out_dir: str | Path, test_share: float = 0.2
     frames = {"train": pd.DataFrame(rows[:cut]), "test": pd.DataFrame(rows[cut:])}
     for name, df in frames.items():
         df.to_parquet(out / f"{name}.parquet", index=False)
-    scored = [r for r in rows if r[r["logged_model"]] is not None] if rows else []
-    explored = sum(1 for r in rows if sum(r[f"{m}|model_response"] is not None for m in cands) > 1)
+    scored = [r for r in rows if r[r["logged_model"]] is not None and not r["judged"]]
+    explored = sum(1 for r in rows if any(r[f"{m}|model_response"] is not None for m in cands if m != r["logged_model"]))
     report = {
         "requests": len(rows), "train": cut, "test": len(rows) - cut,
         "split": {"by": "time", "test_share": test_share,
                   "train_until": rows[cut - 1]["time"] if cut else None,
                   "test_from": rows[cut]["time"] if cut < len(rows) else None},
         "candidates": cands, "with_feedback": len(scored), "without_feedback": len(rows) - len(scored),
+        "judged_by_logged_correctness": sum(r["judged"] for r in rows),
         "skipped_records": read.skipped, "orphan_feedback": len(read.orphan_feedback),
         "logged_routes": {m: sum(r["logged_model"] == m for r in rows) for m in cands},
         "with_propensity": sum(r["logged_propensity"] is not None for r in rows),
-        "rows_with_several_replies": explored,
+        "rows_with_counterfactual_replies": explored,
         "note": ("every row scores only the candidate the app chose: a router trained on this export learns only "
                  "from the routes the logging policy took, and its estimate on the others comes from the "
                  "propensities (off-policy), not from outcomes" if explored == 0 else
-                 f"{explored} rows hold replies of more than the chosen candidate"),
+                 f"{explored} rows hold a reply of a candidate the app did not choose (exploration)"),
     }
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report

@@ -668,3 +668,39 @@ def test_deep_json_is_refused_whatever_the_recursion_limit(env):
         sys.setrecursionlimit(old)
     ok = b'{"query": "hi", "candidates": ' + b"[" * 1 + b'"' + GPT4.encode() + b'"]}'
     assert client.post("/route", content=ok, headers=json_h).status_code == 200
+
+
+def test_exploration_logs_a_second_candidates_reply_in_the_background(tmp_path, pool, gsm8k_prompt, logged_answers):
+    """serving.traffic.explore_share=1: every routed request also asks the other candidate, after the caller's
+    answer; the reply is logged with its logged correctness, counted on /metrics, and exported beside the route."""
+    import time as _time
+
+    from rlrouter.serving.traffic import read_traffic
+    from rlrouter.serving.traffic_export import write_export
+
+    folder = tmp_path / "traffic"
+    client, _, _ = make_client(tmp_path, pool, {"traffic": {"enabled": True, "path": str(folder), "explore_share": 1.0,
+                                                            "explore_seed": 0}})
+    prompt, _ = gsm8k_prompt
+    msgs = [{"role": "user", "content": prompt}]
+    with client:  # one event loop for the whole test: the background calls run on it
+        before = client.get("/metrics").text
+        chat = client.post("/v1/chat/completions", json={"model": "auto", "messages": msgs}, headers=ALICE).json()
+        r = client.post("/route", json={"query": prompt}, headers=ALICE).json()
+        client.post("/v1/chat/completions", json={"model": MIXTRAL, "messages": msgs}, headers=ALICE)  # named: none
+        deadline = _time.time() + 30
+        while _time.time() < deadline and sum(len(q["explore"]) for q in read_traffic(folder).requests) < 2:
+            _time.sleep(0.1)
+        metrics = client.get("/metrics").text
+    reqs = {q["id"]: q for q in read_traffic(folder).requests}
+    for rid, chosen in ((chat["x_rlrouter"]["request_id"], chat["model"]), (r["request_id"], r["model"])):
+        (call,) = reqs[rid]["explore"]
+        other = next(m for m in pool.names if m != chosen)
+        assert call["model"] == other and call["reply"] == logged_answers[other] and isinstance(call["correct"], bool)
+    assert sum(len(q["explore"]) for q in reqs.values()) == 2  # the request that named its model explores nothing
+    assert "rlrouter_traffic_explore_calls_total" in metrics and "rlrouter_traffic_explore_cost_usd_total" in metrics
+    assert 'ok="true"' in metrics and metrics != before
+    report = write_export(read_traffic(folder), tmp_path / "export", test_share=0.0)
+    assert report["rows_with_counterfactual_replies"] == 2 and "did not choose (exploration)" in report["note"]
+    with pytest.raises(ValueError, match="field .traffic.explore_share.: a share"):
+        ServingConfig(traffic={"explore_share": 2})

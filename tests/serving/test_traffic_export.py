@@ -51,7 +51,7 @@ def test_the_export_is_routerbench_wide_with_the_logging_policy_and_a_time_split
     assert train.iloc[0]["strong"] == 0.0  # r0: loss
     assert test["cheap"].isna().all() and test["strong"].isna().all()  # no feedback: no score
     assert report["with_feedback"] == 8 and report["without_feedback"] == 2 and report["candidates"] == ["cheap", "strong"]
-    assert report["logged_routes"] == {"cheap": 5, "strong": 5} and report["rows_with_several_replies"] == 0
+    assert report["logged_routes"] == {"cheap": 5, "strong": 5} and report["rows_with_counterfactual_replies"] == 0
     assert "learns only from the routes" in report["note"]
     with pytest.raises(ValueError, match="no request"):
         write_export(read_traffic(tmp_path / "empty"), tmp_path / "out2")
