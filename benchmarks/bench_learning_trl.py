@@ -137,13 +137,18 @@ def main() -> None:
                     g["lr"] = lcfg.lr * min(1.0, (state.global_step + 1) / w)
 
     class Held(TrainerCallback):
+        """Held-out evaluations at step 0 and every ``eval_every`` steps (0: none, a timing run), and each
+        step's end marked before its evaluation."""
+
         def on_train_begin(self, args, state, control, model=None, **kw):
-            evaluate(model, 0)
+            if spec["eval_every"]:
+                evaluate(model, 0)
             marks.append(time.perf_counter())
 
         def on_step_end(self, args, state, control, model=None, **kw):
             marks.append(time.perf_counter())
-            if state.global_step % spec["eval_every"] == 0 or state.global_step == spec["steps"]:
+            if spec["eval_every"] and (state.global_step % spec["eval_every"] == 0
+                                       or state.global_step == spec["steps"]):
                 evaluate(model, state.global_step)
 
     per_step = train.prompts_per_step * train.n_samples
@@ -160,8 +165,11 @@ def main() -> None:
         use_vllm=False, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
         logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, seed=train.seed,
         dataloader_num_workers=0, remove_unused_columns=False,
+        # a given prompt order (our data cursor's, bench_trl_steps.py): taken as laid out, step by step
+        shuffle_dataset="prompt_order" not in spec,
     )
-    ds = Dataset.from_list([{"prompt": it["query"]} for it in items])
+    order = spec.get("prompt_order") or range(len(items))
+    ds = Dataset.from_list([{"prompt": items[i]["query"]} for i in order])
     trainer = GRPOTrainer(model=model, reward_funcs=router_r1, args=args, train_dataset=ds, processing_class=tok,
                           rollout_func=rollout_func, callbacks=[WarmUp(), Held()])
     t0 = time.perf_counter()
@@ -170,6 +178,8 @@ def main() -> None:
     logs = [h for h in trainer.state.log_history if "reward" in h]
     out = {"trl_version": trl.__version__, "torch_threads": torch.get_num_threads(), "wall_s": time.perf_counter() - t0,
            "step_s": [b - a for a, b in zip(marks, marks[1:])], "held_out": evals, "log_history": logs,
+           "prompt_order": [sorted(spec["prompt_order"][k * train.prompts_per_step:(k + 1) * train.prompts_per_step])
+                            for k in range(spec["steps"])] if "prompt_order" in spec else None,
            "config": {k: getattr(args, k) for k in ("per_device_train_batch_size", "gradient_accumulation_steps",
                                                      "steps_per_generation", "num_generations", "beta", "loss_type",
                                                      "use_vllm", "learning_rate", "generation_batch_size")}}

@@ -46,8 +46,8 @@ class ServiceContext:
     async def log_request(self, request_id: str, user: str, endpoint: str, prompt: str, decision: dict[str, Any],
                           calls: list[dict[str, Any]] = ()) -> None:
         """Append a routed request to the traffic log (when on), fsynced before this returns, so before the
-        reply goes out. ``decision``: ``model``, ``router``, ``version``, ``mode``; ``calls``: each candidate
-        called, with its reply, tokens, cost and latency."""
+        reply goes out. ``decision``: ``decision_record``'s; ``calls``: each candidate called, with its reply,
+        tokens, cost and latency."""
         if self.traffic is None:
             return
         cfg = self.traffic.cfg
@@ -92,10 +92,15 @@ class ServiceContext:
         async def call() -> None:
             from rlrouter.serving.metrics import METRICS
 
-            r, _ = await asyncio.wait_for(self.pool.chat(second, messages, **params), self.serving.proxy_timeout_s)
-            METRICS.observe_exploration(second, r.cost if r.ok else 0.0, r.ok)
+            try:
+                r, _ = await asyncio.wait_for(self.pool.chat(second, messages, **params),
+                                              self.serving.proxy_timeout_s)
+                record = self.call_record(second, r)
+            except Exception as e:  # noqa: BLE001 - a background call: its failure is logged and counted, not raised
+                record = {"model": second, "reply": None, "error": f"{type(e).__name__}: {e}"}
+            METRICS.observe_exploration(second, record.get("cost") or 0.0, "error" not in record)
             await asyncio.to_thread(self.traffic.append, {"kind": "explore", "request_id": request_id,
-                                                          "calls": [self.call_record(second, r)]})
+                                                          "calls": [record]})
 
         task = asyncio.get_running_loop().create_task(call())
         self._explorations.add(task)  # held until done: a task nobody holds may be collected mid-flight

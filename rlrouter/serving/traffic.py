@@ -5,9 +5,9 @@ Records are JSON objects, one a line, each framed with a format tag and a CRC-32
 write-ahead log (``rlrouter.selector.persistence.frame_line``), in segment files
 ``traffic-<first unix ms>-<pid>-<n>.jsonl`` under ``serving.traffic.path``:
 
-- ``{"kind": "request", "id", "time", "user", "prompt" | "prompt_sha256" + "embedding", "decision": {"model",
-  "router", "version", "mode"}, "calls": [{"model", "reply", "prompt_tokens", "completion_tokens", "cost",
-  "latency_s"}]}``: one per routed request. With ``store_prompts: false`` the prompt's text never reaches
+- ``{"kind": "request", "id", "time", "user", "endpoint", "prompt" | "prompt_sha256" + "embedding", "decision":
+  {"model", "models", "mode", "router", "propensity"}, "calls": [{"model", "reply", "prompt_tokens",
+  "completion_tokens", "cost", "latency_s"}]}``: one per routed request. With ``store_prompts: false`` the prompt's text never reaches
   the disk: only its SHA-256 and, when the app has an encoder, its embedding.
 - ``{"kind": "feedback", "request_id", "time", "user", ...}``: one per feedback as it arrives (``outcome``,
   ``reward``, ``followup`` class, a judge's grade), joined to its request when the log is read.
