@@ -116,7 +116,8 @@ class Selector:
         self.candidates: list[str] = list(candidates or [])
         self._rng = random.Random(self.config.seed)
         # the propensity's own draws: the decisions' random stream stays what it was
-        self._mc = np.random.default_rng([self.config.seed, 7])
+        seed = self.config.seed
+        self._mc = np.random.default_rng(None if seed is None else [seed, 7])
         self._lock = threading.RLock()
         self._dirty = False
         self._last_save = time.monotonic()

@@ -246,3 +246,6 @@ def test_epsilon_greedy_and_random_picks_carry_their_exact_propensity():
     assert d.mode == "min_samples" and d.propensity == 0.5
     with pytest.raises(SelectorConfigError, match="propensity_draws"):
         SelectorConfig(propensity_draws=-1)
+    # the production default draws from the OS: no seed, propensities all the same
+    unseeded = Selector(SelectorConfig(propensity_draws=64, cost_awareness=False), ["a", "b"])
+    assert 0 < unseeded.select(SelectionRequest(candidates=["a", "b"])).propensity <= 1
