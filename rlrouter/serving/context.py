@@ -15,6 +15,7 @@ from typing import Any
 from rlrouter.selector.config import SelectorConfig
 from rlrouter.serving.config import ServingConfig
 from rlrouter.serving.errors import ApiError, context_length_exceeded
+from rlrouter.serving.metrics import METRICS
 from rlrouter.serving.selector_client import SelectorClient
 from rlrouter.serving.traffic import TrafficLog, prompt_fields
 
@@ -90,8 +91,6 @@ class ServiceContext:
             return
 
         async def call() -> None:
-            from rlrouter.serving.metrics import METRICS
-
             try:
                 r, _ = await asyncio.wait_for(self.pool.chat(second, messages, **params),
                                               self.serving.proxy_timeout_s)
