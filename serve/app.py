@@ -298,7 +298,9 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
         # fail here, naming routers.<name>, not inside a replica: folders readable, candidates in the pool
         pool_names = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in cfg["pool"]["candidates"]}
         candidate_map(read_manifests(cfg["routers"]), names, pool_names)
-        routers = ServedRoutersDeployment.bind(cfg["routers"])
+        from dataclasses import asdict
+
+        routers = ServedRoutersDeployment.bind(cfg["routers"], asdict(serving.release))
     if serving.selector_in_ingress:
         return SelectorIngress.bind(cfg["selector"], names, cfg, policy, gmt, intent, routers)
     return Ingress.bind(SelectorDeployment.bind(cfg["selector"], names), cfg, policy, gmt, intent, routers)

@@ -4,7 +4,7 @@ jobs/train_router.py (logic in rlrouter/).
 Enabled from the app config (serve/config.yaml):
     gmtrouter: {checkpoint: outputs/gmtrouter/<run>/best}
     intent:    {checkpoint: outputs/intent/<run>/rl}
-    routers:   {mf: {path: outputs/routers/mf}, selector: {path: outputs/routers/selector, state: ...}}
+    routers:   {mf: {path: outputs/routers/mf, version: "1"}, selector: {path: outputs/routers/selector, state: ...}}
 """
 
 from __future__ import annotations
@@ -73,16 +73,22 @@ class ServedRoutersDeployment:
     """Every router of ``routers:`` in one process (one MiniLM for all); exactly one replica, so a router
     that learns online sees every feedback."""
 
-    def __init__(self, entries: dict[str, dict[str, Any]]):
+    def __init__(self, entries: dict[str, dict[str, Any]], release: dict[str, Any] | None = None):
         from rlrouter.serving.served_routers import ServedRouters
 
-        self.host = ServedRouters(entries)
+        self.host = ServedRouters(entries, release=release, root=ROOT)
 
     def decide(self, name: str, query: str, **kwargs: Any) -> dict[str, Any]:
         return self.host.decide(name, query, **kwargs)
 
     def feedback(self, name: str, request_id: str, **kwargs: Any) -> dict[str, Any]:
         return self.host.feedback(name, request_id, **kwargs)
+
+    def release(self, name: str, action: str, args: dict[str, Any]) -> dict[str, Any]:
+        return self.host.release(name, action, args)
+
+    def status(self) -> dict[str, Any]:
+        return self.host.status()
 
     def __del__(self) -> None:
         host = getattr(self, "host", None)
@@ -101,3 +107,9 @@ class HandleServedRouters:
 
     async def feedback(self, name: str, request_id: str, **kwargs: Any) -> dict[str, Any]:
         return await self.handle.feedback.remote(name, request_id, **kwargs)
+
+    async def release(self, name: str, action: str, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.handle.release.remote(name, action, args)
+
+    async def status(self) -> dict[str, Any]:
+        return await self.handle.status.remote()

@@ -727,6 +727,14 @@ TRAINER_FIGURES = [
     Figure("README.md", "router_r1.json", "learning.arms",
            lambda a: f"10 RL steps of `make run` {_rl_seconds(a, 'grpo') / _rl_seconds(a, 'trl'):.2f}x TRL's time",
            "README: RL time against TRL"),
+    Figure("README.md", "router_r1.json", "step_timing",
+           lambda t: f"GRPO step {t['ours_over_trl']:.2f}x TRL `GRPOTrainer`'s (median {t['step_s_median']['ours']:.1f} s "
+                     f"vs {t['step_s_median']['trl']:.1f} s)", "README: steps that learn against TRL"),
+    Figure("docs/benchmarks.md", "router_r1.json", "step_timing",
+           lambda t: f"--steps {len(t['ours']['steps'])}`, {t['wall_s']:,.0f} s; both arms", "benchmarks: TRL steps run"),
+    Figure("docs/benchmarks.md", "router_r1.json", "step_timing",
+           lambda t: "same prompts at every step: checked" if t["same_prompts"] else NEVER_IN_A_DOC,
+           "benchmarks: TRL steps on the same prompts"),
 ]
 
 

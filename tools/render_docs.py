@@ -116,6 +116,29 @@ def intent_table(intent: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- docs/benchmarks.md: GRPO against TRL on steps that learn (router_r1.json, bench_trl_steps.py) ----------
+
+def trl_steps_table(report: dict[str, Any]) -> str:
+    """Each timed step of both arms and what it held; the medians of the steps after the warm-up, their ratio."""
+    t = report["step_timing"]
+
+    def cell(v: Any, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    lines = ["| step | arm | seconds | mean reward | groups with reward spread | completion tokens (mean) | loss | "
+             "grad norm |", "|---|---|---|---|---|---|---|---|"]
+    for ours, trl in zip(t["ours"]["steps"], t["trl"]["steps"]):
+        for name, s in (("ours", ours), ("TRL", trl)):
+            lines.append(f"| {s['step']}{' (warm-up)' if s['step'] == 1 else ''} | {name} | {s['seconds']:.1f} | "
+                         f"{cell(s['reward_mean'], '.3f')} | {cell(s['groups_with_spread'], '.2f')} | "
+                         f"{cell(s['completion_tokens_mean'], '.1f')} | {cell(s['loss'], '.3f')} | "
+                         f"{cell(s['grad_norm'], '.3f')} |")
+    med = t["step_s_median"]
+    lines.append(f"| median of 2-{len(t['ours']['steps'])} | ours / TRL | {med['ours']:.1f} / {med['trl']:.1f} = "
+                 f"**{t['ours_over_trl']:.2f}** | | | | | |")
+    return "\n".join(lines)
+
+
 # -- docs/many_models.md and docs/gpu.md: rendered by their own modules ----------------------------------
 
 def many_models_table(report: dict[str, Any]) -> str:
@@ -136,6 +159,7 @@ TABLES = [
     Table("docs/serve.md", "selector regret", ("selector.json",), regret_table),
     Table("docs/serve.md", "route latency", ("selector.json",), latency_table),
     Table("docs/intent.md", "intent results", ("intent.json",), intent_table),
+    Table("docs/benchmarks.md", "trl steps", ("router_r1.json",), trl_steps_table),
     Table("docs/many_models.md", "many_models aiq", ("many_models.json",), many_models_table),
     Table("docs/gpu.md", "gpu check", ("gpu_check_cpu.json", "gpu_check_cuda.json"), gpu_check_table, paths=True),
 ]

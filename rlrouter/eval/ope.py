@@ -27,11 +27,20 @@ ESTIMATORS = ("ips", "snips", "dr")
 
 @dataclass(frozen=True)
 class LoggedFeedback:
-    """Bandit feedback: one action, its propensity and its reward per prompt."""
+    """Bandit feedback: one action, its propensity and its reward per prompt; optionally a second, explored
+    action per prompt (the Serve app's ``serving.traffic.explore_share``: -1 where none), drawn with a logged
+    probability ``explored_propensities`` among the actions other than the logged one.
+
+    The explored reward counts only on rows whose logged action was certain (propensity 1: a frozen router's
+    route), where ``P(action observed) = P(explored)`` exactly; on a row whose logging policy was itself random,
+    only its logged action counts."""
 
     actions: np.ndarray  # (N,) int
     propensities: np.ndarray  # (N,) pi_0(a_i | x_i) > 0
     rewards: np.ndarray  # (N,)
+    explored: np.ndarray | None = None  # (N,) int, -1: none
+    explored_propensities: np.ndarray | None = None  # (N,) > 0 where explored
+    explored_rewards: np.ndarray | None = None  # (N,)
 
     def __post_init__(self) -> None:
         n = len(self.actions)
@@ -41,6 +50,13 @@ class LoggedFeedback:
             raise ValueError("logged feedback: empty")
         if not np.all(np.asarray(self.propensities) > 0):
             raise ValueError("logged feedback.propensities: must all be > 0 (IPS divides by them)")
+        if self.explored is not None:
+            ex = [self.explored_propensities, self.explored_rewards]
+            if any(a is None or len(a) != n for a in ex) or len(self.explored) != n:
+                raise ValueError("logged feedback: explored, explored_propensities and explored_rewards need one "
+                                 "entry per prompt")
+            if not np.all(np.asarray(self.explored_propensities)[np.asarray(self.explored) >= 0] > 0):
+                raise ValueError("logged feedback.explored_propensities: must be > 0 where a row explored")
 
 
 @dataclass(frozen=True)
@@ -122,15 +138,24 @@ def _terms(estimator: str, target_probs: np.ndarray, logged: LoggedFeedback,
     rows = np.arange(len(logged.actions))
     w = target_probs[rows, logged.actions] / logged.propensities  # (N,)
     r = np.asarray(logged.rewards, dtype=np.float64)
+    # the explored action: its own weight where the logged one was certain (see LoggedFeedback)
+    if logged.explored is not None:
+        e = np.asarray(logged.explored)
+        on = (e >= 0) & (np.asarray(logged.propensities) >= 1.0)
+        ea = np.where(on, e, 0)
+        we = np.where(on, target_probs[rows, ea] / np.where(on, logged.explored_propensities, 1.0), 0.0)
+        re = np.where(on, np.asarray(logged.explored_rewards, dtype=np.float64), 0.0)
+    else:
+        ea, we, re = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows)), np.zeros(len(rows))
     if estimator == "ips":
-        return w * r, np.ones_like(w)
+        return w * r + we * re, np.ones_like(w)
     if estimator == "snips":
-        return w * r, w
+        return w * r + we * re, w + we
     if estimator == "dr":
         if q_hat is None:
             raise ValueError("dr: needs a reward model q_hat (N, M)")
         dm = (target_probs * q_hat).sum(axis=1)
-        return dm + w * (r - q_hat[rows, logged.actions]), np.ones_like(w)
+        return dm + w * (r - q_hat[rows, logged.actions]) + we * (re - q_hat[rows, ea]), np.ones_like(w)
     raise ValueError(f"estimator: unknown '{estimator}', expected one of {ESTIMATORS}")
 
 

@@ -6,6 +6,11 @@ baseline ``baseline`` names (``eval.baselines.<name>``: knn, mf), fits it on the
 every row with ``rows: all``), calibrates a threshold router on its training prompts, and writes the
 router folder (``rlrouter.eval.saved``) to ``output_dir``. The Serve app loads that folder
 (``routers:`` in serve/config.yaml). ``jobs/train_router.py`` is its Hydra wrapper; tests call ``run``.
+
+With ``logs`` (a list of tables in RouterBench's layout with blanks allowed: the Serve app's traffic
+exports, ``jobs/export_traffic.py``, and full logs such as a seed set) ``run`` trains a router on every
+row of them instead (``router`` a type that learns from blanks: ``traffic_knn`` by default;
+``rlrouter.eval.traffic_router``).
 """
 
 from __future__ import annotations
@@ -61,9 +66,55 @@ def training_rows(cfg: dict[str, Any], seed: int) -> tuple[EvalSet, dict[str, An
     raise ValueError(f"rows: expected 'train' or 'all', got '{which}'")
 
 
+def run_logged(cfg: dict[str, Any]) -> Manifest:
+    """Train a router on ``cfg['logs']`` (tables with blanks) and save it; returns its manifest."""
+    from rlrouter.eval.saved import embedder
+    from rlrouter.eval.traffic_router import TrafficTable, read_logged_table
+    from rlrouter.pool.base import Candidate
+
+    t0 = time.perf_counter()
+    files = cfg["logs"]
+    if isinstance(files, str) or not isinstance(files, list) or not files:
+        raise ValueError(f"logs: a list of tables (traffic exports, RouterBench layout), got {files!r}")
+    if cfg.get("baseline"):
+        raise ValueError("logs: trains a router that learns from blanks (router.type: traffic_knn); leave "
+                         "baseline out")
+    spec = dict(cfg.get("router") or {"type": "traffic_knn"})
+    name = str(spec.get("name") or spec["type"])
+    out = Path(cfg.get("output_dir") or Path("outputs") / "routers" / name)
+    candidates = cfg.get("candidates")
+    table = TrafficTable.concat([read_logged_table(f, candidates) for f in files])
+    observed = ~np.isnan(table.scores)
+    mean_cost = [float(np.nanmean(table.costs[observed[:, j], j])) if observed[:, j].any() else 0.0
+                 for j in range(len(table.names))]
+    weak, strong = int(np.argmin(mean_cost)), int(np.argmax(mean_cost))
+    emb = {"model": str(cfg.get("embedding", "minilm-l6"))}
+    ctx = RouterContext(candidates=table.names, weak=weak, strong=strong, train=None,  # type: ignore[arg-type]
+                        embed=embedder(emb), seed=int(cfg.get("seed", 0)), work_dir=out)
+    saved_spec = dict(spec)
+    router = build_router(spec, ctx)
+    if not hasattr(router, "fit_logged"):
+        raise ValueError(f"router.type: '{saved_spec['type']}' does not learn from tables with blanks; use "
+                         "traffic_knn")
+    print(f"train_router: fitting '{name}' ({saved_spec['type']}) on {len(table)} logged requests "
+          f"({int(observed.sum())} observed cells) from {len(files)} table(s)", flush=True)
+    router.fit_logged(table)
+    train_info = {"rows": "logs", "sources": [str(f) for f in files], "prompts": len(table),
+                  "observed_cells": int(observed.sum()),
+                  "observed_per_candidate": {n: int(observed[:, j].sum()) for j, n in enumerate(table.names)},
+                  "seconds": round(time.perf_counter() - t0, 2)}
+    manifest = save_router(router, out, type_name=saved_spec["type"], spec=saved_spec,
+                           candidates=[Candidate(n, 0.0, 0.0) for n in table.names], weak=weak, strong=strong,
+                           embedding=emb, seed=int(cfg.get("seed", 0)), train=train_info, base=Path.cwd())
+    print(f"train_router: saved '{name}' ({manifest.type}) in {out.resolve()}", flush=True)
+    return manifest
+
+
 def run(cfg: Any) -> Manifest:
     """Train and save the configured router; returns its manifest (also on disk)."""
     cfg = to_plain_dict(cfg)
+    if cfg.get("logs"):
+        return run_logged(cfg)
     ev = cfg["eval"]
     seed = int(cfg.get("seed", 0))
     t0 = time.perf_counter()

@@ -20,7 +20,7 @@ import json
 import re
 from typing import Any
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Body, Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
@@ -366,6 +366,34 @@ def create_app() -> FastAPI:
         """Posteriors (alpha, beta, mean, counts) per scope: global, categories, and the caller's user
         scope (admin keys: every user)."""
         return JSONResponse(json.loads(json.dumps(await _service().stats(who))))
+
+    @app.get("/v1/routers", tags=["routers"])
+    async def routers(who: Principal = Depends(principal)) -> Any:
+        """The served routers (``router-<name>``): each one's current version, its loaded versions, the release
+        in progress (canary share, each version's reward on live feedback, the difference with its interval)
+        and the releases that ended."""
+        return await _service().router_status()
+
+    @app.post("/v1/routers/{name}/versions", tags=["routers"],
+              responses={400: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+    async def router_version(name: str, body: dict[str, Any] = Body(...), who: Principal = Depends(principal)) -> Any:
+        """Admin: load a router folder (``path``, written by jobs/train_router.py) as ``version`` of router
+        ``name``, beside the current one, and start its canary (``release``: overrides of ``serving.release``)."""
+        return await _service().router_release(name, "load", body, who)
+
+    @app.post("/v1/routers/{name}/promote", tags=["routers"],
+              responses={400: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+    async def router_promote(name: str, body: dict[str, Any] | None = Body(None),
+                             who: Principal = Depends(principal)) -> Any:
+        """Admin: end the release in progress by making its new version current (optional ``reason``)."""
+        return await _service().router_release(name, "promote", body, who)
+
+    @app.post("/v1/routers/{name}/rollback", tags=["routers"],
+              responses={400: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+    async def router_rollback(name: str, body: dict[str, Any] | None = Body(None),
+                              who: Principal = Depends(principal)) -> Any:
+        """Admin: end the release in progress by setting its new version aside (optional ``reason``)."""
+        return await _service().router_release(name, "rollback", body, who)
 
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
              responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}})

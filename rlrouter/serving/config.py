@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from rlrouter.serving.peer import client_address
+from rlrouter.serving.release import ReleaseRule
 from rlrouter.serving.traffic import TrafficConfig
 
 
@@ -115,8 +116,19 @@ class ServingConfig:
     traffic: Any = field(default_factory=dict)
     """The opt-in traffic log (``rlrouter.serving.traffic.TrafficConfig``: enabled, path, store_prompts,
     max_segment_mb, retention_segments): every routed request and feedback, on disk before the reply."""
+    release: Any = field(default_factory=dict)
+    """The default rule of a served router's release (``rlrouter.serving.release.ReleaseRule``: canary_share,
+    min_feedback, max_feedback, min_gain, level, cost_weight, auto); a release request may override it."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.release, ReleaseRule):
+            if not isinstance(self.release, dict):
+                raise ServingConfigError("release", f"expected a mapping of release rule settings, got {self.release!r}")
+            try:
+                self.release = ReleaseRule.from_dict(self.release)
+            except (ValueError, TypeError) as e:
+                where, _, why = str(e).partition(": ")
+                raise ServingConfigError(where if where.startswith("release") else "release", why or str(e)) from None
         if not isinstance(self.traffic, TrafficConfig):
             if not isinstance(self.traffic, dict):
                 raise ServingConfigError("traffic", f"expected a mapping of traffic log settings, got {self.traffic!r}")

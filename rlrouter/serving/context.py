@@ -9,6 +9,7 @@ MiniLM encoder of the contextual selector and of the implicit-feedback classifie
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,22 @@ def match_name(name: str, names: list[str]) -> str | None:
     return folded[0] if len(folded) == 1 else None
 
 
+class CallCosts:
+    """request id -> the cost of its calls, the newest ``limit`` requests (older ones are forgotten)."""
+
+    def __init__(self, limit: int = 200_000):
+        self.limit = limit
+        self._d: OrderedDict[str, float] = OrderedDict()
+
+    def put(self, request_id: str, cost: float) -> None:
+        self._d[request_id] = cost
+        while len(self._d) > self.limit:
+            self._d.popitem(last=False)
+
+    def get(self, request_id: str) -> float | None:
+        return self._d.get(request_id)
+
+
 @dataclass
 class ServiceContext:
     selector: SelectorClient
@@ -41,6 +58,9 @@ class ServiceContext:
     """A sentence encoder given by the caller (tests); None loads ``serving.encoder`` on first use."""
     traffic: TrafficLog | None = None
     """The traffic log when ``serving.traffic.enabled`` (opened by the service); None: nothing is logged."""
+    call_costs: CallCosts = field(default_factory=lambda: CallCosts())
+    """The cost of each routed request's call, by request id: a served router's release reads it with the
+    request's feedback (the reward counts the cost)."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _explorations: set = field(default_factory=set, repr=False)
 
@@ -49,6 +69,9 @@ class ServiceContext:
         """Append a routed request to the traffic log (when on), fsynced before this returns, so before the
         reply goes out. ``decision``: ``decision_record``'s; ``calls``: each candidate called, with its reply,
         tokens, cost and latency."""
+        costs = [c.get("cost") for c in calls if isinstance(c.get("cost"), (int, float))]
+        if costs:
+            self.call_costs.put(request_id, float(sum(costs)))
         if self.traffic is None:
             return
         cfg = self.traffic.cfg
@@ -86,17 +109,18 @@ class ServiceContext:
         does not wait) and log its reply as an ``explore`` record of the request; counted on ``/metrics``."""
         if self.traffic is None or self.pool is None or not self.traffic.cfg.explore_share:
             return
-        second = self.traffic.explore_target(chosen, candidates or self.candidates)
-        if second is None:
+        drawn = self.traffic.explore_target(chosen, candidates or self.candidates)
+        if drawn is None:
             return
+        second, propensity = drawn
 
         async def call() -> None:
             try:
                 r, _ = await asyncio.wait_for(self.pool.chat(second, messages, **params),
                                               self.serving.proxy_timeout_s)
-                record = self.call_record(second, r)
+                record = {**self.call_record(second, r), "propensity": propensity}
             except Exception as e:  # noqa: BLE001 - a background call: its failure is logged and counted, not raised
-                record = {"model": second, "reply": None, "error": f"{type(e).__name__}: {e}"}
+                record = {"model": second, "reply": None, "error": f"{type(e).__name__}: {e}", "propensity": propensity}
             METRICS.observe_exploration(second, record.get("cost") or 0.0, "error" not in record)
             await asyncio.to_thread(self.traffic.append, {"kind": "explore", "request_id": request_id,
                                                           "calls": [record]})

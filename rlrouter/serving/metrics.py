@@ -41,6 +41,13 @@ class ServingMetrics:
                                      registry=r)
         self.explore_cost = Counter("rlrouter_traffic_explore_cost_usd", "what those calls cost, USD", ("model",),
                                     registry=r)
+        self.router_decisions = Counter("rlrouter_router_decisions", "decisions of a served router, by router and "
+                                        "the version that made it", ("router", "version"), registry=r)
+        self.release_events = Counter("rlrouter_router_release_events", "releases of a served router's new "
+                                      "version: loaded, promoted, rolled_back", ("router", "event"), registry=r)
+        self.release_reward = Gauge("rlrouter_router_release_mean_reward", "mean reward of each version in the "
+                                    "release in progress (or just ended), from live feedback", ("router", "version"),
+                                    registry=r)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
@@ -59,6 +66,16 @@ class ServingMetrics:
     def observe_exploration(self, model: str, cost: float, ok: bool) -> None:
         self.explore_calls.labels(model, str(ok).lower()).inc()
         self.explore_cost.labels(model).inc(max(0.0, float(cost)))
+
+    def observe_router_decision(self, router: str, version: str) -> None:
+        self.router_decisions.labels(router, version).inc()
+
+    def observe_release_event(self, event: dict[str, Any]) -> None:
+        self.release_events.labels(str(event["router"]), str(event["event"])).inc()
+
+    def observe_release_reward(self, router: str, version: str, mean: float | None) -> None:
+        if mean is not None:
+            self.release_reward.labels(router, version).set(float(mean))
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric above."""

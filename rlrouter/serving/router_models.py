@@ -7,6 +7,11 @@ name). The decision is registered with the app's selector (mode ``router:<name>`
 works as for any decision: ownership, one feedback per decision, durable, and the selector's
 posteriors learn from it. The feedback then reaches the router: one that learns online (the bandit
 selector) updates; a frozen one says so in the answer's ``router`` field.
+
+Releases: ``POST /v1/routers/<name>/versions`` loads a retrained router folder as a new version and starts
+its canary (``rlrouter.serving.release``); ``promote`` and ``rollback`` end it by hand; ``GET /v1/routers``
+shows each router's versions and releases. Every decision names its ``version``; the version decisions,
+the release events and the rewards each version collected are counted on ``/metrics``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any, Mapping
 from rlrouter.eval.saved import Manifest
 from rlrouter.serving.context import ServiceContext, match_name
 from rlrouter.serving.errors import ApiError
+from rlrouter.serving.metrics import METRICS
 from rlrouter.serving.selector_client import selection_request
 from rlrouter.serving.served_routers import SYNTAX, RouterChoice, is_router_model, parse_router_model
 
@@ -72,9 +78,12 @@ class RouterModels:
         """The router's decision as a selector decision (``model``, ``request_id``, ``mode``, ``scores``)
         plus ``router``: what decided (score, threshold, the share of training prompts it sends to strong)."""
         m = self.manifests[choice.name]
+        pin = {"version": choice.version} if choice.version is not None else {}
         out = await self.host.decide(choice.name, query, threshold=choice.threshold,
                                      strong_share=choice.strong_share, user_id=user_id, session_id=session_id,
-                                     category=category)
+                                     category=category, **pin)
+        if "error" in out:
+            raise ApiError(400, f"field 'model': {out['error']}", "model")
         cmap = self.to_candidate[choice.name]
         model = cmap.get(out["candidate"])
         if model is None:  # a router's choice outside the pool: only where the check above let it through
@@ -84,8 +93,11 @@ class RouterModels:
         req = selection_request(cands, user_id, session_id, category, await self.ctx.embedding(query))
         dec = await self.ctx.selector.call("register", req=req, model=model, mode=f"{MODE_PREFIX}{choice.name}",
                                            request_id=out.get("request_id"))
-        info: dict[str, Any] = {"name": choice.name, "type": m.type, "online": m.online,
+        info: dict[str, Any] = {"name": choice.name, "type": m.type, "online": m.online, "version": out.get("version"),
                                 "candidate": out["candidate"], "weak": cmap.get(m.weak), "strong": cmap.get(m.strong)}
+        METRICS.observe_router_decision(choice.name, str(out.get("version")))
+        if out.get("propensity") is not None:
+            dec["propensity"] = out["propensity"]
         for k in ("score", "threshold", "strong_share", "training_strong_share", "report", "selector_mode"):
             v = out.get(k)
             if isinstance(v, float) and not math.isfinite(v):
@@ -108,7 +120,33 @@ class RouterModels:
         if name not in self.manifests:
             return {"name": name, "learned": False, "note": f"router '{name}' is no longer served"}
         fb = {k: kwargs.get(k) for k in ("outcome", "label", "confidence", "reward")}
-        return await self.host.feedback(name, request_id, **fb)
+        out = await self.host.feedback(name, request_id, **fb, cost=self.ctx.call_costs.get(request_id))
+        rel = out.get("release")
+        if rel is not None:
+            v = rel["versions"].get(out.get("version")) or {}
+            METRICS.observe_release_reward(name, str(out.get("version")), v.get("mean"))
+        if out.get("event"):
+            METRICS.observe_release_event(out["event"])
+        return out
+
+    async def status(self) -> dict[str, Any]:
+        """``GET /v1/routers``."""
+        return await self.host.status()
+
+    async def release(self, name: str, action: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``POST /v1/routers/<name>/versions`` (``action`` load), ``.../promote`` or ``.../rollback``; a bad
+        request is a 400 naming its field, an unknown router a 404."""
+        if name not in self.manifests:
+            raise ApiError(404, f"no served router '{name}' (served: {self.names})", "name")
+        args = dict(body or {})
+        if action == "load":
+            out = await self.host.release(name, "load", args)
+        else:
+            out = await self.host.release(name, action, {"reason": args.get("reason") or "by an operator"})
+        if "error" in out:
+            raise ApiError(400, out["error"], out.get("field"))
+        METRICS.observe_release_event(out["event"])
+        return out
 
     def unknown_model_hint(self) -> str:
         return f"; or a served router ({self.names}): {SYNTAX}" if self.manifests else ""

@@ -65,6 +65,8 @@ class ServedRouterDecision(BaseModel):
     """What a served router (``model: "router-..."``) decided, and why."""
 
     name: str
+    version: str | None = Field(default=None, description="The version that decided: the current one, or the new "
+                                                          "one of a release for its canary share")
     type: str = Field(description="Its router type: mf, knn, probe, encoder, gmtrouter, router_r1, selector, ...")
     online: bool = Field(description="True: it learns from this decision's feedback (the bandit selector)")
     candidate: str = Field(description="Its choice, in the candidate names it was trained on")
@@ -153,6 +155,11 @@ class RouterFeedback(BaseModel):
     note: str
     deltas: list[PosteriorDelta] = Field(default_factory=list, description="The router's own posterior updates")
     offsets: list[OffsetUpdate] = Field(default_factory=list, description="A feedback router's offset updates")
+    version: str | None = Field(default=None, description="The version that made the decision")
+    release: dict[str, Any] | None = Field(
+        default=None, description="The release the decision was made under: each version's reward on live "
+                                  "feedback, their difference with its interval, its state")
+    event: dict[str, Any] | None = Field(default=None, description="This feedback's verdict: promoted or rolled_back")
 
 
 class FeedbackResponse(BaseModel):

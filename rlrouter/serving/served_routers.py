@@ -8,19 +8,30 @@ A request names a served router and how to use it in its ``model`` (chat complet
 * ``router-<name>-share<s>``: the threshold that sent a share ``s`` in [0, 1] of the router's training
   prompts to the strong candidate (calibrated when it was saved, ``rlrouter.eval.saved.Calibration``).
 
-Router names may hold hyphens: the name is matched against the served names first, longest first.
+Router names may hold hyphens: the name is matched against the served names first, longest first. Any of
+them may end in ``@<version>`` to pin a loaded version (``router-flow@2``); without it, the router's current
+version decides, or, while a release's canary runs, the new version for its canary share.
 
 :class:`ServedRouters` holds the loaded routers (one process: the app's ``ServedRoutersDeployment``)
 and answers ``decide`` and ``feedback``. A router that learns online (the bandit selector) keeps its
 decisions and learns from their feedback; the others are frozen, and ``feedback`` says so.
+
+Releases (``rlrouter.serving.release``): ``load_version`` loads a retrained router folder beside the current
+version and starts a canary; every feedback on a decision of either version adds its reward to the release,
+and its rule promotes the new version (it becomes current) or rolls it back, between two requests, with no
+restart. A decision remembers the version and the release it was made under, so feedback that arrives after
+the swap still reaches the version that made the decision and still counts in that release (``late``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
-from dataclasses import dataclass
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -29,10 +40,17 @@ import numpy as np
 from rlrouter.eval.adapters import SelectorRouter
 from rlrouter.eval.online import FeedbackRouter
 from rlrouter.eval.saved import Manifest, SavedRouter, embedder, load_router, read_manifest
+from rlrouter.serving.release import CANARY, PROMOTED, ROLLED_BACK, Release, ReleaseRule
+from rlrouter.serving.traffic_export import feedback_score
 
 PREFIX = "router-"
 SHARE = "share"
-SYNTAX = "'router-<name>', 'router-<name>-<threshold>' or 'router-<name>-share<0..1>'"
+VERSION = "@"
+SYNTAX = ("'router-<name>', 'router-<name>-<threshold>' or 'router-<name>-share<0..1>', each optionally "
+          "ending in '@<version>'")
+DEFAULT_VERSION = "1"
+MAX_REMEMBERED = 200_000  # decisions whose feedback may still come, per app
+log = logging.getLogger("rlrouter.serving.release")
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,7 @@ class RouterChoice:
     name: str
     threshold: float | None = None
     strong_share: float | None = None
+    version: str | None = None
 
 
 def is_router_model(model: str) -> bool:
@@ -53,12 +72,16 @@ def parse_router_model(model: str, routers: Mapping[str, bool]) -> RouterChoice:
     threshold}). A ValueError names the field ``model`` and says what is served and the syntax."""
     if not is_router_model(model):
         raise ValueError(f"field 'model': '{model}' does not start with '{PREFIX}'")
-    rest = model[len(PREFIX):]
+    rest, version = model[len(PREFIX):], None
+    if VERSION in rest:
+        rest, _, version = rest.rpartition(VERSION)
+        if not version:
+            raise ValueError(f"field 'model': '{model}' ends in '{VERSION}' with no version after it")
     for name in sorted(routers, key=len, reverse=True):
         if rest.casefold() == name.casefold():
-            return RouterChoice(name)
+            return RouterChoice(name, version=version)
         if rest[: len(name) + 1].casefold() == f"{name}-".casefold():
-            return _with_param(model, name, rest[len(name) + 1:], routers[name])
+            return replace(_with_param(model, name, rest[len(name) + 1:], routers[name]), version=version)
     served = sorted(routers) or "none (serve config: routers)"
     raise ValueError(f"field 'model': no served router in '{model}'; served routers: {served}; use {SYNTAX}")
 
@@ -83,8 +106,16 @@ def _with_param(model: str, name: str, param: str, takes_threshold: bool) -> Rou
     return RouterChoice(name, threshold=value)
 
 
+def check_version(version: Any, where: str) -> str:
+    """A version label: a non-empty string of letters, digits and ``._-`` (it travels in a model name)."""
+    text = str(version) if isinstance(version, (str, int)) and not isinstance(version, bool) else None
+    if not text or len(text) > 64 or not all(c.isalnum() or c in "._-" for c in text):
+        raise ValueError(f"{where}: a version is 1-64 letters, digits, '.', '_' or '-', got {version!r}")
+    return text
+
+
 def router_entries(routers: Mapping[str, Any] | None, root: Path) -> dict[str, dict[str, str | None]]:
-    """The serve config's ``routers`` ({name: folder} or {name: {path, state}}) with absolute paths;
+    """The serve config's ``routers`` ({name: folder} or {name: {path, state, version}}) with absolute paths;
     every error names ``routers.<name>``."""
     out: dict[str, dict[str, str | None]] = {}
     for name, entry in dict(routers or {}).items():
@@ -95,9 +126,11 @@ def router_entries(routers: Mapping[str, Any] | None, root: Path) -> dict[str, d
             entry = {"path": entry}
         if not isinstance(entry, Mapping) or not entry.get("path"):
             raise ValueError(f"{where}.path: missing (a router folder written by jobs/train_router.py)")
-        unknown = sorted(set(entry) - {"path", "state"})
+        unknown = sorted(set(entry) - {"path", "state", "version"})
         if unknown:
-            raise ValueError(f"{where}: unknown fields {unknown}; known: ['path', 'state']")
+            raise ValueError(f"{where}: unknown fields {unknown}; known: ['path', 'state', 'version']")
+        if VERSION in name:
+            raise ValueError(f"{where}: a router name holds no '{VERSION}' (it starts a version in a model name)")
 
         def absolute(p: Any) -> str | None:
             if p is None:
@@ -105,7 +138,8 @@ def router_entries(routers: Mapping[str, Any] | None, root: Path) -> dict[str, d
             q = Path(str(p))
             return str(q if q.is_absolute() else root / q)
 
-        out[name] = {"path": absolute(entry["path"]), "state": absolute(entry.get("state"))}
+        out[name] = {"path": absolute(entry["path"]), "state": absolute(entry.get("state")),
+                     "version": check_version(entry.get("version", DEFAULT_VERSION), f"{where}.version")}
     return out
 
 
@@ -127,42 +161,99 @@ class ServedRouters:
     """The loaded routers of the app (no Ray: ``serve/routers.py`` wraps it in a deployment)."""
 
     def __init__(self, entries: Mapping[str, Mapping[str, Any]],
-                 embed: Callable[[list[str]], np.ndarray] | None = None):
-        """``entries``: {name: {path, state}} (``router_entries``). ``state``: a file where a router that
+                 embed: Callable[[list[str]], np.ndarray] | None = None,
+                 release: Mapping[str, Any] | ReleaseRule | None = None, root: Path | None = None):
+        """``entries``: {name: {path, state, version}} (``router_entries``). ``state``: a file where a router that
         learns online keeps what it learned (snapshot + write-ahead log, seeded from the folder on first
         start); without it, what it learns lives in memory until the app stops. ``embed``: one embedder for
-        every router instead of the one each manifest names (tests)."""
-        self._lock = threading.Lock()
+        every router instead of the one each manifest names (tests). ``release``: the default rule of every
+        release (``serving.release``); ``root``: what a relative folder in ``load_version`` is relative to."""
+        self._lock = threading.RLock()
         self.feedback_state: dict[str, Path] = {}  # feedback routers' state files
         self.pending: dict[str, tuple[str, np.ndarray, str, int]] = {}  # request id -> (router, logits, group, arm)
         self._rng = np.random.default_rng()
-        embedders: dict[str, Any] = {}
-        self.routers: dict[str, SavedRouter] = {}
+        self._embed = embed
+        self._embedders: dict[str, Any] = {}
+        self.root = Path(root) if root is not None else Path.cwd()
+        self.rule = release if isinstance(release, ReleaseRule) else ReleaseRule.from_dict(release)
+        self.versions: dict[str, dict[str, SavedRouter]] = {}
+        self.current: dict[str, str] = {}
+        self.releases: dict[str, Release] = {}  # the canary in progress, per router
+        self.ended: list[Release] = []  # releases decided, oldest first
+        self.decided: OrderedDict[str, tuple[str, str, Release | None]] = OrderedDict()
+        """request id -> (router, version, the release in progress then): where its feedback goes."""
         for name, e in entries.items():
-            m = read_manifest(e["path"])
-            key = str(m.embedding.get("model", "minilm-l6"))
-            if embed is None:  # one encoder per embedding model, shared by the routers that use it
-                embedders.setdefault(key, embedder(m.embedding))
-            saved = load_router(e["path"], embed=embed or embedders[key])
+            saved = self._load(str(e["path"]))
             if e.get("state") and isinstance(saved.router, FeedbackRouter):
                 self.feedback_state[name] = Path(str(e["state"]))
                 if self.feedback_state[name].exists():  # what it learned before the app restarted
                     saved.router.posteriors_from_dict(json.loads(self.feedback_state[name].read_text()))
             elif e.get("state"):
                 _persist_online(saved, str(e["state"]))
-            self.routers[name] = saved
+            version = str(e.get("version") or DEFAULT_VERSION)
+            self.versions[name] = {version: saved}
+            self.current[name] = version
+
+    def _load(self, path: str) -> SavedRouter:
+        m = read_manifest(path)
+        key = str(m.embedding.get("model", "minilm-l6"))
+        if self._embed is None:  # one encoder per embedding model, shared by the routers that use it
+            self._embedders.setdefault(key, embedder(m.embedding))
+        return load_router(path, embed=self._embed or self._embedders[key])
+
+    @property
+    def routers(self) -> dict[str, SavedRouter]:
+        """Each router's current version."""
+        return {n: v[self.current[n]] for n, v in self.versions.items()}
 
     def describe(self) -> dict[str, dict[str, Any]]:
         return {n: {"type": s.manifest.type, "threshold_router": s.threshold_router, "online": s.manifest.online,
-                    "weak": s.manifest.weak, "strong": s.manifest.strong, "threshold": s.manifest.threshold}
+                    "weak": s.manifest.weak, "strong": s.manifest.strong, "threshold": s.manifest.threshold,
+                    "version": self.current[n]}
                 for n, s in self.routers.items()}
 
     def decide(self, name: str, query: str, threshold: float | None = None, strong_share: float | None = None,
                user_id: str | None = None, session_id: str | None = None,
-               category: str | None = None) -> dict[str, Any]:
-        """One decision: ``candidate`` (a manifest candidate name) and what decided it. An online router's
-        decision also has ``request_id``: the id its feedback must come back with."""
-        saved = self._get(name)
+               category: str | None = None, version: str | None = None) -> dict[str, Any]:
+        """One decision: ``candidate`` (a manifest candidate name), what decided it, the ``version`` that did,
+        ``request_id`` (the id its feedback must come back with) and, for a frozen router not pinned to a version,
+        ``propensity``: the probability its release policy (current, or a canary share for the new version) had
+        of choosing this candidate. ``version``: pin a loaded version; an unknown one answers ``error``."""
+        self._get(name)
+        with self._lock:
+            rel = self.releases.get(name)
+            if version is not None:
+                if version not in self.versions[name]:
+                    return {"error": f"router '{name}' has no version '{version}' (loaded: "
+                                     f"{sorted(self.versions[name])})"}
+                chosen, rel = version, None
+            elif rel is not None:
+                chosen = rel.candidate if self._rng.random() < rel.rule.canary_share else rel.current
+            else:
+                chosen = self.current[name]
+        saved = self.versions[name][chosen]
+        out = self._decide_with(name, saved, query, threshold, strong_share, user_id, session_id, category)
+        other = None if rel is None else self.versions[name][rel.current if chosen == rel.candidate else rel.candidate]
+        if version is None and _frozen(saved) and (other is None or _frozen(other)):
+            p = 1.0
+            if rel is not None and other is not None:  # the other version's route too: the mixture's probability
+                alt = self._decide_with(name, other, query, threshold, strong_share, user_id, session_id,
+                                        category)["candidate"]
+                share = rel.rule.canary_share
+                p = (share if chosen == rel.candidate else 1 - share) + (
+                    (1 - share if chosen == rel.candidate else share) if alt == out["candidate"] else 0.0)
+            out["propensity"] = p
+        out.setdefault("request_id", f"rt-{uuid.uuid4().hex}")
+        out["version"] = chosen
+        with self._lock:
+            self.decided[out["request_id"]] = (name, chosen, rel)
+            while len(self.decided) > MAX_REMEMBERED:
+                self.decided.popitem(last=False)
+        return out
+
+    def _decide_with(self, name: str, saved: SavedRouter, query: str, threshold: float | None,
+                     strong_share: float | None, user_id: str | None, session_id: str | None,
+                     category: str | None) -> dict[str, Any]:
         m = saved.manifest
         out: dict[str, Any] = {"name": name, "type": m.type, "online": m.online}
         if isinstance(saved.router, FeedbackRouter):
@@ -190,10 +281,32 @@ class ServedRouters:
         return out
 
     def feedback(self, name: str, request_id: str, outcome: str | None = None, label: str | None = None,
-                 confidence: float | None = None, reward: float | None = None) -> dict[str, Any]:
-        """Feedback on a decision of ``name``: an online router learns from it (``learned``: true, with its
-        posterior deltas); a frozen one does not, and the note says so."""
-        saved = self._get(name)
+                 confidence: float | None = None, reward: float | None = None,
+                 cost: float | None = None) -> dict[str, Any]:
+        """Feedback on a decision of ``name``: the version that made it learns from it when it learns online
+        (``learned``: true, with its posterior deltas); a frozen one does not, and the note says so. While a
+        release runs (or for a decision made under one), its reward counts there (``release``), and the
+        rule's verdict, when it comes, is applied and reported (``event``). ``cost``: the call's cost in USD,
+        when the app knows it."""
+        self._get(name)
+        with self._lock:
+            made = self.decided.pop(request_id, None)
+        version, rel = (made[1], made[2]) if made is not None and made[0] == name else (self.current[name], None)
+        saved = self.versions[name][version]
+        out = self._learn(name, saved, request_id, outcome, label, confidence, reward)
+        out["version"] = version
+        score = feedback_score([{"outcome": outcome, "label": label, "reward": reward}])
+        if rel is not None and score is not None:
+            with self._lock:
+                rel.record(version, score - rel.rule.cost_weight * 1000.0 * float(cost or 0.0), cost is not None)
+                verdict = rel.verdict() if rel.state == CANARY and rel.rule.auto else None
+                if verdict is not None and self.releases.get(name) is rel:
+                    out["event"] = self._end(rel, *verdict)
+            out["release"] = rel.to_dict()
+        return out
+
+    def _learn(self, name: str, saved: SavedRouter, request_id: str, outcome: str | None, label: str | None,
+               confidence: float | None, reward: float | None) -> dict[str, Any]:
         m = saved.manifest
         if isinstance(saved.router, FeedbackRouter):
             return self._learn_feedback(name, saved.router, request_id, outcome, label, reward)
@@ -215,12 +328,106 @@ class ServedRouters:
                     " (in memory: serve config routers.<name>.state keeps it across restarts)"),
                 "deltas": [{"model": d.model, "d_alpha": d.d_alpha, "d_beta": d.d_beta} for d in u.deltas]}
 
+    # ------------------------------------------------------------ releases
+
+    def load_version(self, name: str, version: str, path: str,
+                     release: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Load the router folder ``path`` as ``version`` of router ``name`` and start its canary against the
+        current version (``release``: overrides of the app's rule). A ValueError names the field."""
+        self._get(name)
+        version = check_version(version, "version")
+        rule = ReleaseRule.from_dict(release, self.rule)
+        folder = Path(path) if Path(path).is_absolute() else self.root / path
+        with self._lock:
+            if version in self.versions[name]:
+                raise ValueError(f"version: router '{name}' already has version '{version}' (loaded: "
+                                 f"{sorted(self.versions[name])})")
+            if name in self.releases:
+                raise ValueError(f"version: router '{name}' has a release in progress ('{self.releases[name].candidate}'"
+                                 " against its current version); promote or roll it back first")
+        try:
+            saved = self._load(str(folder))
+        except ValueError as e:
+            raise ValueError(f"path: {e}") from None
+        cur = self.versions[name][self.current[name]].manifest
+        if sorted(saved.manifest.candidate_names) != sorted(cur.candidate_names):
+            raise ValueError(f"path: {folder} routes between {saved.manifest.candidate_names}; router '{name}' "
+                             f"routes between {cur.candidate_names} (a new version keeps the candidates)")
+        with self._lock:
+            if name in self.releases or version in self.versions[name]:  # raced with another load
+                raise ValueError(f"version: router '{name}' changed while '{version}' loaded; try again")
+            self.versions[name][version] = saved
+            rel = Release(name, self.current[name], version, rule)
+            self.releases[name] = rel
+        log.info("release of router '%s': version '%s' loaded from %s, canary %.0f%% against '%s'", name, version,
+                 folder, 100 * rule.canary_share, rel.current)
+        return {"event": {"router": name, "event": "loaded", "version": version, "reason": str(folder)},
+                **self.status(name)}
+
+    def promote(self, name: str, reason: str = "by an operator") -> dict[str, Any]:
+        return self._decide_release(name, "promote", reason)
+
+    def rollback(self, name: str, reason: str = "by an operator") -> dict[str, Any]:
+        return self._decide_release(name, "rollback", reason)
+
+    def _decide_release(self, name: str, what: str, reason: str) -> dict[str, Any]:
+        self._get(name)
+        with self._lock:
+            rel = self.releases.get(name)
+            if rel is None:
+                raise ValueError(f"router '{name}' has no release in progress")
+            event = self._end(rel, what, reason)
+        return {"event": event, **self.status(name)}
+
+    def _end(self, rel: Release, what: str, reason: str) -> dict[str, Any]:
+        """Apply a verdict (under the lock): the new version becomes current, or is set aside."""
+        if what == "promote":
+            self.current[rel.router] = rel.candidate
+        rel.end(PROMOTED if what == "promote" else ROLLED_BACK, reason)
+        del self.releases[rel.router]
+        self.ended.append(rel)
+        log.info("release of router '%s': version '%s' %s (%s)", rel.router, rel.candidate, rel.state, reason)
+        return {"router": rel.router, "event": rel.state, "version": rel.candidate, "reason": reason}
+
+    def release(self, name: str, action: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """The API's entry to releases: ``action`` load (``args``: version, path, release), promote or
+        rollback (``args``: reason). A refused request answers ``error`` and ``field`` instead of raising (the
+        message crosses the deployment handle intact)."""
+        try:
+            if action == "load":
+                unknown = sorted(set(args) - {"version", "path", "release"})
+                if unknown:
+                    raise ValueError(f"{unknown[0]}: unknown field; known: ['path', 'release', 'version']")
+                for f in ("version", "path"):
+                    if not args.get(f):
+                        raise ValueError(f"{f}: missing")
+                if not isinstance(args["path"], str):
+                    raise ValueError(f"path: a router folder (a string), got {args['path']!r}")
+                if args.get("release") is not None and not isinstance(args["release"], Mapping):
+                    raise ValueError(f"release: a mapping of rule fields, got {args['release']!r}")
+                return self.load_version(name, args["version"], args["path"], args.get("release"))
+            if action in ("promote", "rollback"):
+                return self._decide_release(name, action, str(args.get("reason") or "by an operator"))
+            raise ValueError(f"action: load, promote or rollback, got '{action}'")
+        except ValueError as e:
+            text = str(e)
+            field = text.split(":", 1)[0] if ":" in text and " " not in text.split(":", 1)[0] else None
+            return {"error": f"field '{field}': {text.split(':', 1)[1].strip()}" if field else text,
+                    "field": field}
+
+    def status(self, name: str | None = None) -> dict[str, Any]:
+        """Each router's current version, its loaded versions, the release in progress and the ended ones."""
+        with self._lock:
+            names = [name] if name is not None else sorted(self.versions)
+            return {"routers": {n: {"current": self.current[n], "versions": sorted(self.versions[n]),
+                                    "release": self.releases[n].to_dict() if n in self.releases else None,
+                                    "ended": [r.to_dict() for r in self.ended if r.router == n]}
+                                for n in names}}
+
     def _decide_feedback(self, name: str, saved: SavedRouter, query: str, threshold: float | None,
                          strong_share: float | None, group: str) -> dict[str, Any]:
         """A router that learns from feedback: the request's context key (its category, else its user) picks
         the learned offsets; the decision waits, by request id, for its feedback."""
-        import uuid
-
         r = saved.router
         t = saved.threshold_for(threshold, strong_share)
         with self._lock:
@@ -265,14 +472,14 @@ class ServedRouters:
 
     def close(self) -> None:
         """Save what the online routers learned (their write-ahead logs hold every update already)."""
-        for s in self.routers.values():
+        for s in (v for versions in self.versions.values() for v in versions.values()):
             if s.manifest.online and isinstance(s.router, SelectorRouter):
                 s.router.selector.close()
 
     def _get(self, name: str) -> SavedRouter:
-        if name not in self.routers:
-            raise KeyError(f"no served router '{name}' (served: {sorted(self.routers)})")
-        return self.routers[name]
+        if name not in self.versions:
+            raise KeyError(f"no served router '{name}' (served: {sorted(self.versions)})")
+        return self.versions[name][self.current[name]]
 
 
 def _persist_online(saved: SavedRouter, state: str) -> None:
@@ -287,3 +494,9 @@ def _persist_online(saved: SavedRouter, state: str) -> None:
     cfg = SelectorConfig.from_dict({**r.selector.config.to_dict(), "storage_path": state})
     r.selector = Selector(cfg, candidates=list(r.candidates))
     r.selector.load()
+
+
+def _frozen(saved: SavedRouter) -> bool:
+    """A router whose decision is a function of the request (no online state, no draw): its route has
+    probability 1, and asking it has no side effect."""
+    return not saved.manifest.online and not isinstance(saved.router, FeedbackRouter)

@@ -112,6 +112,19 @@ class RouterService:
     def router_r1_health(self) -> dict[str, str]:
         return self.router_r1.health()
 
+    async def router_status(self) -> dict[str, Any]:
+        """``GET /v1/routers``: each served router's versions and releases."""
+        if self.routers.host is None:
+            return {"routers": {}}
+        return await self.routers.status()
+
+    async def router_release(self, name: str, action: str, body: Mapping[str, Any] | None,
+                             principal: Principal) -> dict[str, Any]:
+        """``POST /v1/routers/<name>/versions|promote|rollback``: admin keys only."""
+        if not principal.admin:
+            raise ApiError(403, "releasing a router version takes an admin API key", "authorization")
+        return await self.routers.release(name, action, body)
+
     async def classify(self, texts: list[str]) -> list[dict[str, Any]]:
         return await self.intent.classify(texts)
 

@@ -12,8 +12,9 @@ write-ahead log (``rlrouter.selector.persistence.frame_line``), in segment files
 - ``{"kind": "feedback", "request_id", "time", "user", ...}``: one per feedback as it arrives (``outcome``,
   ``reward``, ``followup`` class, a judge's grade), joined to its request when the log is read.
 - ``{"kind": "explore", "request_id", "calls": [...]}``: with ``explore_share``, the reply of a second candidate
-  the app asked in the background (``correct`` when a replay backend logged whether it was right), joined to
-  its request as ``explore``.
+  the app asked in the background (``correct`` when a replay backend logged whether it was right, and
+  ``propensity``: the probability this candidate was drawn for the request), joined to its request as
+  ``explore``.
 
 ``append`` returns once its line is fsynced, so a record the app acknowledged survives ``kill -9``. A crash
 mid-append leaves a torn line; ``read_traffic`` skips every line that fails its frame or checksum and counts
@@ -53,9 +54,10 @@ class TrafficConfig:
     retention_segments: int = 0
     """Keep the newest N segments, deleting older ones at rotation; 0 keeps them all."""
     explore_share: float = 0.0
-    """This share of routed requests is also sent, in the background, to a second candidate: the one with the
-    fewest logged replies so far (ties at random), so the log holds counterfactual replies. The caller still
-    gets the routed answer; the added calls and cost are counted on ``/metrics``. 0: no exploration."""
+    """This share of routed requests is also sent, in the background, to a second candidate, drawn with weight
+    ``1 / (1 + its logged replies so far)`` so the gaps of the log fill first. The draw's probability is logged
+    with the reply, so the off-policy estimators can use it. The caller still gets the routed answer; the added
+    calls and cost are counted on ``/metrics``. 0: no exploration."""
     explore_seed: int | None = None
     """Seed of the exploration draws (tests); None draws from the OS."""
 
@@ -121,14 +123,16 @@ class TrafficLog:
         """Replies logged per candidate by this process (what exploration fills)."""
         self._rng = random.Random(cfg.explore_seed)
 
-    def explore_target(self, chosen: str, candidates: Sequence[str]) -> str | None:
-        """A second candidate for this request, or None: drawn with ``explore_share``, the candidate other than
-        ``chosen`` with the fewest logged replies so far (ties at random)."""
-        others = [c for c in candidates if c != chosen]
+    def explore_target(self, chosen: str, candidates: Sequence[str]) -> tuple[str, float] | None:
+        """A second candidate for this request and the probability it was drawn, or None: with probability
+        ``explore_share``, a candidate other than ``chosen`` drawn with weight ``1 / (1 + its logged replies)``."""
+        others = [c for c in dict.fromkeys(candidates) if c != chosen]
         if not others or self._rng.random() >= self.cfg.explore_share:
             return None
-        least = min(self.replies.get(c, 0) for c in others)
-        return self._rng.choice([c for c in others if self.replies.get(c, 0) == least])
+        with self._lock:
+            weights = [1.0 / (1 + self.replies.get(c, 0)) for c in others]
+        pick = self._rng.choices(range(len(others)), weights=weights)[0]
+        return others[pick], self.cfg.explore_share * weights[pick] / sum(weights)
 
     def _segment(self) -> Any:
         if self._f is None or self._size >= self.cfg.max_segment_mb * 1024 * 1024:

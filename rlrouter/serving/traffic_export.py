@@ -4,8 +4,9 @@ One row per logged request, in RouterBench's wide layout (``rlrouter.data.router
 (or, when the app kept no prompt text, ``prompt_sha256`` and ``embedding``), ``eval_name`` (the request's endpoint),
 ``time``, ``user``, and per candidate ``<model>`` (its score in [0, 1], from the feedback on the request; blank for
 a candidate the request did not call, or with no feedback), ``<model>|model_response`` and ``<model>|total_cost``.
-The logging policy is kept beside it: ``logged_model`` (the route the app chose) and ``logged_propensity`` (the
-probability its policy chose it), so the off-policy estimators (``rlrouter.eval.ope``: IPS, SNIPS, DR) can score a
+The logging policy is kept beside it: ``logged_model`` (the route the app chose), ``logged_propensity`` (the
+probability its policy chose it), ``explored_model`` and ``explored_propensity`` (the candidate exploration
+added, and the probability it was drawn), so the off-policy estimators (``rlrouter.eval.ope``: IPS, SNIPS, DR) can score a
 new router on routes it would not have taken. Rows are split by time: the first ``1 - test_share`` train, the rest
 test, so a router is judged on traffic that came after what it learned from.
 
@@ -61,6 +62,9 @@ def export_rows(read: TrafficRead, candidates: Sequence[str] | None = None) -> t
             row["prompt"] = r["prompt"]
         else:
             row["prompt_sha256"], row["embedding"] = r.get("prompt_sha256"), r.get("embedding")
+        explored = next((c for c in r.get("explore") or [] if c.get("model") != chosen), None)
+        row["explored_model"] = explored["model"] if explored else None
+        row["explored_propensity"] = explored.get("propensity") if explored else None
         calls = {c["model"]: c for c in [*(r.get("calls") or []), *(r.get("explore") or [])] if "model" in c}
         for m in candidates:
             call = calls.get(m)

@@ -1,7 +1,9 @@
 """End to end: every router type evaluate_router ranks (but Router-R1, in test_served_router_r1.py) is trained
 and saved by the train_router job on real RouteLLM rows, loaded by the running Serve app from its ``routers``
 config, and driven over real HTTP RouteLLM-style: ``model: "router-<name>[-<threshold>|-share<s>]"`` on
-``/route`` and chat completions, then ``/feedback``, which the served selector learns from.
+``/route`` and chat completions, then ``/feedback``, which the served selector learns from. Last, a release
+through the running app: a new version loaded beside the current one, its canary promoted on live feedback,
+the next one rolled back, and feedback given after the swap on decisions made before it.
 
 Small on purpose: 200 logged prompts (``eval=smoke``), MF for 2 epochs, the encoder router for 2
 supervised steps, GMTRouter and the intent classifier from the small fixtures of tests/gmt and
@@ -25,6 +27,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 APP = "rlrouter-served-routers"
 KEY = "served-routers-test-key-0123456789"
 H = {"Authorization": f"Bearer {KEY}"}
+ADMIN = "served-routers-admin-key-0123456789"
+OPS = {"Authorization": f"Bearer {ADMIN}"}
 GPT4, MIXTRAL = "gpt-4-1106-preview", "mixtral-8x7b-instruct"
 LEARNERS = ("selector", "feedback")  # the served routers that learn from /feedback
 SMOKE = ["eval=smoke", "eval.max_prompts=200", "eval.split.by=question"]
@@ -69,7 +73,8 @@ def base(ray_cluster, router_dirs, tmp_path_factory):
     state = tmp_path_factory.mktemp("served_selector") / "selector.json"
     routers["selector"] = {"path": routers["selector"], "state": str(state)}
     routers["feedback"] = {"path": routers["feedback"], "state": str(state.parent / "feedback.json")}
-    yield from serve_app(APP, KEY, "carol", {}, tmp_path_factory.mktemp("sel"), args={"routers": routers})
+    ops = {"api_keys": [{"key": ADMIN, "user_id": "ops", "admin": True}]}
+    yield from serve_app(APP, KEY, "carol", ops, tmp_path_factory.mktemp("sel"), args={"routers": routers})
 
 
 def _logged_prompt(shared_data: Path) -> str:
@@ -165,3 +170,50 @@ def test_the_served_feedback_router_learns_per_context(base, shared_data):
     assert again.status_code == 409  # one feedback per decision
     assert all(d["offset_mean"] < 0 for d in seen["mmlu/philosophy"])  # losses pull that context's offset down
     assert seen["mmlu/other"][0]["offset_mean"] > 0 and seen["mmlu/other"][0]["events"] == 1
+
+
+def _decide_and_grade(base, query, n, grade):
+    """n decisions of router-probe and their feedback (``grade(version)``); stops at the rule's verdict."""
+    versions = []
+    for _ in range(n):
+        body = httpx.post(f"{base}/route", json={"query": query, "model": "router-probe"}, headers=H, timeout=60).json()
+        v = body["router"]["version"]
+        versions.append(v)
+        fb = httpx.post(f"{base}/feedback", json={"request_id": body["request_id"], "outcome": grade(v)}, headers=H,
+                        timeout=60).json()["router"]
+        assert fb["version"] == v, fb
+        if fb.get("event"):
+            return versions, fb
+    return versions, None
+
+
+def test_a_release_through_the_running_app_promotes_then_rolls_back(base, router_dirs, shared_data):
+    """Runs last: it changes router-probe's current version."""
+    query = _logged_prompt(shared_data)
+    rule = {"canary_share": 0.5, "min_feedback": 6, "max_feedback": 60}
+    load = {"version": "2", "path": str(router_dirs / "probe_form_options"), "release": rule}
+    assert httpx.post(f"{base}/v1/routers/probe/versions", json=load, headers=H, timeout=60).status_code == 403
+    r = httpx.post(f"{base}/v1/routers/probe/versions", json=load, headers=OPS, timeout=120)
+    assert r.status_code == 200, r.text
+    versions, fb = _decide_and_grade(base, query, 200, lambda v: "win" if v == "2" else "loss")
+    assert fb is not None and fb["event"]["event"] == "promoted" and {"1", "2"} <= set(versions), (versions, fb)
+    status = httpx.get(f"{base}/v1/routers", headers=H, timeout=30).json()["routers"]["probe"]
+    assert status["current"] == "2" and status["versions"] == ["1", "2"]
+    # version 3 loses; two of its decisions get their feedback only after it was rolled back
+    load = {"version": "3", "path": str(router_dirs / "knn"), "release": rule}
+    assert httpx.post(f"{base}/v1/routers/probe/versions", json=load, headers=OPS, timeout=120).status_code == 200
+    in_flight = []
+    while sum(v == "3" for v, _ in in_flight) < 2:
+        body = httpx.post(f"{base}/route", json={"query": query, "model": "router-probe"}, headers=H, timeout=60).json()
+        in_flight.append((body["router"]["version"], body["request_id"]))
+    _, fb = _decide_and_grade(base, query, 200, lambda v: "loss" if v == "3" else "win")
+    assert fb is not None and fb["event"]["event"] == "rolled_back", fb
+    for v, rid in in_flight:
+        late = httpx.post(f"{base}/feedback", json={"request_id": rid, "outcome": "win"}, headers=H, timeout=60).json()
+        assert late["router"]["version"] == v and late["router"]["release"]["state"] == "rolled_back"
+    assert late["router"]["release"]["late_feedback"] == len(in_flight)
+    assert httpx.get(f"{base}/v1/routers", headers=H, timeout=30).json()["routers"]["probe"]["current"] == "2"
+    metrics = httpx.get(f"{base}/metrics", timeout=30).text
+    for event in ("loaded", "promoted", "rolled_back"):
+        assert f'rlrouter_router_release_events_total{{event="{event}",router="probe"}}' in metrics, event
+    assert 'rlrouter_router_decisions_total{router="probe",version="3"}' in metrics

@@ -697,6 +697,7 @@ def test_exploration_logs_a_second_candidates_reply_in_the_background(tmp_path, 
         (call,) = reqs[rid]["explore"]
         other = next(m for m in pool.names if m != chosen)
         assert call["model"] == other and call["reply"] == logged_answers[other] and isinstance(call["correct"], bool)
+        assert call["propensity"] == 1.0  # share 1, one other candidate: the draw was certain
     assert sum(len(q["explore"]) for q in reqs.values()) == 2  # the request that named its model explores nothing
     assert "rlrouter_traffic_explore_calls_total" in metrics and "rlrouter_traffic_explore_cost_usd_total" in metrics
     assert 'ok="true"' in metrics and metrics != before

@@ -45,9 +45,14 @@ def test_bad_router_model_names_name_the_field(model, message):
 
 
 def test_router_entries_make_paths_absolute_and_name_bad_fields(tmp_path):
-    e = router_entries({"mf": "outputs/routers/mf", "sel": {"path": "/abs/sel", "state": "s.json"}}, tmp_path)
-    assert e == {"mf": {"path": str(tmp_path / "outputs/routers/mf"), "state": None},
-                 "sel": {"path": "/abs/sel", "state": str(tmp_path / "s.json")}}
+    e = router_entries({"mf": "outputs/routers/mf", "sel": {"path": "/abs/sel", "state": "s.json", "version": 7}},
+                       tmp_path)
+    assert e == {"mf": {"path": str(tmp_path / "outputs/routers/mf"), "state": None, "version": "1"},
+                 "sel": {"path": "/abs/sel", "state": str(tmp_path / "s.json"), "version": "7"}}
+    with pytest.raises(ValueError, match="routers.mf.version: a version is"):
+        router_entries({"mf": {"path": "x", "version": "a b"}}, tmp_path)
+    with pytest.raises(ValueError, match="routers.m@f: a router name holds no '@'"):
+        router_entries({"m@f": "x"}, tmp_path)
     with pytest.raises(ValueError, match="routers.mf.path: missing"):
         router_entries({"mf": {"state": "x"}}, tmp_path)
     with pytest.raises(ValueError, match=r"routers.mf: unknown fields \['threshold'\]"):
@@ -70,6 +75,12 @@ class LocalRouters:
 
     async def feedback(self, name, request_id, **kw):
         return self.host.feedback(name, request_id, **kw)
+
+    async def release(self, name, action, args):
+        return self.host.release(name, action, args)
+
+    async def status(self):
+        return self.host.status()
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +107,11 @@ def client(logged, tmp_path):
 
     weak, strong = logged.index("mistralai/Mixtral-8x7B-Instruct-v0.1"), logged.index("gpt-4-1106-preview")
     ctx = RouterContext(candidates=logged.names, weak=weak, strong=strong, train=logged, embed=hash_embed)
-    for name, spec in {"knn": {"type": "knn", "k": 5},
+    for name, spec in {"knn": {"type": "knn", "k": 5}, "knn2": {"type": "knn", "k": 1},
                        "selector": {"type": "selector", "config": {"enable_personalization": False}}}.items():
         r = build_router({**spec, "name": name}, ctx)
         r.fit(logged)
-        cal = Calibration.from_scores(r.strong_score(logged.prompts)) if name == "knn" else None
+        cal = Calibration.from_scores(r.strong_score(logged.prompts)) if name != "selector" else None
         save_router(r, tmp_path / name, type_name=spec["type"], spec=spec, candidates=logged.candidates, weak=weak,
                     strong=strong, calibration=cal, embedding={"model": "hash"})
     entries = router_entries({"knn": str(tmp_path / "knn"), "selector": str(tmp_path / "selector")}, tmp_path)
@@ -110,7 +121,8 @@ def client(logged, tmp_path):
     cfg = SelectorConfig(storage_path=str(tmp_path / "s.json"), seed=0)
     selector = Selector(cfg, pool.names)
     selector.load()
-    serving = ServingConfig(api_keys=[{"key": "k-alice", "user_id": "alice"}])
+    serving = ServingConfig(api_keys=[{"key": "k-alice", "user_id": "alice"},
+                                      {"key": "k-ops", "user_id": "ops", "admin": True}])
     name_map = {c["name"]: (c.get("options") or {}).get("model", c["name"]) for c in pool_cfg["candidates"]}
     svc = RouterService(LocalSelectorClient(selector), cfg, serving, pool.names, pool=pool, name_map=name_map,
                         served_routers=LocalRouters(host), router_manifests=read_manifests(entries))
@@ -192,3 +204,97 @@ def test_bad_router_requests_are_400_naming_the_field(client, body, field, statu
         expected = 404 if body["model"] == "gpt-4-1106-preview" else 400  # a candidate: its replay has no answer
         assert r.status_code == expected and r.json()["error"]["field"] in ("model", "messages"), r.text
 
+
+
+# ---------------------------------------------------------------- releases: a new version, its canary, the verdict
+
+OPS = {"Authorization": "Bearer k-ops"}
+
+
+def _round(c, logged, n, outcome_of):
+    """n /route decisions of router-knn and their feedback; outcome_of(version) -> win | loss."""
+    seen = []
+    for i in range(n):
+        r = c.post("/route", json={"query": logged.prompts[i % len(logged.prompts)], "model": "router-knn"},
+                   headers=ALICE).json()
+        version = r["router"]["version"]
+        fb = c.post("/feedback", json={"request_id": r["request_id"], "outcome": outcome_of(version)},
+                    headers=ALICE).json()
+        assert fb["router"]["version"] == version
+        seen.append(version)
+        if fb["router"].get("event"):
+            return seen, fb["router"]
+    return seen, None
+
+
+def test_a_canary_that_wins_is_promoted_without_a_restart(client, logged, tmp_path):
+    c, _, host = client
+    load = {"version": "2", "path": str(tmp_path / "knn2"), "release": {"canary_share": 0.5, "min_feedback": 8}}
+    r = c.post("/v1/routers/knn/versions", json=load, headers=ALICE)
+    assert r.status_code == 403 and r.json()["error"]["field"] == "authorization"
+    r = c.post("/v1/routers/knn/versions", json=load, headers=OPS)
+    assert r.status_code == 200, r.text
+    rel = r.json()["routers"]["knn"]["release"]
+    assert rel["current"] == "1" and rel["candidate"] == "2" and rel["rule"]["canary_share"] == 0.5
+    # a decision of a frozen router under a canary carries the mixture's probability of its route
+    d = host.decide("knn", logged.prompts[0])
+    assert d["version"] in ("1", "2") and d["propensity"] in (0.5, 1.0)
+    seen, verdict = _round(c, logged, 200, lambda v: "win" if v == "2" else "loss")
+    assert verdict is not None and verdict["event"]["event"] == "promoted", seen
+    assert verdict["release"]["difference"]["lo"] > 0 and {"1", "2"} <= set(seen)
+    status = c.get("/v1/routers", headers=ALICE).json()["routers"]["knn"]
+    assert status["current"] == "2" and status["release"] is None and status["ended"][0]["state"] == "promoted"
+    after = c.post("/route", json={"query": logged.prompts[1], "model": "router-knn"}, headers=ALICE).json()
+    assert after["router"]["version"] == "2"  # no canary now: the promoted version decides everything
+    metrics = c.get("/metrics").text
+    assert 'rlrouter_router_release_events_total{event="promoted",router="knn"} 1.0' in metrics
+    assert 'rlrouter_router_decisions_total{router="knn",version="2"}' in metrics
+
+
+def test_a_canary_that_loses_is_rolled_back_and_feedback_in_flight_still_counts(client, logged, tmp_path):
+    c, _, host = client
+    load = {"version": "2", "path": str(tmp_path / "knn2"), "release": {"canary_share": 0.5, "min_feedback": 8}}
+    assert c.post("/v1/routers/knn/versions", json=load, headers=OPS).status_code == 200
+    # decisions made before the verdict, whose feedback comes after it
+    in_flight = []
+    while not any(v == "2" for v, _ in in_flight):
+        r = c.post("/route", json={"query": logged.prompts[7], "model": "router-knn"}, headers=ALICE).json()
+        in_flight.append((r["router"]["version"], r["request_id"]))
+    seen, verdict = _round(c, logged, 200, lambda v: "loss" if v == "2" else "win")
+    assert verdict is not None and verdict["event"]["event"] == "rolled_back"
+    assert c.get("/v1/routers", headers=ALICE).json()["routers"]["knn"]["current"] == "1"
+    for version, rid in in_flight:
+        fb = c.post("/feedback", json={"request_id": rid, "outcome": "win"}, headers=ALICE).json()["router"]
+        assert fb["version"] == version and fb["release"]["state"] == "rolled_back"
+    assert fb["release"]["late_feedback"] == len(in_flight)
+    # the version set aside stays loaded and can be asked by name; an unknown version is a 400 on the model
+    pinned = c.post("/route", json={"query": logged.prompts[2], "model": "router-knn@2"}, headers=ALICE).json()
+    assert pinned["router"]["version"] == "2"
+    r = c.post("/route", json={"query": "x", "model": "router-knn@9"}, headers=ALICE)
+    assert r.status_code == 400 and "no version '9'" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"version": "2"}, "path"),
+    ({"path": "x"}, "version"),
+    ({"version": "2", "path": "/nowhere"}, "path"),
+    ({"version": "a b", "path": "x"}, "version"),
+    ({"version": "1", "path": "x"}, "version"),  # already loaded
+    ({"version": "2", "path": "x", "canary": 0.5}, "canary"),
+    ({"version": "2", "path": "KNN2", "release": {"canary_share": 1.5}}, "release.canary_share"),
+])
+def test_bad_release_requests_are_400_naming_the_field(client, tmp_path, body, field):
+    c, _, _ = client
+    body = {k: (str(tmp_path / "knn2") if v == "KNN2" else v) for k, v in body.items()}
+    r = c.post("/v1/routers/knn/versions", json=body, headers=OPS)
+    assert r.status_code == 400 and r.json()["error"]["field"] == field, r.text
+    assert c.post("/v1/routers/knn/promote", headers=OPS).status_code == 400  # no release in progress
+    assert c.post("/v1/routers/nope/promote", headers=OPS).status_code == 404
+
+
+def test_a_new_version_must_route_between_the_same_candidates(client, tmp_path):
+    c, _, _ = client
+    r = c.post("/v1/routers/knn/versions", json={"version": "2", "path": str(tmp_path / "selector")}, headers=OPS)
+    assert r.status_code == 200  # the selector routes between the same two: allowed
+    r = c.post("/v1/routers/knn/rollback", json={"reason": "test"}, headers=OPS).json()
+    assert r["event"]["event"] == "rolled_back" and r["event"]["reason"] == "test"

@@ -116,3 +116,20 @@ def test_no_acknowledged_record_is_lost_when_the_writer_is_killed(tmp_path):
     # the three runs each count from 0: every acknowledged id is logged at least as often as it was acked
     assert not Counter(acked) - Counter(logged)
     assert got.skipped <= 3  # at most one torn tail per kill
+
+
+def test_exploration_draws_the_least_logged_candidates_more_and_logs_the_probability(tmp_path):
+    """The second candidate is drawn with weight 1 / (1 + its logged replies); the probability returned is the
+    draw's (explore_share x weight / total), which the off-policy estimators divide by."""
+    log = TrafficLog(TrafficConfig(enabled=True, path=str(tmp_path), explore_share=0.5, explore_seed=3))
+    log.replies = {"a": 0, "b": 1, "c": 3}
+    weights = {"b": 1 / 2, "c": 1 / 4, "d": 1.0}
+    total = sum(weights.values())
+    draws = [log.explore_target("a", ["a", "b", "c", "d"]) for _ in range(20_000)]
+    picked = Counter(d[0] for d in draws if d is not None)
+    assert abs(sum(picked.values()) / 20_000 - 0.5) < 0.02 and "a" not in picked
+    for c, w in weights.items():
+        p = 0.5 * w / total
+        assert abs(picked[c] / 20_000 - p) < 0.015
+        assert all(abs(d[1] - p) < 1e-12 for d in draws if d is not None and d[0] == c)
+    assert log.explore_target("a", ["a"]) is None  # nothing else to ask
