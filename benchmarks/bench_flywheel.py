@@ -217,6 +217,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     best_single = int(reward_of(train["scores"][:, tr_cols], train["costs"][:, tr_cols], lam).mean(axis=0).argmax())
 
     order = np.random.default_rng(args.seed).permutation(len(test["questions"]))
+    if args.questions:
+        order = order[: args.questions]
     rounds = np.array_split(order, args.rounds)
     out_dir = Path(args.out)
     work = Path(tempfile.mkdtemp(prefix="flywheel-"))
@@ -299,7 +301,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ope = off_policy(load_router(folder).router, read_logged_table(export / "test.parquet", pool_order))
             r = client.post(f"{url}/v1/routers/{ROUTER}/versions", headers={"Authorization": f"Bearer {OPS}"},
                             json={"version": version, "path": str(folder)})
-            r.raise_for_status()
+            if r.status_code != 200:
+                raise RuntimeError(f"loading version {version}: {r.status_code} {r.text}")
             versions.append(version)
             releases.append({"version": version, "after_round": k + 1, "trained_on": report["train"] + len(seed_rows),
                              "export": {key: report[key] for key in ("requests", "train", "test",
@@ -324,7 +327,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "command": "benchmarks/bench_flywheel.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - t0, 1),
         "setup": {"candidates": pool_order, "cost_weight": lam, "reward": "correct - cost_weight x 1000 x cost_usd",
-                  "rounds": args.rounds, "test_questions": len(order), "seed_questions": len(seed_rows),
+                  "rounds": args.rounds, "test_questions": len(order), "all_test_questions": not args.questions, "seed_questions": len(seed_rows),
                   "start": args.start,
                   "explore_share": args.explore, "canary_share": args.canary, "release_rule": release,
                   "router": {"type": "traffic_knn", "k": args.k}, "export_test_share": args.test_share,
@@ -332,7 +335,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": per_round, "releases": releases, "final_version": current,
         "promoted_minus_start": {"mean": diff.value, "lo": diff.lo, "hi": diff.hi, "round": args.rounds,
                                  "questions": len(last)},
-        "metrics_lines": [ln for ln in metrics.splitlines() if ln.startswith(("rlrouter_router_", "rlrouter_traffic_"))],
+        "metrics_lines": [ln for ln in metrics.splitlines()
+                          if ln.startswith(("rlrouter_router_", "rlrouter_traffic_")) and "_created{" not in ln],
     }
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out_dir}.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -387,6 +391,7 @@ def main() -> None:
     p.add_argument("--k", type=int, default=20, help="traffic_knn's neighbours")
     p.add_argument("--test-share", type=float, default=0.2, help="each export's latest share, for the estimate")
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--questions", type=int, default=0, help="only this many test questions (a smoke run); 0: all")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(RESULTS / "flywheel"))
     args = p.parse_args()

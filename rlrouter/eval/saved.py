@@ -40,6 +40,7 @@ from rlrouter.eval import adapters as _adapters  # noqa: F401 - registers select
 from rlrouter.eval import baselines as _baselines  # noqa: F401 - registers always, random, knn, mf
 from rlrouter.eval import encoder_router as _encoder_router  # noqa: F401 - registers encoder
 from rlrouter.eval import learned as _learned  # noqa: F401 - registers probe, ensemble
+from rlrouter.eval import traffic_router as _traffic_router  # noqa: F401 - registers traffic_knn
 from rlrouter.eval.adapters import CostAwareCategoryRouter, SelectorRouter
 from rlrouter.eval.baselines import KNNRouter, MFRouter
 from rlrouter.eval.encoder_router import LABELS, EncoderRouter

@@ -79,6 +79,8 @@ def read_pool_config(src: str | Path | Mapping[str, Any] | Sequence[Mapping[str,
             at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
             raise PoolConfigError(where, f"{path} is not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
         where = f"{where} ({path})"
+        if "${paths." in path.read_text():
+            cfg = _resolve_paths(cfg, root, where)
     elif isinstance(src, Mapping):
         cfg = to_plain(src)
     elif isinstance(src, Sequence):
@@ -94,6 +96,24 @@ def read_pool_config(src: str | Path | Mapping[str, Any] | Sequence[Mapping[str,
         if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
             raise PoolConfigError(f"{where}.candidates[{i}]", f"expected a mapping with a 'name', got {spec!r:.80}")
     return dict(cfg)
+
+
+def _resolve_paths(cfg: Any, root: Path | None, where: str) -> Any:
+    """A pool file written for the Hydra jobs names its files ``${paths.shared_data}/...`` (conf/pool/*.yaml);
+    outside Hydra (the Serve app) the ``paths`` are resolved as conf/paths/default.yaml resolves them for a
+    job: against ``RLROUTER_ROOT``, else ``root``, else the working directory."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from rlrouter.paths import project_root
+
+    base = str(project_root() or root or Path.cwd())
+    try:
+        node = OmegaConf.create({"paths": {"root_dir": base, "shared_data": f"{base}/../shared/data"}, "pool": cfg})
+        return OmegaConf.to_container(node.pool, resolve=True)
+    except OmegaConfBaseException as e:
+        raise PoolConfigError(where, f"an interpolation does not resolve outside the Hydra jobs ({e}); the app "
+                                     "knows ${paths.root_dir} and ${paths.shared_data}") from None
 
 
 def candidate_from_spec(spec: Mapping[str, Any], where: str) -> Candidate:

@@ -155,9 +155,11 @@ class ChatProxy:
         if body.stream:
             return await self._stream(model, messages, params, meta, log), headers
         r, data = await asyncio.wait_for(ctx.pool.chat(model, messages, **params), ctx.serving.proxy_timeout_s)
-        await ctx.log_request(**log, calls=[ctx.call_record(model, r)])
-        if dec is not None:  # a routed request: maybe a counterfactual reply too
-            ctx.explore(log["request_id"], model, messages, params, among)
+        call = ctx.call_record(model, r)
+        await ctx.log_request(**log, calls=[call])
+        if dec is not None:  # a routed request: maybe a judge's grade and a counterfactual reply too
+            judged = ctx.judge(log["request_id"], messages, [call])
+            ctx.explore(log["request_id"], model, messages, params, among, judged=judged)
         if not r.ok:
             raise candidate_error(model, str(r.error))
         data = {**data, "model": model}
@@ -234,7 +236,8 @@ class ChatProxy:
                 **({"error": error} if error else {})}
         await self.ctx.log_request(**log, calls=[call])  # on disk before the stream's end is acknowledged
         if log["decision"]["router"] != "caller":
-            self.ctx.explore(log["request_id"], model, messages, params)
+            judged = self.ctx.judge(log["request_id"], messages, [call])
+            self.ctx.explore(log["request_id"], model, messages, params, judged=judged)
         yield b"data: [DONE]\n\n"
 
     async def _replay_stream(self, data: dict[str, Any]) -> AsyncIterator[bytes]:

@@ -13,12 +13,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlrouter.pool.chat import last_user_text
 from rlrouter.selector.config import SelectorConfig
 from rlrouter.serving.config import ServingConfig
 from rlrouter.serving.errors import ApiError, context_length_exceeded
 from rlrouter.serving.metrics import METRICS
 from rlrouter.serving.selector_client import SelectorClient
-from rlrouter.serving.traffic import TrafficLog, prompt_fields
+from rlrouter.serving.traffic import TrafficLog, judge_prompt, parse_grade, prompt_fields
 
 
 def match_name(name: str, names: list[str]) -> str | None:
@@ -104,9 +105,10 @@ class ServiceContext:
                 **({"correct": bool(r.correct)} if getattr(r, "correct", None) is not None else {})}
 
     def explore(self, request_id: str, chosen: str, messages: list[dict[str, Any]], params: dict[str, Any],
-                candidates: list[str] | None = None) -> None:
+                candidates: list[str] | None = None, judged: bool | None = None) -> None:
         """With ``serving.traffic.explore_share``, ask a second candidate in the background (the caller's answer
-        does not wait) and log its reply as an ``explore`` record of the request; counted on ``/metrics``."""
+        does not wait) and log its reply as an ``explore`` record of the request; counted on ``/metrics``.
+        ``judged``: whether the judge grades this request's replies (None: draw it here, as for ``/route``)."""
         if self.traffic is None or self.pool is None or not self.traffic.cfg.explore_share:
             return
         drawn = self.traffic.explore_target(chosen, candidates or self.candidates)
@@ -124,8 +126,44 @@ class ServiceContext:
             METRICS.observe_exploration(second, record.get("cost") or 0.0, "error" not in record)
             await asyncio.to_thread(self.traffic.append, {"kind": "explore", "request_id": request_id,
                                                           "calls": [record]})
+            if judged:
+                await self._grade(request_id, last_user_text(messages), [record])
 
-        task = asyncio.get_running_loop().create_task(call())
+        if judged is None:
+            judged = self.traffic.judge_draw()
+        self._background(call())
+
+    def judge(self, request_id: str, messages: list[dict[str, Any]], calls: list[dict[str, Any]]) -> bool:
+        """With ``serving.traffic.judge`` (for a ``judge_share`` of requests), grade ``calls``' replies in the
+        background and log a ``judge`` record; True when the request was drawn (its exploration reply, if
+        any, is graded too)."""
+        if self.traffic is None or self.pool is None or not self.traffic.judge_draw():
+            return False
+        self._background(self._grade(request_id, last_user_text(messages), calls))
+        return True
+
+    async def _grade(self, request_id: str, question: str, calls: list[dict[str, Any]]) -> None:
+        assert self.traffic is not None and self.pool is not None
+        judge = str(self.traffic.cfg.judge)
+        grades = []
+        for c in calls:
+            if not c.get("reply"):
+                continue
+            try:
+                r, _ = await asyncio.wait_for(self.pool.chat(judge, [{"role": "user", "content": judge_prompt(
+                    question, c["reply"])}]), self.serving.proxy_timeout_s)
+                g = {"model": c["model"], "judge": judge, "grade": parse_grade(r.text) if r.ok else None,
+                     "reply": (r.text or "")[:200], "cost": r.cost, **({"error": r.error} if r.error else {})}
+            except Exception as e:  # noqa: BLE001 - a background grade: its failure is logged, not raised
+                g = {"model": c["model"], "judge": judge, "grade": None, "error": f"{type(e).__name__}: {e}"}
+            METRICS.observe_judge(judge, g["grade"], g.get("cost") or 0.0)
+            grades.append(g)
+        if grades:
+            await asyncio.to_thread(self.traffic.append, {"kind": "judge", "request_id": request_id,
+                                                          "grades": grades})
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._explorations.add(task)  # held until done: a task nobody holds may be collected mid-flight
         task.add_done_callback(self._explorations.discard)
 

@@ -41,6 +41,11 @@ class ServingMetrics:
                                      registry=r)
         self.explore_cost = Counter("rlrouter_traffic_explore_cost_usd", "what those calls cost, USD", ("model",),
                                     registry=r)
+        self.judge_calls = Counter("rlrouter_traffic_judge_calls", "the judge's grades of routed replies "
+                                   "(serving.traffic.judge), by judge and grade (yes, no, none: unreadable or failed)",
+                                   ("judge", "grade"), registry=r)
+        self.judge_cost = Counter("rlrouter_traffic_judge_cost_usd", "what the judge's calls cost, USD", ("judge",),
+                                  registry=r)
         self.router_decisions = Counter("rlrouter_router_decisions", "decisions of a served router, by router and "
                                         "the version that made it", ("router", "version"), registry=r)
         self.release_events = Counter("rlrouter_router_release_events", "releases of a served router's new "
@@ -66,6 +71,10 @@ class ServingMetrics:
     def observe_exploration(self, model: str, cost: float, ok: bool) -> None:
         self.explore_calls.labels(model, str(ok).lower()).inc()
         self.explore_cost.labels(model).inc(max(0.0, float(cost)))
+
+    def observe_judge(self, judge: str, grade: float | None, cost: float) -> None:
+        self.judge_calls.labels(judge, {1.0: "yes", 0.0: "no"}.get(grade, "none") if grade is not None else "none").inc()
+        self.judge_cost.labels(judge).inc(max(0.0, float(cost)))
 
     def observe_router_decision(self, router: str, version: str) -> None:
         self.router_decisions.labels(router, version).inc()

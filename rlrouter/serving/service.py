@@ -71,8 +71,12 @@ class RouterService:
         (serve/app.py asks the Serve controller), shown on ``/health``; ``served_routers``: async
         ``decide``/``feedback`` of the routers saved by jobs/train_router.py
         (:class:`~rlrouter.serving.served_routers.ServedRouters`), ``router_manifests`` their manifests."""
-        self.ctx = ServiceContext(selector, selector_config, serving, list(candidates), pool, encoder,
-                                  TrafficLog(serving.traffic) if serving.traffic.enabled else None)
+        judge = serving.traffic.judge if serving.traffic.enabled else None
+        if judge is not None and judge not in candidates:
+            raise ValueError(f"serving.traffic.judge: '{judge}' is not a candidate of the pool ({list(candidates)})")
+        # the judge grades replies; requests are not routed to it
+        self.ctx = ServiceContext(selector, selector_config, serving, [c for c in candidates if c != judge], pool,
+                                  encoder, TrafficLog(serving.traffic) if serving.traffic.enabled else None)
         self.intent = IntentRole(self.ctx, intent)
         self.router_r1 = RouterR1Role(self.ctx, router_r1_policy)
         self.gmt = GMTRole(self.ctx, gmt, name_map) if gmt is not None else None

@@ -15,6 +15,11 @@ write-ahead log (``rlrouter.selector.persistence.frame_line``), in segment files
   the app asked in the background (``correct`` when a replay backend logged whether it was right, and
   ``propensity``: the probability this candidate was drawn for the request), joined to its request as
   ``explore``.
+- ``{"kind": "judge", "request_id", "grades": [{"model", "judge", "grade", "reply", "cost"}]}``: with ``judge``,
+  a candidate's grade of the request's replies (the routed one, and the explored one), asked in the
+  background: ``grade`` 1 (its reply starts with "yes"), 0 ("no"), or null (anything else, or an error).
+  Joined to its request as ``judge``; the export scores a reply by it where no feedback and no logged
+  correctness says better.
 
 ``append`` returns once its line is fsynced, so a record the app acknowledged survives ``kill -9``. A crash
 mid-append leaves a torn line; ``read_traffic`` skips every line that fails its frame or checksum and counts
@@ -60,6 +65,11 @@ class TrafficConfig:
     calls and cost are counted on ``/metrics``. 0: no exploration."""
     explore_seed: int | None = None
     """Seed of the exploration draws (tests); None draws from the OS."""
+    judge: str | None = None
+    """A pool candidate that grades routed replies in the background (``JUDGE_PROMPT``): the routed chat
+    completion's reply and every exploration reply. None: no judge."""
+    judge_share: float = 1.0
+    """The share of routed chat completions whose replies the judge grades."""
 
     def __post_init__(self) -> None:
         for name in ("enabled", "store_prompts"):
@@ -77,6 +87,11 @@ class TrafficConfig:
         if isinstance(self.explore_share, bool) or not isinstance(self.explore_share, (int, float)) \
                 or not 0.0 <= self.explore_share <= 1.0:
             raise ValueError(f"serving.traffic.explore_share: a share in [0, 1] (0 = off), got {self.explore_share!r}")
+        if self.judge is not None and (not isinstance(self.judge, str) or not self.judge):
+            raise ValueError(f"serving.traffic.judge: a candidate's name, or null, got {self.judge!r}")
+        if isinstance(self.judge_share, bool) or not isinstance(self.judge_share, (int, float)) \
+                or not 0.0 <= self.judge_share <= 1.0:
+            raise ValueError(f"serving.traffic.judge_share: a share in [0, 1], got {self.judge_share!r}")
 
 
 PROPENSITY_DRAWS = 512
@@ -104,7 +119,25 @@ def prompt_fields(prompt: str, store_prompts: bool, embedding: Sequence[float] |
     return out
 
 
-KINDS = ("request", "feedback", "explore")
+KINDS = ("request", "feedback", "explore", "judge")
+
+JUDGE_PROMPT = ("You grade answers. Question:\n{question}\n\nAnswer:\n{answer}\n\nIs the answer correct? "
+                "Reply with one word, yes or no.")
+"""What the judge candidate is asked, per reply."""
+
+
+def judge_prompt(question: str, answer: str) -> str:
+    return JUDGE_PROMPT.format(question=question, answer=answer)
+
+
+def parse_grade(reply: str | None) -> float | None:
+    """A judge's reply as a grade: 1 when it starts with "yes", 0 with "no" (case, spaces and punctuation
+    before the word aside), else None."""
+    if not reply:
+        return None
+    word = reply.strip().lstrip("*\"'`([ ").split(maxsplit=1)
+    first = word[0].rstrip(".,!:;*\"')]").lower() if word else ""
+    return 1.0 if first == "yes" else 0.0 if first == "no" else None
 
 
 class TrafficLog:
@@ -122,6 +155,10 @@ class TrafficLog:
         self.replies: dict[str, int] = {}
         """Replies logged per candidate by this process (what exploration fills)."""
         self._rng = random.Random(cfg.explore_seed)
+
+    def judge_draw(self) -> bool:
+        """Whether this request's replies are graded (``judge`` set, with probability ``judge_share``)."""
+        return bool(self.cfg.judge) and self._rng.random() < self.cfg.judge_share
 
     def explore_target(self, chosen: str, candidates: Sequence[str]) -> tuple[str, float] | None:
         """A second candidate for this request and the probability it was drawn, or None: with probability
@@ -184,8 +221,8 @@ def segments(folder: str | Path) -> list[Path]:
 @dataclass
 class TrafficRead:
     requests: list[dict[str, Any]]
-    """Request records in log order, each with ``feedback``: its feedback records in arrival order, and
-    ``explore``: the calls exploration added to it."""
+    """Request records in log order, each with ``feedback``: its feedback records in arrival order,
+    ``explore``: the calls exploration added to it, and ``judge``: the judge's grades of its replies."""
     orphan_feedback: list[dict[str, Any]]
     """Feedback (or exploration) whose request is not in the log (logged before the log was on, or deleted by
     retention)."""
@@ -214,18 +251,20 @@ def read_traffic(folder: str | Path, files: Iterable[Path] | None = None) -> Tra
                 if len(where) < 20:
                     where.append(f"{path}:{i + 1}")
                 continue
-            (requests if rec["kind"] == "request" else feedback).append({**rec, "feedback": [], "explore": []}
-                                                                        if rec["kind"] == "request" else rec)
+            (requests if rec["kind"] == "request" else feedback).append(
+                {**rec, "feedback": [], "explore": [], "judge": []} if rec["kind"] == "request" else rec)
     # joined after every segment is read: with several app processes, a feedback may sit in a segment
     # opened before its request's
     by_id = {str(r.get("id")): r for r in requests}
     orphans = []
-    for fb in sorted(feedback, key=lambda r: r.get("time", 0.0)):  # feedback and exploration records
+    for fb in sorted(feedback, key=lambda r: r.get("time", 0.0)):  # feedback, exploration and judge records
         target = by_id.get(str(fb.get("request_id")))
         if target is None:
             orphans.append(fb)
         elif fb["kind"] == "explore":
             target["explore"].extend(fb.get("calls") or [])
+        elif fb["kind"] == "judge":
+            target["judge"].extend(fb.get("grades") or [])
         else:
             target["feedback"].append(fb)
     return TrafficRead(requests, orphans, skipped, where)

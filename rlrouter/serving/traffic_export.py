@@ -13,8 +13,8 @@ test, so a router is judged on traffic that came after what it learned from.
 Feedback becomes a score as the selector reads it: ``win`` 1, ``tie`` 0.5, ``loss`` 0; an implicit follow-up
 ``satisfied`` 1 and any other label 0; a Router-R1 reward clipped to [0, 1]. The last feedback on a request
 counts. A reply the caller gave no feedback on, and every exploration reply (``serving.traffic.explore_share``),
-is scored by its logged correctness when its backend knows it (a replay of logged outcomes: the ``logged``
-judge), else left blank. Without exploration every row holds one scored candidate, the one the app chose: a
+is scored by its logged correctness when its backend knows it (a replay of logged outcomes), else by the judge's
+grade (``serving.traffic.judge``) when it gave one, else left blank. Without exploration every row holds one scored candidate, the one the app chose: a
 router learns only from the routes it took, and the report says so.
 """
 
@@ -66,9 +66,10 @@ def export_rows(read: TrafficRead, candidates: Sequence[str] | None = None) -> t
         row["explored_model"] = explored["model"] if explored else None
         row["explored_propensity"] = explored.get("propensity") if explored else None
         calls = {c["model"]: c for c in [*(r.get("calls") or []), *(r.get("explore") or [])] if "model" in c}
+        grades = {g["model"]: g["grade"] for g in r.get("judge") or [] if g.get("grade") is not None}
         for m in candidates:
             call = calls.get(m)
-            judged = float(call["correct"]) if call and call.get("correct") is not None else None
+            judged = float(call["correct"]) if call and call.get("correct") is not None else grades.get(m)
             row[m] = (score if score is not None else judged) if m == chosen else judged
             row[f"{m}|model_response"] = call.get("reply") if call else None
             row[f"{m}|total_cost"] = call.get("cost") if call else None
@@ -101,7 +102,8 @@ def write_export(read: TrafficRead, out_dir: str | Path, test_share: float = 0.2
                   "train_until": rows[cut - 1]["time"] if cut else None,
                   "test_from": rows[cut]["time"] if cut < len(rows) else None},
         "candidates": cands, "with_feedback": len(scored), "without_feedback": len(rows) - len(scored),
-        "judged_by_logged_correctness": sum(r["judged"] for r in rows),
+        "route_scored_without_feedback": sum(r["judged"] for r in rows),  # by logged correctness or the judge
+        "judge_grades": sum(len([g for g in q.get("judge") or [] if g.get("grade") is not None]) for q in read.requests),
         "skipped_records": read.skipped, "orphan_feedback": len(read.orphan_feedback),
         "logged_routes": {m: sum(r["logged_model"] == m for r in rows) for m in cands},
         "with_propensity": sum(r["logged_propensity"] is not None for r in rows),

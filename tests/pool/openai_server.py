@@ -8,7 +8,8 @@ its behaviour through the last user message, so every behaviour is reached over 
 - ``BAD400``: HTTP 400 with an OpenAI-style error body (must not be retried);
 - ``NOUSAGE``: omit ``usage`` (the client must estimate tokens).
 
-The reply text is ``echo: <message>``; ``usage`` counts whitespace-separated words of all messages
+The reply text is ``echo: <message>``; with ``model: grader-1`` the server is a judge (``rlrouter.serving.traffic.
+JUDGE_PROMPT``): "Yes." when the graded answer holds a digit, else "no"; ``usage`` counts whitespace-separated words of all messages
 (prompt) and of the reply (completion), so tests can check the numbers by hand. ``GET /stats``
 reports requests seen and the peak number in flight; ``POST /reset`` clears them.
 """
@@ -75,6 +76,9 @@ def make_app(api_key: str | None = None) -> FastAPI:
                 return JSONResponse({"error": {"message": "bad request: unknown parameter", "type": "invalid"}},
                                     status_code=400)
             reply = f"echo: {last}"
+            if body.get("model") == "grader-1":  # a judge: "yes" when the graded answer holds a digit
+                answer = last.split("Answer:", 1)[-1].rsplit("Is the answer correct?", 1)[0]
+                reply = "Yes." if re.search(r"\d", answer) else "no"
             usage = {"prompt_tokens": sum(len(str(x.get("content", "")).split()) for x in messages),
                      "completion_tokens": len(reply.split())}
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]

@@ -73,6 +73,20 @@ def test_read_pool_config_from_a_file_a_mapping_or_a_list(tmp_path):
     assert CandidatePool.from_config(read_pool_config([spec("a")])).names == ["a"]
 
 
+def test_a_jobs_pool_file_resolves_its_paths_outside_hydra(tmp_path, monkeypatch):
+    """conf/pool/routerbench_replay.yaml names its tables ${paths.shared_data}/...: the Serve app reads it
+    with the paths a job would resolve, and an interpolation it cannot resolve is an error naming the file."""
+    from tests.helpers import ROOT
+
+    monkeypatch.delenv("RLROUTER_ROOT", raising=False)
+    pool = read_pool_config("conf/pool/routerbench_replay.yaml", ROOT)
+    assert {c["options"]["source"] for c in pool["candidates"]} == {f"{ROOT}/../shared/data/routerbench"}
+    (tmp_path / "p.yaml").write_text("candidates:\n  - {name: a, price_in: 1, price_out: 2, options: "
+                                     "{source: '${paths.nowhere}/x'}}\n")
+    with pytest.raises(PoolConfigError, match=r"p.yaml\): an interpolation does not resolve"):
+        read_pool_config("p.yaml", tmp_path)
+
+
 @pytest.mark.parametrize("text, field, msg", [
     (None, "router_r1.args.pool", "no pool file at"),
     ("candidates: [a, b\n", "router_r1.args.pool", "is not valid YAML (line 2, column 1)"),

@@ -705,3 +705,55 @@ def test_exploration_logs_a_second_candidates_reply_in_the_background(tmp_path, 
     assert report["rows_with_counterfactual_replies"] == 2 and "did not choose (exploration)" in report["note"]
     with pytest.raises(ValueError, match="field .traffic.explore_share.: a share"):
         ServingConfig(traffic={"explore_share": 2})
+
+
+def test_a_judge_grades_routed_replies_in_the_background(tmp_path, pool, gsm8k_prompt, logged_answers):
+    """serving.traffic.judge names a pool candidate (here an OpenAI-compatible server over real HTTP, which
+    grades "yes" when the answer holds a digit): it grades the routed reply and the explored one after the
+    caller's answer, is never routed to itself, and its grades and cost are logged, counted and exported."""
+    import time as _time
+
+    from rlrouter.serving.traffic import read_traffic
+    from rlrouter.serving.traffic_export import export_rows
+    from tests.pool.openai_server import ServerThread, make_app
+
+    srv = ServerThread(make_app()).start()
+    try:
+        cfg = yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text())
+        cfg["candidates"].append({"name": "judge", "price_in": 1.0, "price_out": 1.0, "backend": "openai",
+                                  "options": {"base_url": f"{srv.url}/v1", "model": "grader-1"}})
+        judged_pool = CandidatePool.from_config(cfg)
+        folder = tmp_path / "traffic"
+        client, _, svc = make_client(tmp_path, judged_pool, {"traffic": {
+            "enabled": True, "path": str(folder), "explore_share": 1.0, "explore_seed": 0, "judge": "judge"}})
+        assert "judge" not in svc.candidates
+        prompt, _ = gsm8k_prompt
+        with client:
+            chat = client.post("/v1/chat/completions", headers=ALICE,
+                               json={"model": "auto", "messages": [{"role": "user", "content": prompt}]}).json()
+            assert chat["model"] != "judge"
+            deadline = _time.time() + 30
+            while _time.time() < deadline and sum(len(q["judge"]) for q in read_traffic(folder).requests) < 2:
+                _time.sleep(0.1)
+            metrics = client.get("/metrics").text
+            r = client.post("/v1/chat/completions", headers=ALICE, json={"model": "judge", "messages": [
+                {"role": "user", "content": "hi"}]})
+            assert r.status_code == 404  # the judge is no model callers may name
+    finally:
+        srv.stop()
+    (req,) = read_traffic(folder).requests
+    grades = {g["model"]: g for g in req["judge"]}
+    assert set(grades) == {GPT4, MIXTRAL}  # the routed reply and the explored one
+    for m, g in grades.items():
+        want = 1.0 if any(ch.isdigit() for ch in logged_answers[m]) else 0.0
+        assert g["judge"] == "judge" and g["grade"] == want and g["cost"] > 0
+    assert 'rlrouter_traffic_judge_calls_total{grade="yes",judge="judge"}' in metrics
+    # a replay's logged correctness outranks the judge; the judge fills a cell nothing else scores
+    rows, _ = export_rows(read_traffic(folder), [GPT4, MIXTRAL])
+    explored = req["explore"][0]["model"]
+    assert rows[0][explored] == float(req["explore"][0]["correct"])
+    del req["explore"][0]["correct"]
+    rows, _ = export_rows(read_traffic(folder).__class__([req], [], 0, []), [GPT4, MIXTRAL])
+    assert rows[0][explored] == grades[explored]["grade"]
+    with pytest.raises(ValueError, match="serving.traffic.judge: 'nobody' is not a candidate"):
+        make_client(tmp_path / "x", pool, {"traffic": {"enabled": True, "path": str(folder), "judge": "nobody"}})

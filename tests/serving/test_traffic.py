@@ -133,3 +133,12 @@ def test_exploration_draws_the_least_logged_candidates_more_and_logs_the_probabi
         assert abs(picked[c] / 20_000 - p) < 0.015
         assert all(abs(d[1] - p) < 1e-12 for d in draws if d is not None and d[0] == c)
     assert log.explore_target("a", ["a"]) is None  # nothing else to ask
+
+
+@pytest.mark.parametrize("reply, grade", [("yes", 1.0), ("Yes.", 1.0), ("**YES** it is", 1.0), ("No", 0.0),
+                                          ("no, the answer is 4", 0.0), ("maybe", None), ("", None), (None, None),
+                                          ("yesterday", None), ("The answer is yes", None)])
+def test_a_judges_reply_becomes_a_grade_by_its_first_word(reply, grade):
+    from rlrouter.serving.traffic import parse_grade
+
+    assert parse_grade(reply) == grade
