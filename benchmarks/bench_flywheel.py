@@ -111,11 +111,112 @@ def save_always(model: str, names: list[str], out: Path) -> None:
                 train={"rows": "none: the status quo"})
 
 
-def train_version(logs: list[Path], out: Path, cost_weight: float, k: int) -> None:
+def train_version(logs: list[Path], out: Path, cost_weight: float, setting: dict[str, Any]) -> None:
     from rlrouter.eval.train_router import run
 
-    run({"logs": [str(p) for p in logs], "router": {"type": "traffic_knn", "k": k, "cost_weight": cost_weight},
+    run({"logs": [str(p) for p in logs], "router": {"type": "traffic_knn", "cost_weight": cost_weight, **setting},
          "output_dir": str(out), "seed": 0})
+
+
+GRID = {"k": [10, 40], "prior": [1.0, 10.0], "pessimism": [0.0, 1.0, 2.0]}
+"""traffic_knn's settings the loop may use, chosen on RouterBench's train tables (``choose_settings``)."""
+
+
+def simulate_loop(train: dict[str, Any], cols: list[int], pool_order: list[str], embed: Any, setting: dict[str, Any],
+                  args: argparse.Namespace, seed: int) -> float:
+    """The loop without the app, on the train tables: the same start, exploration draw (the app's own
+    ``TrafficLog.explore_target``), canary split and release rule (``Release``), rounds and time split; returns
+    the reward of the router current at the end, on the last round's questions."""
+    from rlrouter.eval.traffic_router import TrafficKNNRouter, TrafficTable, reward_of
+    from rlrouter.serving.release import CANARY, Release, ReleaseRule
+    from rlrouter.serving.traffic import TrafficConfig, TrafficLog
+
+    lam = args.cost_weight
+    scores, costs = train["scores"][:, cols], train["costs"][:, cols]
+    rewards = reward_of(scores, costs, lam)
+    qs = train["questions"]
+    rng = np.random.default_rng(seed)
+    rounds = np.array_split(rng.permutation(len(qs)), args.rounds)
+    with tempfile.TemporaryDirectory() as d:
+        log = TrafficLog(TrafficConfig(enabled=True, path=d, explore_share=args.explore, explore_seed=seed))
+    m = len(pool_order)
+    start = pool_order.index(args.start.split(":", 1)[1]) if args.start.startswith("always:") else None
+
+    def route(router: Any, idx: np.ndarray) -> np.ndarray:
+        return np.full(len(idx), start) if router is None else router.decide([qs[i] for i in idx])
+
+    current, rel, candidate = None, None, None
+    seen_s, seen_c, rows = [], [], []
+    rule = ReleaseRule(canary_share=args.canary, min_feedback=args.min_feedback, max_feedback=args.max_feedback,
+                       cost_weight=lam)
+    for k, idx in enumerate(rounds):
+        routes_cur = route(current, idx)
+        routes_can = route(candidate, idx) if rel is not None else routes_cur
+        for n, i in enumerate(idx):
+            use_canary = rel is not None and rel.state == CANARY and rng.random() < rule.canary_share
+            a = int(routes_can[n] if use_canary else routes_cur[n])
+            s_row, c_row = np.full(m, np.nan), np.full(m, np.nan)
+            s_row[a], c_row[a] = scores[i, a], costs[i, a]
+            log.replies[pool_order[a]] = log.replies.get(pool_order[a], 0) + 1
+            drawn = log.explore_target(pool_order[a], pool_order)
+            if drawn is not None:
+                e = pool_order.index(drawn[0])
+                s_row[e], c_row[e] = scores[i, e], costs[i, e]
+                log.replies[drawn[0]] = log.replies.get(drawn[0], 0) + 1
+            seen_s.append(s_row)
+            seen_c.append(c_row)
+            rows.append(i)
+            if rel is not None and rel.state == CANARY:
+                rel.record("2" if use_canary else "1", float(rewards[i, a]))
+                verdict = rel.verdict()
+                if verdict is not None:
+                    rel.end(verdict[0], verdict[1])
+                    if verdict[0] == "promote":
+                        current = candidate
+                    routes_cur = route(current, idx)
+        rel = None
+        if k == len(rounds) - 1:
+            break
+        cut = len(rows) - int(round(args.test_share * len(rows)))
+        n_rows = cut
+        table = TrafficTable(pool_order, [qs[i] for i in rows[:n_rows]], [None] * n_rows, np.array(seen_s[:n_rows]),
+                             np.array(seen_c[:n_rows]), np.full(n_rows, -1), np.full(n_rows, np.nan),
+                             np.full(n_rows, -1), np.full(n_rows, np.nan))
+        candidate = TrafficKNNRouter("flow", pool_order, embed, cost_weight=lam, **setting)
+        candidate.fit_logged(table)
+        rel = Release("flow", "1", "2", rule)
+    last = rounds[-1]
+    final = route(current, last)
+    return float(rewards[last, final].mean())
+
+
+def choose_settings(train: dict[str, Any], cols: list[int], pool_order: list[str], args: argparse.Namespace) -> dict:
+    """Each setting of ``GRID`` runs the loop on the train tables with three shuffles; the best mean final
+    reward wins. The test tables are not read."""
+    import itertools
+
+    from rlrouter.eval.saved import embedder
+
+    base = embedder({"model": "minilm-l6"}, cache=True)
+    vecs = dict(zip(train["questions"], np.asarray(base(list(train["questions"])))))
+
+    def embed(texts: list[str]) -> np.ndarray:
+        missing = [t for t in texts if t not in vecs]
+        if missing:
+            vecs.update(zip(missing, np.asarray(base(missing))))
+        return np.stack([vecs[t] for t in texts])
+
+    table = []
+    for values in itertools.product(*GRID.values()):
+        setting = dict(zip(GRID, values))
+        finals = [simulate_loop(train, cols, pool_order, embed, setting, args, seed) for seed in (1, 2, 3)]
+        table.append({**setting, "final_rewards": finals, "mean": float(np.mean(finals))})
+        print(f"[flywheel] on train: {setting} -> final reward {np.mean(finals):.3f} {np.round(finals, 3).tolist()}",
+              flush=True)
+    best = max(table, key=lambda r: r["mean"])
+    return {"chosen": {k: best[k] for k in GRID}, "grid": table,
+            "how": "the loop simulated on RouterBench's train tables (the app's exploration draw and release rule, "
+                   "no HTTP), three shuffles a setting; the best mean final-round reward"}
 
 
 def routes_of(folder: Path, questions: list[str], pool_order: list[str]) -> np.ndarray:
@@ -216,6 +317,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tr_cols = [train["names"].index(to_logged[p]) for p in pool_order]
     best_single = int(reward_of(train["scores"][:, tr_cols], train["costs"][:, tr_cols], lam).mean(axis=0).argmax())
 
+    if args.choose and not args.start.startswith("always:"):
+        raise SystemExit("--choose simulates a start of always:<model>; give --no-choose --k K with --start knn")
+    chosen = choose_settings(train, tr_cols, pool_order, args) if args.choose else None
+    setting = chosen["chosen"] if chosen else {"k": args.k, "prior": 1.0, "pessimism": 0.0}
+    print(f"[flywheel] traffic_knn settings: {setting}", flush=True)
     order = np.random.default_rng(args.seed).permutation(len(test["questions"]))
     if args.questions:
         order = order[: args.questions]
@@ -229,7 +335,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.start == "knn":
         if not seeds:
             raise SystemExit("--start knn learns from the seed: give --seed-per-task > 0")
-        train_version(seeds, routers / "v1", lam, args.k)
+        train_version(seeds, routers / "v1", lam, setting)
     elif args.start.startswith("always:"):
         save_always(args.start.split(":", 1)[1], pool_order, routers / "v1")
     else:
@@ -297,7 +403,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                   candidates=pool_order)
             version = str(k + 2)
             folder = routers / f"v{version}"
-            train_version([*seeds, export / "train.parquet"], folder, lam, args.k)
+            train_version([*seeds, export / "train.parquet"], folder, lam, setting)
             ope = off_policy(load_router(folder).router, read_logged_table(export / "test.parquet", pool_order))
             r = client.post(f"{url}/v1/routers/{ROUTER}/versions", headers={"Authorization": f"Bearer {OPS}"},
                             json={"version": version, "path": str(folder)})
@@ -330,7 +436,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   "rounds": args.rounds, "test_questions": len(order), "all_test_questions": not args.questions, "seed_questions": len(seed_rows),
                   "start": args.start,
                   "explore_share": args.explore, "canary_share": args.canary, "release_rule": release,
-                  "router": {"type": "traffic_knn", "k": args.k}, "export_test_share": args.test_share,
+                  "router": {"type": "traffic_knn", **setting}, "settings_chosen_on_train": chosen,
+                  "export_test_share": args.test_share,
                   "best_single_on_train": pool_order[best_single]},
         "rounds": per_round, "releases": releases, "final_version": current,
         "promoted_minus_start": {"mean": diff.value, "lo": diff.lo, "hi": diff.hi, "round": args.rounds,
@@ -388,7 +495,9 @@ def main() -> None:
     p.add_argument("--min-feedback", type=int, default=50)
     p.add_argument("--max-feedback", type=int, default=100)
     p.add_argument("--cost-weight", type=float, default=0.1, help="per thousandth of a dollar")
-    p.add_argument("--k", type=int, default=20, help="traffic_knn's neighbours")
+    p.add_argument("--k", type=int, default=20, help="traffic_knn's neighbours (without --choose)")
+    p.add_argument("--choose", action=argparse.BooleanOptionalAction, default=True,
+                   help="choose traffic_knn's settings (GRID) by the loop simulated on the train tables")
     p.add_argument("--test-share", type=float, default=0.2, help="each export's latest share, for the estimate")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--questions", type=int, default=0, help="only this many test questions (a smoke run); 0: all")

@@ -869,7 +869,43 @@ INTENT_FIGURES = [
                      f"{t['rl']['n_test']:.0f} held-out questions", "README: intent"),
 ]
 
-FIGURES = (OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
+# -- the flywheel: benchmarks/results/flywheel.json (bench_flywheel.py) ------------------------------------------
+
+
+def _within(rel: dict[str, Any], how: str) -> bool:
+    dr, c = rel["off_policy"]["dr"], rel["canary"]
+    return dr["lo"] <= c["mean"] <= dr["hi"] if how == "canary in dr" else c["lo"] <= dr["value"] <= c["hi"]
+
+
+FLYWHEEL_FIGURES = [
+    Figure("docs/serve.md", "flywheel.json", "",
+           lambda f: f"On the last round's {f['promoted_minus_start']['questions']} questions the router the loop "
+                     f"promoted scores {_interval({'value': f['promoted_minus_start']['mean'], **f['promoted_minus_start']})} "
+                     f"above the start", "serve: flywheel promoted - start"),
+    Figure("docs/serve.md", "flywheel.json", "rounds",
+           lambda r: f"reward went from {r[0]['loop']['reward']:.3f} to {r[-1]['loop']['reward']:.3f} while its cost "
+                     f"fell from {1000 * r[0]['loop']['cost_usd']:.2f} to {1000 * r[-1]['loop']['cost_usd']:.2f} "
+                     f"thousandths", "serve: flywheel reward and cost"),
+    Figure("docs/serve.md", "flywheel.json", "rounds",
+           lambda r: f"scores {r[-1]['best_single']['reward']:.3f} on the last round", "serve: flywheel best single"),
+    Figure("docs/serve.md", "flywheel.json", "releases",
+           lambda rs: f"inside the off-policy DR interval made before it for "
+                      f"{sum(_within(r, 'canary in dr') for r in rs)} of {len(rs)} releases" if
+           sum(_within(r, 'canary in dr') for r in rs) < len(rs) else
+           f"inside the off-policy DR interval made before it for all {len(rs)} releases",
+           "serve: flywheel canary within DR"),
+    Figure("docs/serve.md", "flywheel.json", "releases",
+           lambda rs: f"point estimate lies inside the canary's own interval for "
+                      f"{sum(_within(r, 'dr in canary') for r in rs)} of {len(rs)}", "serve: flywheel DR within canary"),
+    Figure("docs/serve.md", "flywheel.json", "seconds", lambda v: f"the run took {v:.0f} s", "serve: flywheel time"),
+    Figure("README.md", "flywheel.json", "",
+           lambda f: f"{_interval({'value': f['promoted_minus_start']['mean'], **f['promoted_minus_start']})} reward "
+                     f"above the status quo it started from (always GPT-4), at {1000 * f['rounds'][-1]['loop']['cost_usd']:.2f}"
+                     f" instead of {1000 * f['rounds'][0]['loop']['cost_usd']:.2f} thousandths of a dollar a request",
+           "README: flywheel"),
+]
+
+FIGURES = (FLYWHEEL_FIGURES + OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
            + TRAINER_FIGURES + SERVE_FIGURES + INTENT_FIGURES + TWO_MODELS_FIGURES + README_FIGURES)
 
 

@@ -21,10 +21,13 @@ Stages:
   4 layers and random weights, FSDP2 on NCCL with one rank, bf16, gradient checkpointing, the PPO preset's
   micro-batch 4 and a 3,500-position window in 4,096: one GRPO step's peak memory against the plan, tokens/s;
 - ``checkpoint``: a step, a save to a ``file://`` URI, a restore into a fresh learner, the next step equal;
+- ``loop``: the training loop's path on the device without Ray or vLLM: multi-turn Router-R1 rollouts with the
+  HF backend (``HFGenerator``, bf16 on CUDA) against a replay pool built here (each episode opens with a
+  written call that the pool answers, then the policy samples two turns), one GRPO step of the learner
+  (FSDP2, one rank), the packed weight push into the generator (``make_payload`` buckets, each as raw bytes
+  through ``pack_named_tensors`` / ``unpack_named_tensors``, as a vLLM worker gets them; every tensor
+  bit-exact), and the log-prob gap of fresh rollouts after it (the learner's against the generator's);
 - ``gpu_tests``: the ``-m gpu`` tests (``tests/learner/test_gpu.py``: they skip on CPU).
-
-Not built yet: the ``loop`` stage (rollouts with the HF backend on CUDA, the weight push into the generator,
-the log-prob gap); docs/gpu.md says so.
 """
 
 from __future__ import annotations
@@ -43,9 +46,11 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
-STAGES = ["env", "logits", "scale", "checkpoint", "gpu_tests"]
-# the stage's wall-clock limit at full size; their sum stays under 7 minutes with the starts
-LIMIT_S = {"env": 60, "logits": 60, "scale": 150, "checkpoint": 90, "gpu_tests": 60}
+STAGES = ["env", "logits", "scale", "checkpoint", "loop", "gpu_tests"]
+# the stage's wall-clock limit at full size; their sum stays under 7 minutes with the starts (420 s). The loop's
+# 70 s came from env and logits (60 -> 40 each: imports and one pass), scale (150 -> 135) and checkpoint
+# (90 -> 75); none of them has been timed on a GPU yet
+LIMIT_S = {"env": 40, "logits": 40, "scale": 135, "checkpoint": 75, "loop": 70, "gpu_tests": 60}
 QWEN = dict(hidden_size=2048, intermediate_size=11008, num_attention_heads=16, num_key_value_heads=2,
             head_dim=128, vocab_size=151_936)
 TOY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -60,18 +65,23 @@ def cuda() -> bool:
 
 # --- the pieces the stages share --------------------------------------------------------------------
 def build_model(folder: Path, dims: dict[str, int], layers: int) -> str:
-    """A Qwen2-shaped causal LM with random weights (seed 0) and a word-level tokenizer built here."""
+    """A Qwen2-shaped causal LM with random weights (seed 0) and a byte-level tokenizer built here: ``<pad>`` 0,
+    ``<eos>`` 1, the 256 bytes, then 1,000 words ("w0", ...). Any text round-trips, so a Router-R1 turn written
+    for the policy parses back (``loop``); the model's ids past the tokenizer's decode to nothing."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
     cfg = Qwen2Config(num_hidden_layers=layers, tie_word_embeddings=True, max_position_embeddings=4096,
                       rope_theta=1e6, **dims)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
-    vocab = {"<pad>": 0, "<eos>": 1, **{f"w{i}": i + 2 for i in range(1000)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {"<pad>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate(alphabet)},
+             **{f"w{i}": i + 2 + len(alphabet) for i in range(1000)}}
+    tok = Tokenizer(models.BPE(vocab, []))  # no merges: one token per byte
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
     PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>").save_pretrained(folder)
     return str(folder)
 
@@ -114,11 +124,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def learner_for(model: str, device: str, micro_batch: int, gradient_checkpointing: bool = True) -> Any:
+def learner_for(model: str, device: str, micro_batch: int, gradient_checkpointing: bool = True,
+                dtype: str = "bfloat16", lr: float = 1e-5) -> Any:
     from rlrouter.learner.learner import Learner, LearnerConfig
 
-    cfg = LearnerConfig(model=model, lora=False, algo="grpo", lr=1e-5, micro_batch_size=micro_batch,
-                        strategy="fsdp", dtype="bfloat16", gradient_checkpointing=gradient_checkpointing,
+    cfg = LearnerConfig(model=model, lora=False, algo="grpo", lr=lr, micro_batch_size=micro_batch,
+                        strategy="fsdp", dtype=dtype, gradient_checkpointing=gradient_checkpointing,
                         grpo={"group_size": micro_batch})
     return Learner(cfg, 0, 1, device=device)
 
@@ -238,6 +249,179 @@ def stage_checkpoint(full: bool) -> tuple[bool, dict[str, Any]]:
     return same and ma["learner/loss"] == mb["learner/loss"], facts
 
 
+# the loop stage's logged outcomes (RouteLLM's CSV layout, rlrouter.data.logged): question, gold answer, and per
+# candidate whether it was right and what it replied
+LOGGED = [("What is 6 times 7?", "42", (False, "6 times 7 is 40. #### 40"), (True, "6 times 7 is 42. #### 42")),
+          ("What is 12 plus 30?", "42", (True, "12 plus 30 is 42. #### 42"), (True, "12 + 30 = 42. #### 42")),
+          ("What is 9 minus 4?", "5", (True, "9 minus 4 is 5. #### 5"), (False, "9 - 4 = 4. #### 4"))]
+LOOP_CANDIDATES = (("small", 0.1, 0.2), ("big", 1.0, 3.0))  # name, USD per 1M prompt / completion tokens
+# The loop's pass bound on the log-prob gap after the push, (max, mean) over the policy tokens of fresh rollouts.
+# The generator and the learner then hold the same weights but compute differently: HF generate decodes token
+# by token with a KV cache, the learner runs one windowed forward (a shared-prefix cache, FSDP2, chunked
+# log-softmax). fp32 (CPU, toy, 2026-11-29): max 1.9e-6, mean 3e-7 over 128 tokens; 1e-3 (max) and 1e-4 (mean),
+# the bound tests/trainer/test_router_r1_e2e.py holds vLLM's fp32 gap to, are far above that noise and far
+# below what the learner's one step moves (the stale gap, the stepped learner against the rollouts before the
+# push: mean 0.13). bf16 (CUDA): 8 mantissa bits; a logit of
+# magnitude 2-4 is known to +-0.008-0.016 in each computation, so a few hundredths per token are noise, and
+# the largest of a few hundred tokens may reach a few tenths: mean 0.05, max 0.5, guesses until a GPU has run
+# the stage (then tighten them to a few times what it measured).
+GAP_BOUND = {"float32": (1e-3, 1e-4), "bfloat16": (0.5, 0.05)}
+
+
+def logged_table(path: Path) -> Path:
+    """``LOGGED`` as a RouteLLM CSV at ``path`` (its name says gsm8k, so a replayed call returns the reply)."""
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = [c[0] for c in LOOP_CANDIDATES]
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["prompt", *names, *(f"{n}_response" for n in names)])
+        for q, _, *outcomes in LOGGED:
+            w.writerow([q, *(ok for ok, _ in outcomes), *(text for _, text in outcomes)])
+    return path
+
+
+def logprob_gap(learner: Any, trajs: list[Any]) -> dict[str, float]:
+    """The learner's log-probs of the trajectories' policy tokens against the generator's sampling log-probs:
+    ``_GapMeter``'s mean (the loop's ``rollout/logprob_gap``) and the largest |difference|."""
+    import torch
+
+    from rlrouter.learner.update import _GapMeter
+    from rlrouter.rollout.parsing import collate
+
+    batch = collate([t.tokens for t in trajs], learner.tokenizer.pad_token_id)
+    batch = {k: v.to(learner.device) for k, v in batch.items()}
+    batch["loss_mask"] = batch["loss_mask"].float()
+    learner.module.eval()
+    with torch.no_grad():
+        logp, _, _ = learner._forward(learner.module, batch, False, with_entropy=False)
+    meter = _GapMeter()
+    meter.add(logp, batch["old_logprobs"], batch["loss_mask"])
+    sel = batch["loss_mask"].bool() & torch.isfinite(batch["old_logprobs"])
+    m = meter.metrics()
+    return {"max": float((logp - batch["old_logprobs"])[sel].abs().max()) if bool(sel.any()) else float("nan"),
+            "mean": m.get("rollout/logprob_gap", float("nan")), "tokens": int(m.get("rollout/logprob_tokens", 0))}
+
+
+def stage_loop(full: bool) -> tuple[bool, dict[str, Any]]:
+    """Rollouts with the HF backend against a replay pool, one GRPO step, the packed push into the generator
+    (bit-exact), the log-prob gap of fresh rollouts after it."""
+    import torch
+
+    from rlrouter.pool.pool import CandidatePool
+    from rlrouter.rewards.router_r1 import RouterR1Reward, score_trajectories
+    from rlrouter.rollout.demos import with_first_turn
+    from rlrouter.rollout.env import EnvConfig, RouterEnv
+    from rlrouter.rollout.hf_backend import HFGenerator
+    from rlrouter.sync.transports import apply_payload, make_payload
+    from rlrouter.sync.vllm_ext import pack_named_tensors, unpack_named_tensors
+
+    # full: Qwen2.5-3B's shape with 2 layers, as ``checkpoint``; buckets of the loop's default 64 MB. Toy: buckets
+    # of 50 kB, so the push takes many (fused groups kept whole) as the full model's does; 8 tokens a turn
+    dims, layers, new_tokens, bucket_mb = (QWEN, 2, 32, 64.0) if full else (TOY, 2, 8, 0.05)
+    dtype = "bfloat16" if cuda() else "float32"
+    prompts, group = 2, 2  # 2 questions x a GRPO group of 2
+    device = init_one_rank()
+    took: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as d:
+        model = build_model(Path(d) / "model", dims, layers)
+        table = logged_table(Path(d) / "logged" / "gsm8k_responses.csv")
+        pool = CandidatePool.from_config({"candidates": [
+            {"name": n, "price_in": pi, "price_out": po, "backend": "replay", "options": {"source": str(table)}}
+            for n, pi, po in LOOP_CANDIDATES]})
+        try:
+            gen = HFGenerator(model, dtype=dtype, device=device)
+            # every episode opens with a written call to the cheap candidate (curriculum.no_answer_first_call), so
+            # the pool answers whatever the random policy writes; then the policy samples 2 turns (the last may only
+            # answer), with <information> blocks between them that the loss masks out
+            env = RouterEnv(EnvConfig(max_turns=2, max_new_tokens=new_tokens, max_total_tokens=4096), gen.tokenizer,
+                            pool, gen.generate_ids)
+            items = [with_first_turn({"id": f"q{i}", "query": q, "ground_truth": [a]}, LOOP_CANDIDATES[0][0])
+                     for i, (q, a, *_) in enumerate(LOGGED[:prompts])]
+            # lr 1e-3, not the presets' 1e-5: AdamW's first step moves each weight by about lr, so the matrices'
+            # weights (~0.02, a bf16 step of 1.2e-4 there) change by several bf16 steps and the push carries a
+            # change the generator has to take (1e-5 would round away in most of them)
+            learner = learner_for(model, device, group, gradient_checkpointing=False, dtype=dtype, lr=1e-3)
+            took["build_s"] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            trajs = env.run(items, n_samples=group, seed=0, step=0)
+            took["rollout_s"] = time.perf_counter() - t0
+            generated = gen.stats["generated_tokens"]
+            # the loop's reward; a random policy never writes the protocol, so every trajectory gets the format
+            # penalty and GRPO's advantages are 0: then +-1 stands in, so that the step moves the weights
+            totals = [s.total for s in score_trajectories(RouterR1Reward(0.0, candidates=pool.names), trajs)]
+            spread = any(len(set(totals[i:i + group])) > 1 for i in range(0, len(totals), group))
+
+            t0 = time.perf_counter()
+            m = learner.train_step([t.tokens for t in trajs], totals if spread else rewards(len(trajs)))
+            if cuda():
+                torch.cuda.synchronize()
+            took["step_s"] = time.perf_counter() - t0
+            stale = logprob_gap(learner, trajs)  # the stepped learner against the rollouts before the push
+
+            t0 = time.perf_counter()
+            payload = make_payload("tensors", learner, learner.version, bucket_mb=bucket_mb)
+            before = gen.model.state_dict()
+            sent = [(n, v) for b in payload.buckets or [] for n, v in b]
+            changed = sum(n in before and not torch.equal(before[n].cpu(), v) for n, v in sent)
+
+            class Packed:
+                """The generator behind the bytes a vLLM worker gets (``RolloutWorker.update_weights``)."""
+
+                packed_bytes = 0
+
+                def update_weights(self, named: list, version: int, last: bool = True) -> float:
+                    packed = pack_named_tensors(named)
+                    self.packed_bytes += sum(len(p[3]) for p in packed)
+                    return gen.update_weights(unpack_named_tensors(packed), version, last)
+
+            wire = Packed()
+            apply_payload(wire, payload)
+            if cuda():
+                torch.cuda.synchronize()
+            took["push_s"] = time.perf_counter() - t0
+            want = dict(learner.merged_weights())
+            state = gen.model.state_dict()
+            pushed_ptrs = {v.data_ptr() for n, v in state.items() if n in want}
+            # a generator tensor the push did not name must be an alias of one it did (the tied lm_head)
+            unpushed = [n for n, v in state.items() if n not in want and v.data_ptr() not in pushed_ptrs]
+            exact = not unpushed and all(n in state and state[n].dtype == v.dtype and torch.equal(state[n].cpu(), v)
+                                         for n, v in want.items())
+
+            t0 = time.perf_counter()
+            fresh = env.run(items, n_samples=group, seed=1, step=1)
+            took["rollout_fresh_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            gap = logprob_gap(learner, fresh)
+            took["gap_s"] = time.perf_counter() - t0
+        finally:
+            pool.close_sync()
+    every = trajs + fresh
+    routes = [r for t in every for r in t.routes]
+    bound_max, bound_mean = GAP_BOUND[dtype]
+    facts = {"layers": layers, "dtype": dtype, "trajectories": len(trajs), "group": group,
+             "policy_turns": min(sum(s.policy for s in t.tokens.segments) for t in every),
+             "tokens": sum(len(t.tokens) for t in trajs), "tokens_generated": generated,
+             "policy_tokens": sum(t.tokens.num_policy_tokens for t in trajs),
+             "pool_calls": len(routes), "pool_answers": sum(r.error is None for r in routes),
+             "reward_mean": round(sum(totals) / len(totals), 3), "reward_stand_in": not spread,
+             "step_loss": m.get("learner/loss"), "step_grad_norm": m.get("learner/grad_norm"),
+             "step_logprob_gap": m.get("rollout/logprob_gap"),
+             "tensors_pushed": len(sent), "tensors_changed": changed, "buckets": len(payload.buckets or []),
+             "bytes": payload.nbytes, "packed_bytes": wire.packed_bytes, "unpushed": unpushed[:3], "bit_exact": exact,
+             "logprob_gap_max": gap["max"], "logprob_gap_mean": gap["mean"], "logprob_tokens": gap["tokens"],
+             "gap_bound_max": bound_max, "gap_bound_mean": bound_mean, "logprob_gap_stale_mean": stale["mean"],
+             **{k: round(v, 2) for k, v in took.items()}}
+    known = all(s.logprobs is not None for t in every for s in t.tokens.segments if s.policy)
+    passed = (exact and changed > 0 and known and facts["pool_answers"] == facts["pool_calls"] > 0
+              and facts["policy_turns"] == 2 and gap["tokens"] > 0 and gap["max"] <= bound_max
+              and gap["mean"] <= bound_mean and (m.get("learner/grad_norm") or 0) > 0)
+    return passed, facts
+
+
 def stage_gpu_tests(full: bool) -> tuple[bool, dict[str, Any]]:
     files = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").rglob("test_*.py"))
              if "pytest.mark.gpu" in p.read_text()]
@@ -249,7 +433,7 @@ def stage_gpu_tests(full: bool) -> tuple[bool, dict[str, Any]]:
 
 STAGE_FNS: dict[str, Callable[[bool], tuple[bool, dict[str, Any]]]] = {
     "env": stage_env, "logits": stage_logits, "scale": stage_scale, "checkpoint": stage_checkpoint,
-    "gpu_tests": stage_gpu_tests}
+    "loop": stage_loop, "gpu_tests": stage_gpu_tests}
 
 
 # --- the driver -------------------------------------------------------------------------------------
@@ -318,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if cuda() else "cpu"
     res = {"device": rows[0].get("device", device) if rows and rows[0]["stage"] == "env" else device,
            "size": "full" if full else "toy", "date": time.strftime("%Y-%m-%d"),
-           "wall_s": round(time.perf_counter() - t0, 1), "stages": rows, "not_built": ["loop"],
+           "wall_s": round(time.perf_counter() - t0, 1), "stages": rows, "not_built": [],
            "command": " ".join(["tools/gpu_check.py", *(argv if argv is not None else sys.argv[1:])])}
     out = Path(args.out or RESULTS / f"gpu_check_{device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

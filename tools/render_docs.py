@@ -139,6 +139,30 @@ def trl_steps_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- docs/serve.md: the flywheel, round by round, and its releases (flywheel.json, bench_flywheel.py) -------
+
+def flywheel_table(report: dict[str, Any]) -> str:
+    """Per round: the loop's live reward and cost, the start router's and the best single model's on the same
+    questions; per release: the off-policy estimate before it, the canary's measurement, the verdict."""
+    best = report["setup"]["best_single_on_train"]
+    lines = [f"| round | the loop: reward | cost per request (m$) | versions that decided | start: reward | cost (m$) | "
+             f"{best}: reward | cost (m$) |", "|---|---|---|---|---|---|---|---|"]
+    for r in report["rounds"]:
+        versions = ", ".join(f"{v}: {n}" for v, n in r["loop"]["by_version"].items())
+        lines.append(f"| {r['round']} | {r['loop']['reward']:.3f} | {1000 * r['loop']['cost_usd']:.2f} | {versions} | "
+                     f"{r['start']['reward']:.3f} | {1000 * r['start']['cost_usd']:.2f} | "
+                     f"{r['best_single']['reward']:.3f} | {1000 * r['best_single']['cost_usd']:.2f} |")
+    lines += ["", "| version (loaded after round) | trained on | off-policy DR before | IPS before | canary measured | "
+                  "canary - current | verdict |", "|---|---|---|---|---|---|---|"]
+    for rel in report["releases"]:
+        dr, ips, c, d = rel["off_policy"]["dr"], rel["off_policy"]["ips"], rel["canary"], rel["difference"]
+        lines.append(f"| {rel['version']} ({rel['after_round']}) | {rel['trained_on']} requests | {dr['value']:.3f} "
+                     f"[{dr['lo']:.3f}, {dr['hi']:.3f}] | {ips['value']:.3f} [{ips['lo']:.3f}, {ips['hi']:.3f}] | "
+                     f"{c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] (n {c['n']}) | {d['mean']:+.3f} "
+                     f"[{d['lo']:+.3f}, {d['hi']:+.3f}] | {rel['state'].replace('_', ' ')} |")
+    return "\n".join(lines)
+
+
 # -- docs/many_models.md and docs/gpu.md: rendered by their own modules ----------------------------------
 
 def many_models_table(report: dict[str, Any]) -> str:
@@ -160,6 +184,7 @@ TABLES = [
     Table("docs/serve.md", "route latency", ("selector.json",), latency_table),
     Table("docs/intent.md", "intent results", ("intent.json",), intent_table),
     Table("docs/benchmarks.md", "trl steps", ("router_r1.json",), trl_steps_table),
+    Table("docs/serve.md", "flywheel", ("flywheel.json",), flywheel_table),
     Table("docs/many_models.md", "many_models aiq", ("many_models.json",), many_models_table),
     Table("docs/gpu.md", "gpu check", ("gpu_check_cpu.json", "gpu_check_cuda.json"), gpu_check_table, paths=True),
 ]

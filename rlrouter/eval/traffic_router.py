@@ -11,8 +11,12 @@ mean with ``prior`` pseudo-observations, and routes to the candidate of highest 
 
     reward = score - cost_weight x cost in thousandths of a dollar
 
-(RouterBench's price weight, ``eval.price_weights``). A candidate never observed gets the mean score of every
-observation and the dearest mean cost, so it is tried only where nothing observed looks good.
+(RouterBench's price weight, ``eval.price_weights``). A candidate's mean is itself shrunk towards the mean of
+every observation with ``prior`` pseudo-observations; a candidate never observed gets that overall mean and the
+dearest mean cost, so it is tried only where nothing observed looks good. With ``pessimism: z`` the score is the
+lower bound ``mean - z x sqrt(mean (1 - mean) / (neighbours + prior))``: a candidate seen on few prompts must
+look better by more before it is chosen (pessimism against the winner's curse of learning from few logged
+outcomes, as in offline bandit learning).
 
 The same reward scores every logged cell (:func:`cell_rewards`), so the canary of a release
 (``rlrouter.serving.release``) and the off-policy estimate before it (:func:`off_policy`) measure one thing.
@@ -188,17 +192,19 @@ class TrafficKNNRouter(Router):
     """Per candidate, the mean score and cost on the ``k`` nearest logged prompts where it was observed."""
 
     def __init__(self, name: str, candidates: Sequence[str], embed: Embed, k: int = 20, cost_weight: float = 0.1,
-                 prior: float = 1.0, question: str = "last_block"):
+                 prior: float = 1.0, pessimism: float = 0.0, question: str = "last_block"):
         if k < 1:
             raise ValueError(f"traffic_knn.k: must be >= 1, got {k}")
         if cost_weight < 0:
             raise ValueError(f"traffic_knn.cost_weight: must be >= 0, got {cost_weight}")
         if prior < 0:
             raise ValueError(f"traffic_knn.prior: pseudo-observations >= 0, got {prior}")
+        if pessimism < 0:
+            raise ValueError(f"traffic_knn.pessimism: a number of standard errors >= 0, got {pessimism}")
         question_text("", question)  # checks the rule
         self.name, self.names, self.question = name, list(candidates), question
         self.embed: Embed = lambda prompts: embed([question_text(p, question) for p in prompts])
-        self.k, self.cost_weight, self.prior = int(k), float(cost_weight), float(prior)
+        self.k, self.cost_weight, self.prior, self.pessimism = int(k), float(cost_weight), float(prior), float(pessimism)
         self.keys: np.ndarray | None = None
         self.scores: np.ndarray | None = None
         self.costs: np.ndarray | None = None
@@ -230,10 +236,13 @@ class TrafficKNNRouter(Router):
             if len(rows) == 0:
                 s_hat[:, j], c_hat[:, j] = overall, dearest
                 continue
-            mean_j = float(self.scores[rows, j].mean())
+            mean_j = float((self.scores[rows, j].sum() + self.prior * overall) / (len(rows) + self.prior))
             k = min(self.k, len(rows))
             top = rows[np.argpartition(-sims[:, rows], k - 1, axis=1)[:, :k]]  # (N, k)
-            s_hat[:, j] = (self.scores[top, j].sum(axis=1) + self.prior * mean_j) / (k + self.prior)
+            s = (self.scores[top, j].sum(axis=1) + self.prior * mean_j) / (k + self.prior)
+            if self.pessimism:
+                s = s - self.pessimism * np.sqrt(np.clip(s * (1 - s), 0.0, None) / (k + self.prior))
+            s_hat[:, j] = s
             c_hat[:, j] = self.costs[top, j].mean(axis=1)
         return s_hat, c_hat
 
