@@ -258,10 +258,10 @@ LOOP_CANDIDATES = (("small", 0.1, 0.2), ("big", 1.0, 3.0))  # name, USD per 1M p
 # The loop's pass bound on the log-prob gap after the push, (max, mean) over the policy tokens of fresh rollouts.
 # The generator and the learner then hold the same weights but compute differently: HF generate decodes token
 # by token with a KV cache, the learner runs one windowed forward (a shared-prefix cache, FSDP2, chunked
-# log-softmax). fp32 (CPU, toy, 2026-11-29): max 1.9e-6, mean 3e-7 over 128 tokens; 1e-3 (max) and 1e-4 (mean),
+# log-softmax). fp32 (CPU, toy, 2026-11-29): max 1.9e-6, mean 3e-7 over 64 tokens; 1e-3 (max) and 1e-4 (mean),
 # the bound tests/trainer/test_router_r1_e2e.py holds vLLM's fp32 gap to, are far above that noise and far
 # below what the learner's one step moves (the stale gap, the stepped learner against the rollouts before the
-# push: mean 0.13). bf16 (CUDA): 8 mantissa bits; a logit of
+# push: mean 0.13-0.16). bf16 (CUDA): 8 mantissa bits; a logit of
 # magnitude 2-4 is known to +-0.008-0.016 in each computation, so a few hundredths per token are noise, and
 # the largest of a few hundred tokens may reach a few tenths: mean 0.05, max 0.5, guesses until a GPU has run
 # the stage (then tighten them to a few times what it measured).

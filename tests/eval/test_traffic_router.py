@@ -131,3 +131,22 @@ def test_exploration_makes_routes_the_logger_never_took_estimable():
     blind = evaluate_all(one_hot(target, m), LoggedFeedback(logged, np.ones(n), rewards[rows, logged]), q * 0)
     assert not blind["ips"].lo <= truth <= blind["ips"].hi  # without exploration: the target's routes unseen
     assert reward_of(1.0, 0.002, 0.1) == pytest.approx(0.8)
+
+
+def test_pessimism_prefers_the_candidate_seen_more_when_the_means_tie(tmp_path):
+    """Two candidates right on every math prompt at the same cost: 'mid' seen on 3 prompts, 'dear' on 60 ('cheap'
+    wrong on 60). Their means about tie; the lower bound of the one seen on 3 is lower."""
+    rows = [_row(i, f"math {i}", {"dear": 1.0, "cheap": 0.0}, "dear", 1.0) for i in range(60)]
+    rows += [_row(60 + i, f"math {60 + i}", {"mid": 1.0}, "mid", 1.0) for i in range(3)]
+    t = read_logged_table(_export(tmp_path / "t.parquet", rows))
+    t.costs[~np.isnan(t.costs)] = 0.0  # the same price: only the evidence differs
+    plain = TrafficKNNRouter("flow", NAMES, topic_embed, k=10, prior=1.0, question="full")
+    careful = TrafficKNNRouter("flow", NAMES, topic_embed, k=10, prior=1.0, pessimism=2.0, question="full")
+    for r in (plain, careful):
+        r.fit_logged(t)
+    s_plain, _ = plain.predict_embedded(topic_embed(["math x"]))
+    s_careful, _ = careful.predict_embedded(topic_embed(["math x"]))
+    assert s_plain[0, 1] == pytest.approx(s_plain[0, 2], abs=0.05)  # 'mid' (3 seen) about ties 'dear' (60)
+    assert s_careful[0, 2] - s_careful[0, 1] > 0.1 and careful.decide(["math x"])[0] == 2
+    with pytest.raises(ValueError, match="traffic_knn.pessimism"):
+        TrafficKNNRouter("flow", NAMES, topic_embed, pessimism=-1)

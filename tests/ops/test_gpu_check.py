@@ -1,6 +1,7 @@
 """tools/gpu_check.py at toy size on CPU, as ``make test`` runs it, so the device check cannot rot before a GPU
 is lent: every stage passes in its own process, the result file holds each, and docs/gpu.md's table is the
-rendering of the committed result files."""
+rendering of the committed result files. The ``loop`` stage's facts are checked too: rollouts the replay pool
+answered, a push that changed the generator and left it bit-exact, a log-prob gap within its fp32 bound."""
 
 from __future__ import annotations
 
@@ -22,13 +23,21 @@ def test_the_device_check_runs_every_stage_at_toy_size(tmp_path):
                        cwd=ROOT, capture_output=True, text=True, timeout=800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert [s["stage"] for s in res["stages"]] == ["env", "logits", "scale", "checkpoint", "gpu_tests"]
+    assert [s["stage"] for s in res["stages"]] == ["env", "logits", "scale", "checkpoint", "loop", "gpu_tests"]
     assert all(s["passed"] for s in res["stages"]), res["stages"]
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith(("PASS ", "FAIL "))]
-    assert len(lines) == 5 and all(ln.startswith("PASS ") for ln in lines)
+    assert len(lines) == 6 and all(ln.startswith("PASS ") for ln in lines)
     by = {s["stage"]: s for s in res["stages"]}
     assert by["logits"]["bytes_per_element"] <= by["logits"]["plan_bytes_per_element"]
-    assert by["checkpoint"]["weights_equal"] is True and res["not_built"] == ["loop"]
+    assert by["checkpoint"]["weights_equal"] is True and res["not_built"] == []
+    loop = by["loop"]
+    assert loop["dtype"] == "float32" and loop["trajectories"] == 4 and loop["policy_turns"] == 2
+    assert loop["pool_answers"] == loop["pool_calls"] > 0 and loop["policy_tokens"] == loop["tokens_generated"] > 0
+    assert loop["bit_exact"] is True and loop["tensors_changed"] == loop["tensors_pushed"] > 0
+    assert loop["buckets"] > 1 and loop["packed_bytes"] == loop["bytes"] and loop["unpushed"] == []
+    assert loop["logprob_tokens"] > 0 and loop["logprob_gap_max"] <= loop["gap_bound_max"] == 1e-3
+    # the push is what closes the gap: the stepped learner against the rollouts from before it is far off
+    assert loop["logprob_gap_stale_mean"] > 100 * loop["logprob_gap_mean"]
 
 
 def test_a_failing_stage_is_reported_not_raised(tmp_path, monkeypatch):
