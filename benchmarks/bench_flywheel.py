@@ -53,10 +53,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
+LEDGER = RESULTS / "test_ledger.jsonl"
 DATA = ROOT.parent / "shared" / "data" / "routerbench"
 TASKS = ("arc_challenge", "mbpp", "winograde")
 USER, OPS = "k-team", "k-ops"
 ROUTER = "flow"
+
+
+def test_sources() -> list[str]:
+    """The test tables as the ledger names them (the pool evaluation's key for the same files)."""
+    return [f"../shared/data/routerbench/{t}_test.csv" for t in TASKS]
 
 
 def load_tables(split: str) -> dict[str, Any]:
@@ -445,6 +451,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "metrics_lines": [ln for ln in metrics.splitlines()
                           if ln.startswith(("rlrouter_router_", "rlrouter_traffic_")) and "_created{" not in ln],
     }
+    if args.ledger:  # this run read the test tables: the ledger says so, and what it read before
+        from rlrouter.eval.ledger import earlier_readings, reading_key, record_reading
+
+        key = reading_key(test_sources())
+        result["ledger"] = {"path": str(args.ledger), "test_key": key, "earlier_readings": len(
+            earlier_readings(args.ledger, test_key=key))}
+        record_reading(args.ledger, test_key=key, test_sources=test_sources(), command=result["command"],
+                       router_types=["traffic_knn", "always"], questions=len(order),
+                       promoted_minus_start=result["promoted_minus_start"])
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out_dir}.json").write_text(json.dumps(result, indent=1) + "\n")
     plot(result, Path(f"{out_dir}.png"))
@@ -503,6 +518,7 @@ def main() -> None:
     p.add_argument("--questions", type=int, default=0, help="only this many test questions (a smoke run); 0: all")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(RESULTS / "flywheel"))
+    p.add_argument("--ledger", default=str(LEDGER), help="the test ledger this run's reading is appended to ('' : none)")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     run(args)
