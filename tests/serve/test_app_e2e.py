@@ -65,7 +65,7 @@ def serve_app(ray_cluster, shared_data, tmp_path_factory):
     args = {"pool": yaml.safe_load((CONF_DIR / "pool" / "routellm_replay.yaml").read_text()),
             "selector": {"storage_path": str(state), "seed": 0, "auto_save_interval": "1s"},
             "serving": {"api_keys": KEYS, "router_r1_keyless_networks": ["127.0.0.0/8"], "dev": True,
-                        "traffic": {"enabled": True, "path": str(traffic)}}}
+                        "traffic": {"enabled": True, "path": str(traffic), "explore_share": 0.5, "explore_seed": 0}}}
 
     def deploy():
         serve.run(app_mod.build_app(args), name=APP, route_prefix="/", blocking=False)
@@ -163,6 +163,38 @@ def test_http_api_openai_client_and_restart(serve_app, shared_data):
     assert state.exists()
     deploy()
     assert _posteriors(base) == before
+
+
+def test_exploration_through_the_running_app(serve_app, shared_data):
+    """explore_share 0.5: about half the routed chat completions also ask the other candidate, after the
+    answer; each reply is logged with its draw's probability, and the calls and their cost are on /metrics."""
+    from rlrouter.data.logged import load_routellm
+    from rlrouter.serving.traffic import read_traffic
+
+    base, _, _, traffic = serve_app
+    prompts = load_routellm(shared_data / "routellm" / "mmlu" / "mmlu_philosophy.csv").prompts[20:60]
+    ids = []
+    for p in prompts:
+        r = httpx.post(f"{base}/v1/chat/completions", headers=ALICE, timeout=60,
+                       json={"model": "auto", "messages": [{"role": "user", "content": p}]})
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["x_rlrouter"]["request_id"])
+    deadline, explored = time.time() + 60, []
+    while time.time() < deadline:
+        by_id = {q["id"]: q for q in read_traffic(traffic).requests}
+        explored = [by_id[i]["explore"] for i in ids if i in by_id and by_id[i]["explore"]]
+        metrics = httpx.get(f"{base}/metrics", timeout=30).text
+        if explored and metrics.count("rlrouter_traffic_explore_calls_total{") and len(explored) == sum(
+                float(ln.rsplit(" ", 1)[1]) for ln in metrics.splitlines()
+                if ln.startswith("rlrouter_traffic_explore_calls_total{")):
+            break
+        time.sleep(1)
+    assert 8 <= len(explored) <= 32, len(explored)  # 40 draws at 0.5 (seeded)
+    for (call,) in explored:
+        assert call["propensity"] == 0.5 and call["reply"] and call["cost"] > 0  # one other candidate: 0.5 x 1
+    cost = sum(float(ln.rsplit(" ", 1)[1]) for ln in metrics.splitlines()
+               if ln.startswith("rlrouter_traffic_explore_cost_usd_total{"))
+    assert cost == pytest.approx(sum(c["cost"] for (c,) in explored), rel=1e-6)
 
 
 def test_two_hop_topology_separate_ingress(ray_cluster, shared_data, tmp_path):
