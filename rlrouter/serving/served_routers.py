@@ -349,10 +349,15 @@ class ServedRouters:
             saved = self._load(str(folder))
         except ValueError as e:
             raise ValueError(f"path: {e}") from None
-        cur = self.versions[name][self.current[name]].manifest
+        cur_saved = self.versions[name][self.current[name]]
+        cur = cur_saved.manifest
         if sorted(saved.manifest.candidate_names) != sorted(cur.candidate_names):
             raise ValueError(f"path: {folder} routes between {saved.manifest.candidate_names}; router '{name}' "
                              f"routes between {cur.candidate_names} (a new version keeps the candidates)")
+        if saved.threshold_router != cur_saved.threshold_router:
+            what = "takes a threshold" if cur_saved.threshold_router else "picks a candidate itself"
+            raise ValueError(f"path: {folder} is a {saved.manifest.type} router; router '{name}' {what}, and so must "
+                             "a new version (the model names 'router-<name>-<threshold>' keep their meaning)")
         with self._lock:
             if name in self.releases or version in self.versions[name]:  # raced with another load
                 raise ValueError(f"version: router '{name}' changed while '{version}' loaded; try again")

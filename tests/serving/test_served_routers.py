@@ -292,9 +292,12 @@ def test_bad_release_requests_are_400_naming_the_field(client, tmp_path, body, f
     assert c.post("/v1/routers/nope/promote", headers=OPS).status_code == 404
 
 
-def test_a_new_version_must_route_between_the_same_candidates(client, tmp_path):
+def test_a_new_version_keeps_the_candidates_and_the_kind_of_router(client, tmp_path):
     c, _, _ = client
     r = c.post("/v1/routers/knn/versions", json={"version": "2", "path": str(tmp_path / "selector")}, headers=OPS)
-    assert r.status_code == 200  # the selector routes between the same two: allowed
+    assert r.status_code == 400 and r.json()["error"]["field"] == "path"  # same candidates, but no threshold
+    assert "router 'knn' takes a threshold, and so must a new version" in r.json()["error"]["message"]
+    r = c.post("/v1/routers/knn/versions", json={"version": "2", "path": str(tmp_path / "knn2")}, headers=OPS)
+    assert r.status_code == 200
     r = c.post("/v1/routers/knn/rollback", json={"reason": "test"}, headers=OPS).json()
     assert r["event"]["event"] == "rolled_back" and r["event"]["reason"] == "test"
