@@ -290,8 +290,12 @@ class ServedRouters:
         when the app knows it."""
         self._get(name)
         with self._lock:
-            made = self.decided.pop(request_id, None)
-        version, rel = (made[1], made[2]) if made is not None and made[0] == name else (self.current[name], None)
+            made = self.decided.get(request_id)
+            if made is not None and made[0] == name:
+                del self.decided[request_id]
+            else:  # not this router's decision (or forgotten): the current version, no release
+                made = None
+        version, rel = (made[1], made[2]) if made is not None else (self.current[name], None)
         saved = self.versions[name][version]
         out = self._learn(name, saved, request_id, outcome, label, confidence, reward)
         out["version"] = version
