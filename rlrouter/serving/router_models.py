@@ -137,7 +137,7 @@ class RouterModels:
         """``POST /v1/routers/<name>/versions`` (``action`` load), ``.../promote`` or ``.../rollback``; a bad
         request is a 400 naming its field, an unknown router a 404."""
         if name not in self.manifests:
-            raise ApiError(404, f"no served router '{name}' (served: {self.names})", "name")
+            raise ApiError(404, f"field 'name': no served router '{name}' (served: {self.names})", "name")
         args = dict(body or {})
         if action == "load":
             out = await self.host.release(name, "load", args)

@@ -384,7 +384,7 @@ class ServedRouters:
         with self._lock:
             rel = self.releases.get(name)
             if rel is None:
-                raise ValueError(f"router '{name}' has no release in progress")
+                raise ValueError(f"name: router '{name}' has no release in progress")
             event = self._end(rel, what, reason)
         return {"event": event, **self.status(name)}
 

@@ -126,7 +126,8 @@ class RouterService:
                              principal: Principal) -> dict[str, Any]:
         """``POST /v1/routers/<name>/versions|promote|rollback``: admin keys only."""
         if not principal.admin:
-            raise ApiError(403, "releasing a router version takes an admin API key", "authorization")
+            raise ApiError(403, "field 'authorization': releasing a router version takes an admin API key",
+                           "authorization")
         return await self.routers.release(name, action, body)
 
     async def classify(self, texts: list[str]) -> list[dict[str, Any]]:
