@@ -217,26 +217,32 @@ class TrafficKNNRouter(Router):
             table = TrafficTable.concat([TrafficTable.empty(self.names), table])
             if table.names != self.names:
                 raise ValueError(f"traffic_knn: the table's candidates {table.names} are not the router's {self.names}")
-        self.keys = table.embed(self.embed)
-        self.scores, self.costs = table.scores.copy(), table.costs.copy()
+        self._set(table.embed(self.embed), table.scores.copy(), table.costs.copy())
+
+    def _set(self, keys: np.ndarray, scores: np.ndarray, costs: np.ndarray) -> None:
+        """The fitted state, and what every prediction reads of it: each candidate's observed rows, its mean
+        score (shrunk towards the overall mean) and the fallbacks of a candidate never observed."""
+        self.keys, self.scores, self.costs = keys, scores, costs
+        seen = ~np.isnan(scores)
+        self._overall = float(np.nanmean(scores)) if seen.any() else 0.5
+        self._rows = [np.flatnonzero(seen[:, j]) for j in range(len(self.names))]
+        self._mean = [float((scores[r, j].sum() + self.prior * self._overall) / (len(r) + self.prior))
+                      for j, r in enumerate(self._rows)]
+        mean_cost = [float(costs[r, j].mean()) for j, r in enumerate(self._rows) if len(r)]
+        self._dearest = max(mean_cost) if mean_cost else 0.0
 
     def predict_embedded(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(score, cost) predictions (N, M) for unit-vector queries ``q`` (N, D)."""
         if self.keys is None or self.scores is None or self.costs is None:
             raise RuntimeError(f"{self.name}: fit() before predict()")
         n, m = len(q), len(self.names)
-        seen = ~np.isnan(self.scores)
-        overall = float(np.nanmean(self.scores)) if seen.any() else 0.5
-        mean_cost = np.array([np.nanmean(self.costs[seen[:, j], j]) if seen[:, j].any() else np.nan for j in range(m)])
-        dearest = float(np.nanmax(mean_cost)) if np.isfinite(mean_cost).any() else 0.0
         sims = q @ self.keys.T if len(self.keys) else np.zeros((n, 0))
         s_hat, c_hat = np.empty((n, m)), np.empty((n, m))
-        for j in range(m):
-            rows = np.flatnonzero(seen[:, j])
+        for j, rows in enumerate(self._rows):
             if len(rows) == 0:
-                s_hat[:, j], c_hat[:, j] = overall, dearest
+                s_hat[:, j], c_hat[:, j] = self._overall, self._dearest
                 continue
-            mean_j = float((self.scores[rows, j].sum() + self.prior * overall) / (len(rows) + self.prior))
+            mean_j = self._mean[j]
             k = min(self.k, len(rows))
             top = rows[np.argpartition(-sims[:, rows], k - 1, axis=1)[:, :k]]  # (N, k)
             s = (self.scores[top, j].sum(axis=1) + self.prior * mean_j) / (k + self.prior)
@@ -265,7 +271,7 @@ class TrafficKNNRouter(Router):
 
     def load_state(self, folder: Path, state: dict[str, Any]) -> None:
         with np.load(folder / "traffic_knn.npz") as z:
-            self.keys, self.scores, self.costs = z["keys"], z["scores"], z["costs"]
+            self._set(z["keys"], z["scores"], z["costs"])
 
 
 @register_router("traffic_knn")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrouter.config import to_plain
+from rlrouter.paths import project_root
 from rlrouter.pool.base import BACKENDS, Backend, Candidate, CandidateResponse
 from rlrouter.pool.chat import chunk_dicts, completion_dict, last_user_text
 from rlrouter.pool.options import OptionError
@@ -102,10 +103,8 @@ def _resolve_paths(cfg: Any, root: Path | None, where: str) -> Any:
     """A pool file written for the Hydra jobs names its files ``${paths.shared_data}/...`` (conf/pool/*.yaml);
     outside Hydra (the Serve app) the ``paths`` are resolved as conf/paths/default.yaml resolves them for a
     job: against ``RLROUTER_ROOT``, else ``root``, else the working directory."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # the Hydra jobs' config library; the lent GPU machine has none
     from omegaconf.errors import OmegaConfBaseException
-
-    from rlrouter.paths import project_root
 
     base = str(project_root() or root or Path.cwd())
     try:

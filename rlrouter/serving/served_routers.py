@@ -40,6 +40,7 @@ import numpy as np
 from rlrouter.eval.adapters import SelectorRouter
 from rlrouter.eval.online import FeedbackRouter
 from rlrouter.eval.saved import Manifest, SavedRouter, embedder, load_router, read_manifest
+from rlrouter.eval.traffic_router import reward_of
 from rlrouter.serving.release import CANARY, PROMOTED, ROLLED_BACK, Release, ReleaseRule
 from rlrouter.serving.traffic_export import feedback_score
 
@@ -302,7 +303,7 @@ class ServedRouters:
         score = feedback_score([{"outcome": outcome, "label": label, "reward": reward}])
         if rel is not None and score is not None:
             with self._lock:
-                rel.record(version, score - rel.rule.cost_weight * 1000.0 * float(cost or 0.0), cost is not None)
+                rel.record(version, reward_of(score, float(cost or 0.0), rel.rule.cost_weight), cost is not None)
                 verdict = rel.verdict() if rel.state == CANARY and rel.rule.auto else None
                 if verdict is not None and self.releases.get(name) is rel:
                     out["event"] = self._end(rel, *verdict)
