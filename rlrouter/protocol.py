@@ -84,8 +84,17 @@ def match_name(content: str, candidate_names: Iterable[str]) -> tuple[str, str] 
     return None
 
 
+def compact_name(content: str, candidate_names: Iterable[str]) -> str | None:
+    """The pool name when ``content`` is exactly a candidate's name (ignoring case and surrounding space):
+    a compact route, ``<search>MODEL</search>``, whose call asks the question itself
+    (``rollout.env.action: compact``). ``None`` otherwise."""
+    lowered = content.strip().lower()
+    return next((n for n in candidate_names if n and n.lower() == lowered), None)
+
+
 def parse_route(content: str, candidate_names: Sequence[str]) -> RouteCall | str:
-    """Parse the inside of ``<search>``: ``MODEL: sub-query``. Returns a ``RouteCall`` or the error text
+    """Parse the inside of ``<search>``: ``MODEL: sub-query``, or a compact ``MODEL`` alone (a ``RouteCall``
+    with an empty query: the call asks the question itself). Returns a ``RouteCall`` or the error text
     for the policy. No fuzzy matching beyond case: the policy must learn the names."""
     if not candidate_names:
         raise ValueError("candidate_names: at least one candidate is required")
@@ -93,6 +102,9 @@ def parse_route(content: str, candidate_names: Sequence[str]) -> RouteCall | str
     content = content.strip()
     if not content:
         return f"{ERROR_PREFIX} empty <search>. Write <search>MODEL: sub-query</search>, MODEL one of: {choices}."
+    compact = compact_name(content, candidate_names)
+    if compact is not None:
+        return RouteCall(model=compact, query="")
     found = match_name(content, candidate_names)
     if found is not None:
         name, query = found
@@ -112,6 +124,9 @@ def read_route(content: str, candidates: Iterable[str] | None = None) -> RouteCa
     whatever precedes the first ':'. ``None`` if malformed or the query is empty."""
     s = content.strip()
     if candidates is not None:
+        compact = compact_name(s, candidates)
+        if compact is not None:
+            return RouteCall(compact, "")
         found = match_name(s, candidates)
         return RouteCall(*found) if found is not None and found[1] else None
     model, sep, query = s.partition(":")
@@ -390,6 +405,8 @@ def format_progress(text: str, candidates: Iterable[str] | None, calls: int | No
 
 
 def _check_route(content: str, known: list[str] | None) -> None:
+    if known is not None and compact_name(content, known) is not None:
+        return  # a compact route: the call asked the question itself
     found = match_name(content.strip(), known) if known is not None else None
     if found is None:
         model, sep, query = content.strip().partition(":")

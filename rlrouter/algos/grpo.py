@@ -35,8 +35,12 @@ class GRPOConfig:
 
     group_size: int = 4
     """G: trajectories sampled per prompt; the baseline is the group's mean reward."""
-    scale_by_std: bool = True
-    """Divide by the group's std (GRPO). False gives Dr. GRPO (arXiv 2503.20783): no difficulty bias."""
+    scale_by_std: bool = False
+    """Divide by the group's std (GRPO's paper). False (the default) is Dr. GRPO (arXiv 2503.20783): the
+    advantage is the reward minus the group's mean. Logged (replay) rewards are fixed per (question,
+    candidate): with the division, a group whose two samples differ by a 0.04 cost gap gets the same
+    advantage as one that differs by a 0.9 right/wrong gap, and the policy learns how often a candidate
+    beats its group-mates, not its mean reward (the trap of ``benchmarks/bench_rl_bandit.py``)."""
     eps: float = 1e-6
     """Added to the group std so a group with equal rewards yields 0, not 0/0."""
     clip_eps_low: float = 0.2
@@ -50,7 +54,10 @@ class GRPOConfig:
     kl: KLConfig = field(default_factory=KLConfig)
     """KL to the frozen reference: as a loss term or in the reward."""
     adv_estimator: str = "grpo"
-    """The registered advantage estimator (``rlrouter.algos.registry``)."""
+    """The registered advantage estimator (``rlrouter.algos.registry``): ``grpo`` (group mean baseline,
+    with ``scale_by_std`` the group's std), ``rloo`` (leave-one-out mean of the other samples) or
+    ``batch_std`` (group mean baseline, divided by the std of the whole batch's rewards: one scale for every
+    group, so the groups keep their relative weights)."""
     policy_loss: str = "grpo"
     """The registered policy loss."""
 
@@ -100,7 +107,7 @@ def compute_grpo_advantages(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPO
                                                 mask, cfg.kl)  # (B, T)
         rewards = token_rewards.sum(-1)  # (B,)
     advantages = grpo_advantages(rewards, cfg.group_size, cfg.scale_by_std, cfg.eps)  # (B,)
-    return advantages.unsqueeze(-1) * mask.to(advantages.dtype)  # (B, T)
+    return _token_advantages(advantages, mask)  # (B, T)
 
 
 @register_adv_est("grpo")
@@ -109,6 +116,54 @@ def grpo_adv_estimator(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfi
                        ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
     """``compute_grpo_advantages`` in the registry's form: no critic, so no ``values`` and no returns."""
     return compute_grpo_advantages(rewards, mask, cfg, old_logp, ref_logp), None
+
+
+def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """RLOO (Ahmadian et al. 2024, arXiv 2402.14740): each sample's reward minus the mean of the group's
+    *other* samples, ``G / (G - 1) * (r - mean_group)``: an unbiased baseline, since it does not hold the
+    sample's own reward."""
+    # rewards: (B,) with B = P * G
+    centred = grpo_advantages(rewards, group_size, scale_by_std=False)  # (B,)
+    return centred * (group_size / (group_size - 1))
+
+
+def batch_std_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """The group mean baseline divided by the std of every reward of the batch (one scale for all groups,
+    as REINFORCE++ and Dr. GRPO's batch normalisation do): the step's size no longer depends on the reward
+    scale, and a small gap still counts less than a large one."""
+    # rewards: (B,) with B = P * G
+    centred = grpo_advantages(rewards, group_size, scale_by_std=False)  # (B,)
+    return centred / (rewards.float().std() + eps) if rewards.numel() > 1 else centred
+
+
+def _token_advantages(per_traj: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # per_traj: (B,), mask: (B, T) -> (B, T)
+    return per_traj.unsqueeze(-1) * mask.to(per_traj.dtype)
+
+
+def _kl_free_rewards(rewards: torch.Tensor, cfg: GRPOConfig, estimator: str) -> torch.Tensor:
+    if cfg.kl.enabled and cfg.kl.in_reward:
+        raise ValueError(f"learner.grpo.adv_estimator={estimator}: kl.in_reward is supported by 'grpo' only; "
+                         "put the KL in the loss (kl.in_reward=false)")
+    return rewards
+
+
+@register_adv_est("rloo")
+def rloo_adv_estimator(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfig, *,
+                       values: torch.Tensor | None = None, old_logp: torch.Tensor | None = None,
+                       ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+    """``rloo_advantages`` on every policy token of each trajectory."""
+    rewards = _kl_free_rewards(rewards, cfg, "rloo")
+    return _token_advantages(rloo_advantages(rewards, cfg.group_size), mask), None
+
+
+@register_adv_est("batch_std")
+def batch_std_adv_estimator(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfig, *,
+                            values: torch.Tensor | None = None, old_logp: torch.Tensor | None = None,
+                            ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+    """``batch_std_advantages`` on every policy token of each trajectory."""
+    rewards = _kl_free_rewards(rewards, cfg, "batch_std")
+    return _token_advantages(batch_std_advantages(rewards, cfg.group_size, cfg.eps), mask), None
 
 
 # ---------------------------------------------------------------- loss

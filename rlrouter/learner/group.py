@@ -87,7 +87,9 @@ class LearnerRank:
         return self.learner.train_step(shard, rewards, pad_to=pad_to)
 
     def reset_reference(self) -> None:
+        """RL starts here: the KL reference is the current policy and the optimizer's moments start fresh."""
         self.learner.set_reference_to_current()
+        self.learner.reset_moments()
 
     def sync_payload(self, kind: str, bucket_mb: float) -> Any:
         return make_payload(kind, self.learner, self.learner.version, bucket_mb)

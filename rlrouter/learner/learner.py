@@ -76,6 +76,7 @@ class Learner:
     rl_updates = _part("update", "rl_updates", writable=True)
     optimizer_state = _part("update", "optimizer_state")
     load_optimizer_state = _part("update", "load_optimizer_state")
+    reset_moments = _part("update", "reset_moments")
 
     def train_step(self, trajectories: Sequence[TrajectoryTokens], rewards: Sequence[float],
                    pad_to: int | None = None) -> dict[str, float]:

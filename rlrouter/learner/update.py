@@ -160,6 +160,12 @@ class UpdateStep:
         return {"sft/nll": nll_sum, "sft/grad_norm": float(grad_norm), "sft/tokens": float(total),
                 "time/sft_s": time.perf_counter() - t0}
 
+    def reset_moments(self) -> None:
+        """Forget AdamW's moments (and its step count): RL starts with a fresh optimizer, as a run started
+        with ``init_from`` does. The cold start's last gradients otherwise keep moving the weights through the
+        first RL steps (momentum 0.9: about ten steps' worth), whatever RL's own gradients say."""
+        self.optimizer.state.clear()
+
     def _warm_up_lr(self) -> None:
         """RL update k of ``lr_warmup_steps`` W runs at k/W of each group's learning rate (verl's warm-up);
         the clock is ``rl_updates``, so the cold start's steps do not count and a restore keeps it."""

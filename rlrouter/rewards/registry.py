@@ -23,6 +23,7 @@ from rlrouter.config import to_plain
 from rlrouter.rewards.base import CombinedReward, RewardConfigError
 from rlrouter.rewards.budget import ToolBudgetReward
 from rlrouter.rewards.classification import AccuracyReward, CalibrationReward, CustomReward, MacroF1Reward
+from rlrouter.rewards.route_table import RouteTableReward
 from rlrouter.rewards.router_r1 import (
     RouterR1CostReward,
     RouterR1FormatReward,
@@ -40,6 +41,7 @@ REGISTRY: dict[str, Callable[..., Callable[..., Any]]] = {
     "macro_f1": MacroF1Reward,
     "calibration": CalibrationReward,
     "custom": CustomReward,
+    "route_table": RouteTableReward,
 }
 
 

@@ -570,7 +570,8 @@ def score_trajectories(reward: Any, trajs: Sequence[Any]) -> list[Any]:
     totals = reward(prompts, texts, ground_truth=[list(t.item["ground_truth"]) for t in trajs],
                     route_costs=[t.cost for t in trajs], tool_calls=[[r.model for r in t.routes] for t in trajs],
                     call_outcomes=[call_outcomes(t) for t in trajs],
-                    candidate_models=[t.item.get("candidate_models") or None for t in trajs])
+                    candidate_models=[t.item.get("candidate_models") or None for t in trajs],
+                    id=[t.item.get("id") for t in trajs])
     parts = router_r1_part(reward).last_scores
     return [replace(s, total=float(t if t is not None else s.total)) for s, t in zip(parts, totals)]
 

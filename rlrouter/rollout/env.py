@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol, Sequence
 from rlrouter.pool.base import Candidate, CandidateResponse
 from rlrouter.protocol import extract_answer, failed_call_error, format_information, parse_turn
 from rlrouter.rollout.parsing import TrajectoryTokens
-from rlrouter.rollout.prompt import build_prompt, render_chat
+from rlrouter.rollout.prompt import ACTIONS, build_prompt, render_chat
 from rlrouter.selector.aggregate import states_answer
 
 NO_ROUTE_ERROR = "Error: this turn made no call."
@@ -53,6 +53,12 @@ class EnvConfig:
     top_p: float = 1.0
     info_max_chars: int = 600
     """A candidate's reply is cut to this many characters in ``<information>`` (small policy context)."""
+    action: str = "subquery"
+    """How the policy routes: ``subquery`` (Router-R1's ``<search>MODEL: sub-query</search>``) or ``compact``
+    (``<search>MODEL</search>``: the call asks the trajectory's question itself, and the prompt is the short
+    ``COMPACT_TEMPLATE``). Compact puts the whole gradient of a route on the candidate's name: with replay
+    candidates answering the original question, a sub-query's 60-odd tokens change nothing the reward sees.
+    A compact route is valid in either mode."""
     replay_query: str = "original"
     """Replay candidates answer the trajectory's original question ("original"; logged outcomes exist only
     for it) or the policy's sub-query ("subquery", fuzzy-matched)."""
@@ -94,6 +100,8 @@ class EnvConfig:
         if not 0.0 <= self.greedy_frequency_penalty <= 2.0:
             raise ValueError("rollout.env.greedy_frequency_penalty: must be in [0, 2] (OpenAI's range, "
                              f"non-negative), got {self.greedy_frequency_penalty}")
+        if self.action not in ACTIONS:
+            raise ValueError(f"rollout.env.action: expected one of {ACTIONS}, got {self.action!r}")
         if self.replay_query not in ("original", "subquery"):
             raise ValueError(f"rollout.env.replay_query: 'original' or 'subquery', got {self.replay_query!r}")
 
@@ -191,7 +199,8 @@ def sample_seed(base: int, *parts: Any) -> int:
 def prompt_ids(tokenizer: Any, question: str, candidates: Sequence[Candidate], cfg: EnvConfig,
                system_prompt: str | None = None) -> list[int]:
     """The policy's prompt tokens: chat-rendered Router-R1 prompt plus the assistant prefill."""
-    text = render_chat(tokenizer, build_prompt(question, candidates, cfg.max_turns or None), system=system_prompt)
+    text = render_chat(tokenizer, build_prompt(question, candidates, cfg.max_turns or None, cfg.action),
+                       system=system_prompt)
     return tokenizer.encode(text + cfg.prefill, add_special_tokens=False)
 
 
@@ -287,7 +296,9 @@ class RouterEnv:
                     t.tokens.add_policy(out_ids, getattr(out_ids, "logprobs", None))
                 chunk = self.tokenizer.decode(out_ids, skip_special_tokens=True)
                 t.text += chunk
-                parsed = parse_turn(chunk, allowed[t.prompt_index])
+                # the prefill opens the first turn (a prefill of "<search>" leaves the policy only the name)
+                opened = self.cfg.prefill if turn == 0 and id(t) not in given else ""
+                parsed = parse_turn(opened + chunk, allowed[t.prompt_index])
                 if parsed.kind == "answer" and parsed.ok:
                     t.answer, t.done = parsed.content, True
                 elif final:
@@ -299,7 +310,8 @@ class RouterEnv:
                     model = parsed.call.model
                     # a written first turn's sub-query is the question cut short for the policy to read; the call
                     # asks the question itself, as a replay candidate's does (live candidates included)
-                    original = id(t) in given or (model in self._replay and self.cfg.replay_query == "original")
+                    original = (id(t) in given or not parsed.call.query
+                                or (model in self._replay and self.cfg.replay_query == "original"))
                     query = t.item["query"] if original else parsed.call.query
                     t.routes.append(RouteRecord(model=model, query=parsed.call.query))
                     if t.item.get("stop_at_call") and len(t.routes) >= t.item["stop_at_call"]:

@@ -277,6 +277,14 @@ class RolloutGroup:
                                               for i, (a, b) in enumerate(spans) if b > a})
         return [x for i in sorted(got) for x in got[i]]
 
+    def next_token_logprobs(self, prompts: list[list[int]], token_ids: list[int], k: int = 20) -> list[list[float]]:
+        """``RolloutWorker.next_token_logprobs`` over the workers: the policy's log-prob of each of
+        ``token_ids`` as the next token of each prompt (the learning test reads its route probabilities so)."""
+        spans = worker_spans(len(prompts), len(self.workers))
+        got = self._call_all("next_token_logprobs", {i: (prompts[a:b], list(token_ids), k)
+                                                     for i, (a, b) in enumerate(spans) if b > a})
+        return [x for i in sorted(got) for x in got[i]]
+
     def worker_serials(self) -> list[int]:
         """The sync serial each worker serves now (tests, diagnostics)."""
         return self._ray.get([w.serving_serial.remote() for w in self.workers])

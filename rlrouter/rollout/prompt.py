@@ -9,6 +9,7 @@ contexts and every prompt token is paid at every turn.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,13 +27,38 @@ Candidates (price in USD per 1M tokens, input / output):
 {candidates}
 Example:
 Question: What is 17 * 23?
-<think>I should ask a cheap candidate.</think>
+<think>I should ask a candidate.</think>
 <search>{example_model}: What is 17 * 23?</search>
 <information>17 * 23 = 391</information>
 <think>The reply says 391.</think>
 <answer>391</answer>
 
 Question: {question}"""
+
+
+COMPACT_TEMPLATE = """\
+Route the question to one candidate LLM: the one that answers it best for its price. Write \
+<search>MODEL</search> with MODEL exactly one of the names below; it answers the question itself and \
+its reply comes back inside <information> ... </information>.{turn_rule} Give the final answer inside \
+<answer> ... </answer>.
+Candidates (price in USD per 1M tokens, input / output):
+{candidates}
+
+Question: {question}"""
+"""``rollout.env.action: compact``: the route is the candidate's name alone, so every policy token of the
+action decides the reward (with ``replay_query: original`` a sub-query changes nothing the candidate
+answers). No worked example: an example names a candidate, and a name shown in every prompt is a pull
+toward it."""
+
+ACTIONS = ("subquery", "compact")
+
+
+def example_candidate(question: str, candidates: Sequence[Candidate]) -> Candidate:
+    """The candidate the worked example routes to: one drawn from the question's hash, so over a dataset
+    every candidate is shown about equally often and none is favoured by the prompt (an example that always
+    names the cheapest is a pull toward it once the policy's own preference weakens)."""
+    digest = hashlib.blake2b(question.strip().encode(), digest_size=4).digest()
+    return candidates[int.from_bytes(digest, "little") % len(candidates)]
 
 
 def _number(x: float) -> str:
@@ -49,12 +75,17 @@ def describe_candidate(candidate: Candidate) -> str:
     return line
 
 
-def build_prompt(question: str, candidates: Sequence[Candidate], max_turns: int | None = 4) -> str:
+def build_prompt(question: str, candidates: Sequence[Candidate], max_turns: int | None = 4,
+                 action: str = "subquery") -> str:
     """The user message of one rollout: rules, the candidate list, then the question.
 
     ``max_turns`` (the rollout's limit on route calls) is stated so the policy can learn to stop
-    early; ``None`` leaves the limit out.
+    early; ``None`` leaves the limit out. ``action``: ``subquery`` (Router-R1's ``<search>MODEL:
+    sub-query</search>``, with a worked example) or ``compact`` (``<search>MODEL</search>``,
+    ``COMPACT_TEMPLATE``).
     """
+    if action not in ACTIONS:
+        raise ValueError(f"rollout.env.action: expected one of {ACTIONS}, got {action!r}")
     if not isinstance(question, str) or not question.strip():
         raise ValueError("question: must be a non-empty string")
     if not candidates:
@@ -67,10 +98,11 @@ def build_prompt(question: str, candidates: Sequence[Candidate], max_turns: int 
     if max_turns is not None and max_turns < 1:
         raise ValueError(f"max_turns: must be >= 1 or None, got {max_turns!r}")
     turn_rule = f" At most {max_turns} calls." if max_turns is not None else ""
-    # the example routes to the cheapest candidate: the lesson we want first is "cheap is fine"
-    cheapest = min(candidates, key=lambda c: (c.price_in + c.price_out, c.name))
-    return TEMPLATE.format(turn_rule=turn_rule, candidates="\n".join(describe_candidate(c) for c in candidates),
-                           example_model=cheapest.name, question=question.strip())
+    listed = "\n".join(describe_candidate(c) for c in candidates)
+    if action == "compact":
+        return COMPACT_TEMPLATE.format(turn_rule=turn_rule, candidates=listed, question=question.strip())
+    return TEMPLATE.format(turn_rule=turn_rule, candidates=listed,
+                           example_model=example_candidate(question, candidates).name, question=question.strip())
 
 
 def render_chat(tokenizer: Any, prompt: str, system: str | None = None) -> str:

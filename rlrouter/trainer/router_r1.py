@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -213,8 +213,12 @@ class RouterR1Trainer:
         self.restarts = 0
         self.reward: Any = None
 
-    def fit(self) -> dict[str, Any]:
+    def fit(self, probe: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
         """Train for ``total_steps`` steps; returns the last step's metrics.
+
+        ``probe``: called with the step number after the start (0) and after every step, once the engines
+        serve that step's weights; the metrics it returns join the step's row (the learning test reads the
+        policy's route probabilities with it).
 
         If a learner rank dies, Ray Train restarts the ranks from their last checkpoint
         (``FailureConfig``) and the pending call raises ``WorkersRestarted``: the run starts again
@@ -227,8 +231,8 @@ class RouterR1Trainer:
                 if start > 0:  # rows of steps after the checkpoint are logged again as they are replayed
                     cut_metrics(self.out / "metrics.jsonl", start)
                 logger = MetricsLogger(self.out, run_name=self.out.name, append=start > 0)
-                if self._evaluate and start == 0:
-                    logger.log(0, self.validate())  # the cold-start level
+                if (self._evaluate or probe is not None) and start == 0:  # the cold-start level
+                    logger.log(0, {**(self.validate() if self._evaluate else {}), **(probe(0) if probe else {})})
                 last: dict[str, Any] = {}
                 with Progress(cfg.total_steps, "router-r1", initial=start, enabled=cfg.progress) as bar, \
                         closing(logger):
@@ -237,6 +241,8 @@ class RouterR1Trainer:
                         done = step + 1
                         if self._evaluate and (done % cfg.eval_every == 0 or done == cfg.total_steps):
                             metrics.update(self.validate())
+                        if probe is not None:
+                            metrics.update(probe(done))
                         if done % cfg.checkpoint_every == 0 or done == cfg.total_steps:
                             self._save_checkpoint(done, metrics)
                         logger.log(done, metrics)
@@ -267,7 +273,8 @@ class RouterR1Trainer:
                 self._cold_start()
                 # the cold-start checkpoint: where RL starts, and a start for other runs (``init_from``)
                 self._save_checkpoint(0, {})
-            self.learners.reset_reference()  # the KL reference is the policy RL starts from
+            # the KL reference is the policy RL starts from, and RL's optimizer starts fresh (no cold-start momentum)
+            self.learners.reset_reference()
         sync_policy(cfg, self.learners, self.rollout)
         return state.step
 

@@ -57,7 +57,7 @@ def test_group_advantages_reject_a_batch_that_is_not_whole_groups():
 
 def test_token_advantages_broadcast_on_policy_tokens_only():
     mask = T([[0, 1, 1, 0], [0, 1, 0, 1]])
-    adv = compute_grpo_advantages(T([1.0, 0.0]), mask, GRPOConfig(group_size=2))
+    adv = compute_grpo_advantages(T([1.0, 0.0]), mask, GRPOConfig(group_size=2, scale_by_std=True))
     a = 0.5 / math.sqrt(0.5)  # mean 0.5, Bessel std sqrt(0.5) = 0.707107
     assert close(adv, [[0.0, a, a, 0.0], [0.0, -a, 0.0, -a]])
 
@@ -67,7 +67,7 @@ def test_kl_in_reward_enters_the_group_comparison():
     mask = T([[0, 1, 1], [0, 1, 1]])
     old_logp = T([[0.0, -1.0, -1.0], [0.0, -1.0, -1.0]])
     ref_logp = T([[0.0, -1.3, -1.1], [0.0, -1.0, -1.0]])
-    cfg = GRPOConfig(group_size=2, kl={"coef": 0.5, "estimator": "k1", "in_reward": True})
+    cfg = GRPOConfig(group_size=2, scale_by_std=True, kl={"coef": 0.5, "estimator": "k1", "in_reward": True})
     adv = compute_grpo_advantages(T([1.0, 1.0]), mask, cfg, old_logp, ref_logp)
     # rewards 1 - 0.5 * 0.4 = 0.8 and 1.0 -> -+0.1 / std(0.1414) = -+0.707107
     a = 0.1 / math.sqrt(0.02)
@@ -207,3 +207,16 @@ def test_grpo_teaches_a_tiny_policy_to_prefer_the_rewarded_token():
     assert p_first[2] > 0.9
     # rows 1 and 2 only ever predict the observation token (masked): no gradient may reach them
     assert torch.equal(policy.table.weight[1:3], torch.zeros(2, 4))
+
+
+def test_the_default_advantage_is_the_reward_minus_the_group_mean():
+    """Logged rewards are fixed per (question, candidate): the default does not divide by the group's std, so
+    a 0.04 gap between two samples counts 0.04, not as much as a right/wrong gap (rlrouter.algos.bandit)."""
+    assert GRPOConfig().scale_by_std is False
+    mask = torch.ones(4, 1)
+    small = compute_grpo_advantages(T([0.90, 0.86, 0.90, 0.86]), mask, GRPOConfig(group_size=4))
+    large = compute_grpo_advantages(T([0.90, 0.00, 0.90, 0.00]), mask, GRPOConfig(group_size=4))
+    assert close(small.squeeze(-1), [0.02, -0.02, 0.02, -0.02]) and close(large.squeeze(-1), [0.45, -0.45, 0.45, -0.45])
+    with_std = GRPOConfig(group_size=4, scale_by_std=True)
+    assert close(compute_grpo_advantages(T([0.90, 0.86, 0.90, 0.86]), mask, with_std),
+                 compute_grpo_advantages(T([0.90, 0.00, 0.90, 0.00]), mask, with_std), atol=1e-3)

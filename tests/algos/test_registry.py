@@ -35,8 +35,9 @@ def test_unknown_name_lists_the_registered_ones(lookup, kind):
 
 
 def test_learner_config_rejects_an_unknown_estimator_or_loss_early():
-    with pytest.raises(ValueError, match=r"adv_estimator: unknown 'rloo', registered: \['gae', 'grpo'\]"):
-        LearnerConfig(grpo={"adv_estimator": "rloo"})
+    with pytest.raises(ValueError, match=r"adv_estimator: unknown 'vtrace', registered: "
+                                         r"\['batch_std', 'gae', 'grpo', 'rloo'\]"):
+        LearnerConfig(grpo={"adv_estimator": "vtrace"})
     with pytest.raises(ValueError, match=r"policy_loss: unknown 'gspo', registered: \['grpo', 'ppo'\]"):
         LearnerConfig(algo="ppo", ppo={"policy_loss": "gspo"})
     with pytest.raises(ValueError, match=r"learner.algo: unknown 'dpo', registered: \['grpo', 'ppo'\]"):

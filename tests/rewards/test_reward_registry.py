@@ -19,6 +19,7 @@ MINIMAL = {
     "macro_f1": {},
     "calibration": {},
     "custom": {"fn": "rlrouter.rewards.router_r1:normalize_answer"},
+    "route_table": {"table": {"q": {"a": 1.0}}},
 }
 
 

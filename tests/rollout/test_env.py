@@ -303,3 +303,23 @@ def test_note_last_call_ends_only_the_block_that_the_answer_only_turn_follows():
         "\n\n<information>#### 3\n" + LAST_CALL_NOTE + "</information>\n\n")
     with pytest.raises(ValueError, match="rollout.env.note_last_call"):
         EnvConfig(note_last_call=1)
+
+
+def test_a_compact_route_opened_by_the_prefill_asks_the_question_itself():
+    """``action: compact`` with the turn opened by ``<search>``: the policy writes only the name, the prefill
+    and the name parse as one route, and the call sends the trajectory's question, to a live candidate too."""
+    pool = FakePool()
+
+    def generate(prompts, specs):
+        text = "".join(chr(i) for i in prompts[0])
+        assert "<search>MODEL</search>" in text and text.endswith("<search>")  # the compact prompt, opened
+        return [[ord(c) for c in "small</search>"] for _ in prompts]
+
+    env = RouterEnv(EnvConfig(prefill="<search>", action="compact", max_turns=1), CharTokenizer(), pool, generate)
+    routed, stopped = env.run([{"query": "what is 6*7?", "id": "a"},
+                               {"query": "what is 6*8?", "id": "b", "stop_at_call": 1}])
+    assert [(r.model, r.query) for r in routed.routes] == [("small", "")] and routed.protocol_errors == 0
+    assert pool.calls[0] == [("small", "what is 6*7?")]  # only the unstopped one was sent
+    assert stopped.done and stopped.text == "<search>small</search>" and stopped.tokens.num_policy_tokens == 14
+    with pytest.raises(ValueError, match="rollout.env.action"):
+        EnvConfig(action="short")

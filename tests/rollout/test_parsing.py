@@ -255,3 +255,14 @@ def test_real_tokenizer_trajectory_round_trip(tokenizer):
     assert parse_turn(turn1, [c.name for c in candidates]).call == RouteCall("mixtral-8x7b-instruct-v0.1",
                                                                             "What is 17 * 23?")
     assert extract_answer(full[len(prompt_text):]) == "391"
+
+
+def test_a_compact_route_is_the_name_alone_and_passes_the_format_check():
+    from rlrouter.protocol import check_format, read_route
+
+    assert parse_route(" Mixtral-8x7B-Instruct-v0.1 ", NAMES) == RouteCall("mixtral-8x7b-instruct-v0.1", "")
+    assert read_route("mixtral-8x7b-instruct-v0.1", NAMES) == RouteCall("mixtral-8x7b-instruct-v0.1", "")
+    check_format("<think>a</think><search>mixtral-8x7b-instruct-v0.1</search><information>i</information>"
+                 "<answer>x</answer>", NAMES)
+    # a name with a colon and nothing after it is still a malformed sub-query route
+    assert isinstance(parse_route("mixtral-8x7b-instruct-v0.1:", NAMES), str)

@@ -42,17 +42,36 @@ def test_max_turns_is_stated_or_left_out():
     assert "At most" not in build_prompt(QUESTION, [GPT4], max_turns=None)
 
 
-def test_the_example_is_a_valid_trajectory_routing_to_the_cheapest_candidate():
+def test_the_example_is_a_valid_trajectory_and_favours_no_candidate():
+    from collections import Counter
+
     from rlrouter.rewards.router_r1 import RouterR1FormatReward
 
     candidates = [GPT4, MIXTRAL, TINY]
     names = [c.name for c in candidates]
-    block = re.search(r"^Example:\nQuestion: [^\n]*\n(.*?)\n\nQuestion:", build_prompt(QUESTION, candidates),
-                      re.MULTILINE | re.DOTALL).group(1)
-    turn = parse_turn(block, names)
-    assert turn.ok and turn.call is not None and turn.call.model == "tiny"
-    # the whole worked example is what the format reward accepts (0), not a -1 lesson
-    assert RouterR1FormatReward(names)([QUESTION], [block]) == [0.0]
+    shown = Counter()
+    for k in range(300):
+        question = f"{QUESTION} (variant {k})"
+        block = re.search(r"^Example:\nQuestion: [^\n]*\n(.*?)\n\nQuestion:", build_prompt(question, candidates),
+                          re.MULTILINE | re.DOTALL).group(1)
+        turn = parse_turn(block, names)
+        assert turn.ok and turn.call is not None
+        shown[turn.call.model] += 1
+        if k == 0:  # the whole worked example is what the format reward accepts (0), not a -1 lesson
+            assert RouterR1FormatReward(names)([question], [block]) == [0.0]
+    # over a dataset every candidate is the example's about a third of the time (300 draws: sd ~8)
+    assert set(shown) == set(names) and all(70 <= v <= 130 for v in shown.values()), shown
+    # a question always gets the same example (the prompt is a function of the question)
+    assert build_prompt(QUESTION, candidates) == build_prompt(QUESTION, candidates)
+
+
+def test_compact_prompt_asks_for_the_name_alone_and_shows_no_candidate_as_an_example():
+    prompt = build_prompt(QUESTION, [GPT4, MIXTRAL], max_turns=1, action="compact")
+    assert "<search>MODEL</search>" in prompt and "Example" not in prompt and "At most 1 calls." in prompt
+    assert prompt.endswith(f"Question: {QUESTION}")
+    assert prompt.count(GPT4.name) == prompt.count(MIXTRAL.name) == 1  # each named once, in the list
+    with pytest.raises(ValueError, match="rollout.env.action"):
+        build_prompt(QUESTION, [GPT4], action="short")
 
 
 @pytest.mark.parametrize("question, candidates, max_turns, field", [
