@@ -116,15 +116,17 @@ def plot(result: dict, path: Path) -> None:
                         ms=3, label=f"LLM {est}")
             for name in ("exact_ascent", "thompson", "tabular_grpo", "tabular_grpo_std"):
                 r = refs[name]
-                ep = r["episodes_per_step"] or 48
+                ep = r["episodes_per_step"] or 48  # exact ascent samples nothing: its step drawn as a learner's
                 xs = [i * ep for i in range(len(r["p_optimal"]))]
-                ax.plot(xs, [p[c] for p in r["p_optimal"]], ls="--", lw=1, label=name)
+                label = "exact ascent (x: steps x 48)" if name == "exact_ascent" else name
+                ax.plot(xs, [p[c] for p in r["p_optimal"]], ls="--", lw=1, label=label)
             ax.set_xscale("symlog", linthresh=100)
             ax.set_ylim(-0.02, 1.02)
             ax.set_title(f"{start}: context {c} (gap {result['task']['gaps'][c]:.2f})", fontsize=9)
             ax.set_xlabel("episodes")
             if c == 0:
                 ax.set_ylabel("P(optimal candidate)")
+                ax.legend(fontsize=6)
         ax = axes[row][n_ctx]
         for est, r in real.items():
             ep = r["episodes_per_step"]
@@ -145,7 +147,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--work", default=str(ROOT / "outputs" / "bench_rl_bandit"))
     ap.add_argument("--out", default=str(RESULTS / "rl_bandit.json"))
+    ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from the JSON at --out")
     args = ap.parse_args()
+    if args.plot_only:
+        plot(json.loads(Path(args.out).read_text()), Path(args.out).with_suffix(".png"))
+        return
     from rlrouter.algos.bandit import routing_bandit
     from rlrouter.trainer.bandit_run import LR
 

@@ -833,6 +833,30 @@ SERVE_FIGURES += [
 INTENT = "docs/intent.md"
 
 
+def _bandit_readme(d: dict[str, Any]) -> str:
+    grpo = d["real_stack"]["uniform"]["grpo"]
+    return f"learns the 0.3-gap context (P(best) {grpo['final_p_optimal'][0]:.2f} after {grpo['episodes']:,} episodes)"
+
+
+def _bandit_tabular(d: dict[str, Any]) -> str:
+    ref = d["references"]["uniform"]
+    ok = min(ref["tabular_grpo"]["final_p_optimal"]) > 0.9 and min(ref["tabular_rloo"]["final_p_optimal"]) > 0.9
+    trapped = all(p > 0.9 for p in ref["tabular_grpo_std"]["p_trap"][-1][1:])
+    return ("the tabular `grpo_std` ends on the trap in the 0.1 and 0.03 contexts" if ok and trapped
+            else NEVER_IN_A_DOC)
+
+
+BANDIT_FIGURES = [
+    Figure("README.md", "rl_bandit.json", "", _bandit_readme, "README: learning test"),
+    Figure("docs/router_r1.md", "rl_bandit.json", "", _bandit_readme, "router_r1: learning test"),
+    Figure("docs/router_r1.md", "rl_bandit.json", "", _bandit_tabular, "router_r1: tabular trap"),
+    Figure("docs/router_r1.md", "rl_bandit.json", "", lambda d: f"the run below took {d['wall_s']:,.0f} s on 2 cores",
+           "router_r1: learning test wall time"),
+    Figure("docs/router_r1.md", "rl_bandit.json", "task",
+           lambda t: f"the best fixed route is {t['optimum'] - t['best_fixed_route']:.2f} below the optimum",
+           "router_r1: best fixed route"),
+]
+
 README_FIGURES = [
     Figure("README.md", "fresh_clone.json", "",
            lambda d: f"From a fresh clone on this 2-core machine: {d['passed']:,} passed, {d['skipped']} skipped in "
@@ -906,7 +930,7 @@ FLYWHEEL_FIGURES = [
 ]
 
 FIGURES = (FLYWHEEL_FIGURES + OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
-           + TRAINER_FIGURES + SERVE_FIGURES + INTENT_FIGURES + TWO_MODELS_FIGURES + README_FIGURES)
+           + TRAINER_FIGURES + SERVE_FIGURES + INTENT_FIGURES + TWO_MODELS_FIGURES + README_FIGURES + BANDIT_FIGURES)
 
 
 def test_a_failed_condition_cannot_pass() -> None:

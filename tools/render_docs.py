@@ -163,6 +163,35 @@ def flywheel_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- docs/router_r1.md: the learning test (rl_bandit.json, bench_rl_bandit.py) ------------------------------
+
+def rl_bandit_table(report: dict[str, Any]) -> str:
+    """Per start and learner: episodes, final P(optimal) and P(trap) per context, final regret; the real stack's
+    rows first, then the references on the same table."""
+    gaps = report["task"]["gaps"]
+    head = " | ".join(f"P(best) / P(trap), gap {g:.2f}" for g in gaps)
+    lines = [f"| start | learner | episodes | {head} | regret |", "|---|---|---|" + "---|" * len(gaps) + "---|"]
+
+    def row(start: str, name: str, r: dict[str, Any], at: int, episodes: int | None) -> str:
+        cells = " | ".join(f"{b:.2f} / {t:.2f}" for b, t in zip(r["p_optimal"][at], r["p_trap"][at]))
+        return f"| {start} | {name} | {'-' if episodes is None else f'{episodes:,}'} | {cells} | {r['regret'][at]:.3f} |"
+
+    for start, runs in report["real_stack"].items():
+        steps = max((len(r["p_optimal"]) - 1 for r in runs.values()), default=0)
+        for est, r in runs.items():
+            lines.append(row(start, f"SmolLM2 + LoRA, `{est}`", r, -1, r["episodes"]))
+        refs = report["references"][start]
+        r = refs["exact_ascent"]
+        lines.append(row(start, f"exact gradient ascent ({len(r['p_optimal']) - 1} steps)", r, -1, None))
+        for name in ("thompson", *(k for k in refs if k.startswith("tabular_"))):
+            r = refs[name]
+            label = "Thompson sampling" if name == "thompson" else \
+                f"tabular softmax, `{name.removeprefix('tabular_')}` (mean of {r.get('seeds', 1)} seeds)"
+            for at in (steps, len(r["p_optimal"]) - 1):
+                lines.append(row(start, label, r, at, at * r["episodes_per_step"]))
+    return "\n".join(lines)
+
+
 # -- docs/many_models.md and docs/gpu.md: rendered by their own modules ----------------------------------
 
 def many_models_table(report: dict[str, Any]) -> str:
@@ -186,6 +215,7 @@ TABLES = [
     Table("docs/benchmarks.md", "trl steps", ("router_r1.json",), trl_steps_table),
     Table("docs/serve.md", "flywheel", ("flywheel.json",), flywheel_table),
     Table("docs/many_models.md", "many_models aiq", ("many_models.json",), many_models_table),
+    Table("docs/router_r1.md", "rl bandit", ("rl_bandit.json",), rl_bandit_table),
     Table("docs/gpu.md", "gpu check", ("gpu_check_cpu.json", "gpu_check_cuda.json"), gpu_check_table, paths=True),
 ]
 

@@ -133,16 +133,22 @@ def routing_bandit(gaps: tuple[float, ...] = (0.3, 0.1, 0.03), questions: int = 
 
 
 def start_logits(task: BanditTask, start: str) -> np.ndarray:
-    """Per-context logits of a cold start: ``uniform``, or ``wrong`` (60% on ``FILLER``, a bad candidate
-    everywhere, the rest spread evenly)."""
+    """Per-context logits of a cold start: ``uniform``; ``wrong`` (60% on ``FILLER``, a bad candidate
+    everywhere, the rest spread evenly); or ``pair`` (45% on the context's best, 45% on its trap: the groups
+    compare the two from the first step, the start of the short learning test in ``make test``)."""
     n_ctx, n_act = len(task.contexts), len(task.candidates)
     if start == "uniform":
         return np.zeros((n_ctx, n_act))
+    if start == "pair":
+        p = np.full((n_ctx, n_act), 0.1 / (n_act - 2))
+        p[np.arange(n_ctx), task.optimal] = 0.45
+        p[np.arange(n_ctx), list(task.traps)] = 0.45
+        return np.log(p)
     if start == "wrong":
         p = np.full(n_act, 0.4 / (n_act - 1))
         p[task.candidates.index(FILLER)] = 0.6
         return np.tile(np.log(p), (n_ctx, 1))
-    raise ValueError(f"start: 'uniform' or 'wrong', got {start!r}")
+    raise ValueError(f"start: 'uniform', 'wrong' or 'pair', got {start!r}")
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -151,7 +157,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class Curve:
+class LearningCurve:
     """P(optimal) per context and regret, after each step (index 0: the start); ``episodes`` per step."""
 
     episodes_per_step: int
@@ -172,10 +178,10 @@ class Curve:
                 "final_probs": self.probs[-1]}
 
 
-def exact_ascent(task: BanditTask, logits: np.ndarray, steps: int, lr: float) -> Curve:
+def exact_ascent(task: BanditTask, logits: np.ndarray, steps: int, lr: float) -> LearningCurve:
     """Gradient ascent on each context's exact expected reward: ``dJ/dtheta_a = pi_a (mean_a - J)``."""
     theta = logits.astype(float).copy()
-    curve = Curve(episodes_per_step=0)
+    curve = LearningCurve(episodes_per_step=0)
     curve.add(task, softmax(theta))
     for _ in range(steps):
         p = softmax(theta)
@@ -206,7 +212,7 @@ def advantages(estimator: str, rewards: np.ndarray, group_size: int, baseline: n
 
 
 def tabular_run(task: BanditTask, estimator: str, logits: np.ndarray, steps: int, lr: float,
-                prompts_per_step: int = 6, group_size: int = 8, seed: int = 0, critic_lr: float = 0.3) -> Curve:
+                prompts_per_step: int = 6, group_size: int = 8, seed: int = 0, critic_lr: float = 0.3) -> LearningCurve:
     """A per-context softmax trained by sampled groups: each step draws ``prompts_per_step`` questions, samples
     ``group_size`` candidates for each, scores them from the table and moves the logits by the mean of
     ``advantage * grad log pi`` (plain SGD: the estimators differ only in their advantages)."""
@@ -214,7 +220,7 @@ def tabular_run(task: BanditTask, estimator: str, logits: np.ndarray, steps: int
     n_ctx, n_q, n_act = task.rewards.shape
     theta = logits.astype(float).copy()
     value = np.zeros(n_ctx)  # the critic of ``ppo``: one value per context
-    curve = Curve(episodes_per_step=prompts_per_step * group_size)
+    curve = LearningCurve(episodes_per_step=prompts_per_step * group_size)
     curve.add(task, softmax(theta))
     for _ in range(steps):
         p = softmax(theta)
@@ -239,7 +245,7 @@ def tabular_run(task: BanditTask, estimator: str, logits: np.ndarray, steps: int
 
 
 def thompson_run(task: BanditTask, steps: int, pulls_per_step: int = 48, seed: int = 0, noise: float = 0.3,
-                 draws: int = 512) -> Curve:
+                 draws: int = 512) -> LearningCurve:
     """Thompson sampling per context with a Gaussian posterior on each candidate's mean reward (prior
     N(0.5, 1), observation noise ``noise``); ``pulls_per_step`` routed questions a step, as many episodes as a
     learner step. P(optimal) is the chance that a posterior draw ranks the best candidate first."""
@@ -259,7 +265,7 @@ def thompson_run(task: BanditTask, steps: int, pulls_per_step: int = 48, seed: i
         best = sample.argmax(axis=-1)  # (draws, C)
         return np.stack([np.bincount(best[:, c], minlength=n_act) / draws for c in range(n_ctx)])
 
-    curve = Curve(episodes_per_step=pulls_per_step)
+    curve = LearningCurve(episodes_per_step=pulls_per_step)
     curve.add(task, choice_probs())
     for _ in range(steps):
         for _ in range(pulls_per_step):

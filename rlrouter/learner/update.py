@@ -115,7 +115,12 @@ class UpdateStep:
                     metrics_acc[k] = metrics_acc.get(k, 0.0) + float(v) * float(weight)
             params = [p for g in self.optimizer.param_groups for p in g["params"]]
             grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-            self.optimizer.step()
+            if float(grad_norm) > 0.0:
+                self.optimizer.step()
+            else:
+                # no gradient (every group tied, no KL or entropy term): the weights stay where they are;
+                # AdamW's momentum would otherwise keep moving them along the last steps' direction
+                metrics_acc["learner/skipped_updates"] = metrics_acc.get("learner/skipped_updates", 0.0) + 1.0
             metrics_acc["learner/grad_norm"] = metrics_acc.get("learner/grad_norm", 0.0) + float(grad_norm)
             n_updates += 1
         self.version += 1

@@ -6,7 +6,7 @@ The policy sees one short prompt per context (``rollout.env.action: compact``) w
 ``<search>``, so its first generated token names the candidate: the route probabilities after each step
 are read exactly from the engine (``next_token_logprobs`` of each name's first token). A cold start on
 demonstrations sets the start (``uniform``: every candidate equally; ``wrong``: 60% the worst), then RL
-steps with the chosen advantage estimator. What comes back is the same ``Curve`` the tabular references
+steps with the chosen advantage estimator. What comes back is the same ``LearningCurve`` the tabular references
 give, so the curves can be drawn side by side.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rlrouter.algos.bandit import BanditTask, Curve, softmax, start_logits
+from rlrouter.algos.bandit import BanditTask, LearningCurve, softmax, start_logits
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.rollout.env import EnvConfig, prompt_ids
 from rlrouter.rollout.parsing import TrajectoryTokens
@@ -31,6 +31,12 @@ ENV = {"action": "compact", "max_turns": 1, "max_new_tokens": 8, "max_total_toke
 """The bandit's rollout: one compact route, the turn opened by ``<search>`` (the first token is the decision)."""
 PRICES = {"river": 1.0, "stone": 1.0, "pine": 1.0, "delta": 0.2, "owl": 0.5}
 """Prices the prompt shows (the trap is the cheapest, as Mistral-7B is); the reward is the table's."""
+
+LR = 2e-4
+"""The LoRA learning rate of the bandit runs. With AdamW every step moves each weight by about ``lr``
+whatever the gradient's size, and the contexts share every weight: at 1e-3 one step moved all three contexts
+the same way and the policy ended on one fixed route within two steps; at 1e-4 every context's P(optimal)
+rose step by step (docs/router_r1.md)."""
 
 ESTIMATOR_LEARNER: dict[str, dict[str, Any]] = {
     "grpo_std": {"algo": "grpo", "grpo": {"scale_by_std": True, "adv_estimator": "grpo"}},
@@ -71,7 +77,7 @@ def reward_config(task: BanditTask) -> list[dict[str, Any]]:
             {"name": "route_table", "table": task.table(), "weight": 1.0}]
 
 
-def demonstrations(task: BanditTask, tokenizer: Any, candidates: list[Any], start: str, per_context: int = 40,
+def bandit_demonstrations(task: BanditTask, tokenizer: Any, candidates: list[Any], start: str, per_context: int = 40,
                    seed: int = 0) -> list[TrajectoryTokens]:
     """Cold-start demonstrations: per context, ``per_context`` routes drawn from the start's distribution
     (``start_logits``), each the prompt followed by ``NAME</search>``."""
@@ -117,12 +123,12 @@ class RouteProbe:
 
 
 def run_bandit(task: BanditTask, estimator: str, start: str, rollout: Any, resources: Any, out_dir: Path,
-               steps: int = 30, lr: float = 2e-3, prompts_per_step: int = 6, n_samples: int = 8,
+               steps: int = 30, lr: float = LR, prompts_per_step: int = 6, n_samples: int = 8,
                warmup_steps: int = 20, warmup_lr: float = 2e-3, seed: int = 0,
                learner: dict[str, Any] | None = None) -> dict[str, Any]:
     """One run: a fresh learner group, a cold start to ``start``, ``steps`` RL steps with ``estimator``.
     ``rollout``: a ``RolloutGroup`` built with ``ENV`` and ``pool_config(task)`` (shared across runs: each run's
-    start syncs its own weights). Returns the curve (``Curve.to_dict``) with each step's wall time and the
+    start syncs its own weights). Returns the curve (``LearningCurve.to_dict``) with each step's wall time and the
     valid-route mass."""
     from rlrouter.learner.group import LearnerGroup
     from rlrouter.models import load_tokenizer
@@ -133,7 +139,7 @@ def run_bandit(task: BanditTask, estimator: str, start: str, rollout: Any, resou
     candidates = [pool.get(n) for n in pool.names]
     tokenizer = load_tokenizer("smollm2-135m-instruct")
     probe = RouteProbe(task, tokenizer, candidates, rollout)
-    curve = Curve(episodes_per_step=prompts_per_step * n_samples)
+    curve = LearningCurve(episodes_per_step=prompts_per_step * n_samples)
     masses: list[list[float]] = []
     step_s: list[float] = []
     t_last = [time.perf_counter()]
@@ -149,14 +155,14 @@ def run_bandit(task: BanditTask, estimator: str, start: str, rollout: Any, resou
         return {f"bandit/p_optimal/{c}": float(v) for c, v in enumerate(task.p_optimal(p))} | {
             "bandit/regret": task.regret(p)}
 
-    knobs = {"lr": lr, "lr_warmup_steps": 0, "micro_batch_size": n_samples, "critic_lr": lr,
+    knobs = {"lr": lr, "lr_warmup_steps": 3, "micro_batch_size": n_samples, "critic_lr": lr,
              **{k: v for k, v in ESTIMATOR_LEARNER[estimator].items()}, **(learner or {})}
     train = RouterR1TrainConfig(total_steps=steps, prompts_per_step=prompts_per_step, n_samples=n_samples, seed=seed,
                                 checkpoint_every=max(steps, 1), progress=False, warmup_steps=warmup_steps,
                                 warmup_batch=8, warmup_lr=warmup_lr, out_dir=str(out_dir), reward=reward_config(task),
                                 learner=knobs)
     items = task.items()
-    demos = demonstrations(task, tokenizer, candidates, start, seed=seed)
+    demos = bandit_demonstrations(task, tokenizer, candidates, start, seed=seed)
     t0 = time.perf_counter()
     with LearnerGroup(train, resources, max_failures=0, run_name=f"bandit_{estimator}_{start}") as learners:
         RouterR1Trainer(train, rollout, learners, pool.names, items, demos).fit(probe=measure)

@@ -284,3 +284,18 @@ def test_a_restore_from_a_uri_fetches_the_ranks_own_files_and_leaves_no_folder(l
         assert "optimizer.rank7.pt" not in names and "reference.rank7.safetensors" not in names and "adapter" not in names
         assert names == ({"state.json", "trainable.safetensors", "rng.safetensors", "optimizer.pt"}
                          if load is ck.load_checkpoint else {"state.json", "trainable.safetensors"})
+
+
+def test_a_step_without_gradient_leaves_the_weights_and_a_reset_forgets_the_momentum():
+    """Tied groups and no KL term give no gradient: the weights stay put although AdamW holds momentum from
+    the step before; ``reset_moments`` (RL's start after the cold start) empties the optimizer's state."""
+    lr = Learner(LearnerConfig(lr=5e-3, micro_batch_size=2, grpo={"group_size": 2}))
+    trajs = _trajs(lr.tokenizer)
+    lr.train_step(trajs, [1.0, -1.0, 0.5, 0.0])
+    assert lr.optimizer.state  # momentum from a real step
+    before = {k: v.clone() for k, v in lr.trainable_state().items()}
+    m = lr.train_step(trajs, [1.0, 1.0, 0.0, 0.0])
+    assert m["learner/grad_norm"] == 0.0 and m["learner/skipped_updates"] == 1.0
+    assert all(torch.equal(before[k], v) for k, v in lr.trainable_state().items())
+    lr.reset_moments()
+    assert not lr.optimizer.state

@@ -311,14 +311,17 @@ def test_a_compact_route_opened_by_the_prefill_asks_the_question_itself():
     pool = FakePool()
 
     def generate(prompts, specs):
-        text = "".join(chr(i) for i in prompts[0])
-        assert "<search>MODEL</search>" in text and text.endswith("<search>")  # the compact prompt, opened
+        texts = ["".join(chr(i) for i in p) for p in prompts]
+        if not texts[0].endswith("<search>"):  # the answer-only turn after the call
+            return [[ord(c) for c in "<answer>42</answer>"] for _ in prompts]
+        assert all("<search>MODEL</search>" in t and t.endswith("<search>") for t in texts)  # compact, opened
         return [[ord(c) for c in "small</search>"] for _ in prompts]
 
     env = RouterEnv(EnvConfig(prefill="<search>", action="compact", max_turns=1), CharTokenizer(), pool, generate)
     routed, stopped = env.run([{"query": "what is 6*7?", "id": "a"},
                                {"query": "what is 6*8?", "id": "b", "stop_at_call": 1}])
     assert [(r.model, r.query) for r in routed.routes] == [("small", "")] and routed.protocol_errors == 0
+    assert routed.answer == "42"
     assert pool.calls[0] == [("small", "what is 6*7?")]  # only the unstopped one was sent
     assert stopped.done and stopped.text == "<search>small</search>" and stopped.tokens.num_policy_tokens == 14
     with pytest.raises(ValueError, match="rollout.env.action"):
