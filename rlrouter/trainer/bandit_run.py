@@ -21,8 +21,12 @@ import numpy as np
 
 from rlrouter.algos.bandit import BanditTask, LearningCurve, softmax, start_logits
 from rlrouter.learner.config import RouterR1TrainConfig
+from rlrouter.learner.group import LearnerGroup
+from rlrouter.models import load_tokenizer
+from rlrouter.pool.pool import CandidatePool
 from rlrouter.rollout.env import EnvConfig, prompt_ids
 from rlrouter.rollout.parsing import TrajectoryTokens
+from rlrouter.trainer.router_r1 import RouterR1Trainer
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +134,6 @@ def run_bandit(task: BanditTask, estimator: str, start: str, rollout: Any, resou
     ``rollout``: a ``RolloutGroup`` built with ``ENV`` and ``pool_config(task)`` (shared across runs: each run's
     start syncs its own weights). Returns the curve (``LearningCurve.to_dict``) with each step's wall time and the
     valid-route mass."""
-    from rlrouter.learner.group import LearnerGroup
-    from rlrouter.models import load_tokenizer
-    from rlrouter.pool.pool import CandidatePool
-    from rlrouter.trainer.router_r1 import RouterR1Trainer
-
     pool = CandidatePool.from_config(pool_config(task, out_dir / "pool"))
     candidates = [pool.get(n) for n in pool.names]
     tokenizer = load_tokenizer("smollm2-135m-instruct")
@@ -156,7 +155,7 @@ def run_bandit(task: BanditTask, estimator: str, start: str, rollout: Any, resou
             "bandit/regret": task.regret(p)}
 
     knobs = {"lr": lr, "lr_warmup_steps": 3, "micro_batch_size": n_samples, "critic_lr": lr,
-             **{k: v for k, v in ESTIMATOR_LEARNER[estimator].items()}, **(learner or {})}
+             **ESTIMATOR_LEARNER[estimator], **(learner or {})}
     train = RouterR1TrainConfig(total_steps=steps, prompts_per_step=prompts_per_step, n_samples=n_samples, seed=seed,
                                 checkpoint_every=max(steps, 1), progress=False, warmup_steps=warmup_steps,
                                 warmup_batch=8, warmup_lr=warmup_lr, out_dir=str(out_dir), reward=reward_config(task),
