@@ -50,6 +50,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.ops.headnode import LocalHead, free_ports, kill_tree  # noqa: E402 - needs ROOT on the path
 
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_durability.py", "serve", "rlrouter/serving", "rlrouter/selector",
+            "rlrouter/storage.py")
+
 RESULTS = ROOT / "benchmarks" / "results"
 USERS = {"k-alice": "alice", "k-bob": "bob"}
 ADMIN = "k-ops"
@@ -411,7 +417,7 @@ def main() -> None:
     res = run(args.cycles, args.clients, kill=args.kill)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2))
+    write_result(Path(args.out), res, MEASURES, indent=2)
     print(json.dumps({k: res[k] for k in ("cycles", "kill", "acknowledged", "unanswered", "lost", "over_counted",
                                           "wall_s")}, indent=2))
 

@@ -42,7 +42,6 @@ Writes ``benchmarks/results/escalation.json``, ``.md`` (the table) and ``.png`` 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -51,6 +50,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_escalation.py", "rlrouter/rollout", "rlrouter/rewards", "rlrouter/pool",
+            "rlrouter/trainer", "rlrouter/eval/route_scores.py")
 
 
 def probe(checkpoint: Path, base_model: str, items: list[dict], pool, env_cfg) -> list[dict]:
@@ -361,7 +366,7 @@ def main() -> None:
     result = {"runs": runs, "seconds": time.perf_counter() - t0}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+    write_result(out / f"{args.name}.json", result, MEASURES, indent=1)
     (out / f"{args.name}.md").write_text(markdown(result))
     print(markdown(result))
     plot(result, out / f"{args.name}.png")
@@ -403,7 +408,7 @@ def _groups_main(args: argparse.Namespace) -> None:
     result = {"mode": "groups", "env_changes": changes, "entries": entries, "seconds": time.perf_counter() - t0}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+    write_result(out / f"{args.name}.json", result, MEASURES, indent=1)
     (out / f"{args.name}.md").write_text(groups_markdown(entries))
     print(groups_markdown(entries))
     print(f"wrote {out / (args.name + '.json')} ({result['seconds']:.0f} s)")

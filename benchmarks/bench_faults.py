@@ -38,6 +38,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from rlrouter.data.io import read_jsonl  # noqa: E402
 
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_faults.py", "rlrouter/trainer", "rlrouter/learner", "rlrouter/rollout",
+            "rlrouter/sync", "rlrouter/distributed")
+
 RESULTS = ROOT / "benchmarks" / "results"
 # wall-clock and throughput figures differ between any two runs; everything else must match
 NONDETERMINISTIC = re.compile(r"^(time/|rollout/tokens_per_s|sync/share_of_step)")
@@ -211,7 +217,7 @@ def main() -> None:
         "policy_trained": {"clean": clean["policy_trained"], "faults": faulty["policy_trained"]},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "faults.json").write_text(json.dumps(result, indent=2))
+    write_result(RESULTS / "faults.json", result, MEASURES, indent=2)
     plot(result, RESULTS / "faults.png")
     print(json.dumps({k: result[k] for k in ("completed", "rollout_kills", "learner_kills",
                                              "final_metrics_vs_clean", "policy_trained_equal")}, indent=2))

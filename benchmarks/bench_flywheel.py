@@ -37,7 +37,6 @@ interval above 0; and each canary's measured reward lies where the off-policy es
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
@@ -51,6 +50,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_flywheel.py", "serve", "rlrouter/serving", "rlrouter/selector",
+            "rlrouter/storage.py", "rlrouter/eval", "rlrouter/pool")
 
 RESULTS = ROOT / "benchmarks" / "results"
 LEDGER = RESULTS / "test_ledger.jsonl"
@@ -66,13 +71,14 @@ def test_sources() -> list[str]:
 
 
 def load_tables(split: str) -> dict[str, Any]:
-    """RouterBench's tables of one split as arrays keyed by the logged model names: questions, scores,
-    costs, task."""
-    from rlrouter.data.routerbench import read_routerbench_table
+    """RouterBench's tables of one split as arrays keyed by the logged model names: questions, their ids (as
+    the ledger keys them), scores, costs, task."""
+    from rlrouter.data.routerbench import read_routerbench_table, routerbench_id
 
     tabs = [read_routerbench_table(DATA / f"{t}_{split}.csv", blank_scores="drop", repeated_ids="drop") for t in TASKS]
     names = list(tabs[0].candidates)
     return {"names": names, "questions": [q for t in tabs for q in t.questions()],
+            "ids": [routerbench_id(i) for t in tabs for i in t.ids],
             "scores": np.concatenate([t.scores[:, [t.candidates.index(n) for n in names]] for t in tabs]),
             "costs": np.concatenate([t.costs[:, [t.candidates.index(n) for n in names]] for t in tabs]),
             "task": [s for t, name in zip(tabs, TASKS) for s in [name] * len(t.prompts)]}
@@ -451,17 +457,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "metrics_lines": [ln for ln in metrics.splitlines()
                           if ln.startswith(("rlrouter_router_", "rlrouter_traffic_")) and "_created{" not in ln],
     }
-    if args.ledger:  # this run read the test tables: the ledger says so, and what it read before
-        from rlrouter.eval.ledger import earlier_readings, reading_key, record_reading
+    if args.ledger:  # this run read these test questions: the ledger says so, and how often they were read before
+        from rlrouter.eval.ledger import readings_of, record_reading
 
-        key = reading_key(test_sources())
-        result["ledger"] = {"path": str(args.ledger), "test_key": key, "earlier_readings": len(
-            earlier_readings(args.ledger, test_key=key))}
-        record_reading(args.ledger, test_key=key, test_sources=test_sources(), command=result["command"],
-                       router_types=["traffic_knn", "always"], questions=len(order),
-                       promoted_minus_start=result["promoted_minus_start"])
+        ids = [test["ids"][i] for i in order]
+        before = readings_of(args.ledger, ids)
+        result["ledger"] = {"path": str(args.ledger), "test_key": before["test_key"], "questions": before["questions"],
+                            "readings_before": {"same_questions": len(before["same"]),
+                                                "any_of_them": len(before["overlapping"])}}
+        record_reading(args.ledger, question_ids=ids, test_sources=test_sources(), command=result["command"],
+                       router_types=["traffic_knn", "always"], promoted_minus_start=result["promoted_minus_start"])
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{out_dir}.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_result(Path(f"{out_dir}.json"), result, MEASURES, indent=1)
     plot(result, Path(f"{out_dir}.png"))
     print(f"[flywheel] promoted - start on round {args.rounds}: {diff.value:+.3f} [{diff.lo:+.3f}, {diff.hi:+.3f}]; "
           f"-> {out_dir}.json, .png ({result['seconds']:.0f}s)", flush=True)

@@ -44,6 +44,12 @@ from rlrouter.serving.api import create_app, install  # noqa: E402
 from rlrouter.serving.auth import ApiKeyAuth  # noqa: E402
 from rlrouter.serving.config import ServingConfig  # noqa: E402
 from rlrouter.serving.service import LocalSelectorClient, RouterService  # noqa: E402
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_fuzz.py", "serve", "rlrouter/serving", "rlrouter/selector", "rlrouter/storage.py",
+            "benchmarks/bench_durability.py")
 RESULTS = ROOT / "benchmarks" / "results"
 KEYS = {"k-alice": "alice", "k-bob": "bob"}
 ADMIN_KEY = "k-ops"
@@ -288,7 +294,7 @@ def main() -> None:
     res["command"] = " ".join(["benchmarks/bench_fuzz.py", *sys.argv[1:]])
     out = Path(args.out or RESULTS / ("fuzz.json" if args.inprocess else "fuzz_live.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2, default=str))
+    write_result(out, res, MEASURES, indent=2, default=str)
     print(json.dumps({k: res[k] for k in ("target", "cases", "fuzz_s", "server_errors", "bad_4xx", "by_status")},
                      indent=2))
     for r in res["attacks"]:

@@ -45,6 +45,11 @@ from rlrouter.gmt.simulate import SimConfig  # noqa: E402
 from rlrouter.gmt.train import (GroupBatch, GMTTrainConfig, evaluate, first_k_interactions, fit,  # noqa: E402
                                 pairwise_metrics, temporal_split, to_jsonable)
 
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_gmtrouter.py", "rlrouter/gmt")
+
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("gmtrouter", "global_thompson", "per_user_beta", "query_mlp", "best_single")
 
@@ -201,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                    "threads": args.threads, "sim": SimConfig().__dict__},
               "summary": summarize(runs), "runs": runs, "seconds": time.perf_counter() - t0}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(to_jsonable(report), indent=1))
+    write_result(args.out, to_jsonable(report), MEASURES, indent=1)
     plot(report, args.out.with_suffix(".png"))
     print(json.dumps(to_jsonable(report["summary"]), indent=1))
     return report

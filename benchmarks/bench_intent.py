@@ -23,6 +23,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_intent.py", "rlrouter/intent", "conf/train_intent.yaml", "conf/intent")
 RESULTS = ROOT / "benchmarks" / "results"
 RUN_DIR = ROOT / "outputs" / "bench_intent"
 
@@ -130,7 +135,7 @@ def retime() -> None:
     doc["timing_note"] = ("ms columns re-measured together, round-robin over all adapters, median of "
                           f"{job.eval.timing_rounds} rounds (python benchmarks/bench_intent.py --retime, "
                           f"{time.perf_counter() - t0:.0f} s, load average {os.getloadavg()[0]:.1f} at the end)")
-    out.write_text(json.dumps(doc, indent=1, default=str))
+    write_result(out, doc, MEASURES, indent=1, default=str)
     print(doc["table_markdown"])
     print(doc["timing_note"])
 
@@ -181,7 +186,7 @@ def main() -> None:
     }
     out = RESULTS / "intent.json"
     tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    write_result(tmp, doc, MEASURES, indent=1, default=str)
     tmp.replace(out)
     plot(result, variants, RESULTS / "intent.png")
     print(doc["table_markdown"])

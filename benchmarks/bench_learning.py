@@ -30,6 +30,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_learning.py", "rlrouter/trainer", "rlrouter/learner", "rlrouter/rollout",
+            "rlrouter/algos", "rlrouter/rewards", "rlrouter/sync", "rlrouter/pool", "conf")
 for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
                "TOKENIZERS_PARALLELISM": "false"}.items():
     os.environ.setdefault(_k, _v)
@@ -384,7 +390,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     section["date"] = now
     full["learning"] = section
-    path.write_text(json.dumps(full, indent=2))
+    write_result(path, full, MEASURES, indent=2)
     plot(results, RESULTS / f"{'router_r1_learning_quick' if args.quick else 'router_r1_learning'}.png", args.target)
     if isinstance(results.get("sanity"), dict):
         plot_sanity(results["sanity"], RESULTS / f"router_r1_sanity{'_quick' if args.quick else ''}.png")

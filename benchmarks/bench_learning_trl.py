@@ -33,6 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.bench_learning import compose  # noqa: E402 - needs ROOT on the path
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_learning_trl.py", "rlrouter/trainer", "rlrouter/learner", "rlrouter/rollout",
+            "rlrouter/algos", "rlrouter/rewards", "rlrouter/sync", "rlrouter/pool", "conf")
 for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                "TRL_EXPERIMENTAL_SILENCE": "1"}.items():
     os.environ.setdefault(_k, _v)
@@ -183,7 +189,7 @@ def main() -> None:
            "config": {k: getattr(args, k) for k in ("per_device_train_batch_size", "gradient_accumulation_steps",
                                                      "steps_per_generation", "num_generations", "beta", "loss_type",
                                                      "use_vllm", "learning_rate", "generation_batch_size")}}
-    out_path.write_text(json.dumps(out, indent=1, default=str))
+    write_result(out_path, out, MEASURES, indent=1, default=str)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_llm_confidence.py", "rlrouter/eval/confidence.py")
 WEAK, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 
 
@@ -48,7 +53,7 @@ def main() -> None:
            "corr_all": corr(both), "corr_within_subject": corr(within),
            "command": "python benchmarks/bench_llm_confidence.py"}
     path = ROOT / "benchmarks" / "results" / "llm_confidence.json"
-    path.write_text(json.dumps(res, indent=1))
+    write_result(path, res, MEASURES, indent=1)
     print(json.dumps(res, indent=1))
 
 

@@ -27,6 +27,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_lockbox.py", "rlrouter/eval")
 OUT = ROOT / "benchmarks" / "results"
 LOCKBOX = {"mmlu": "benchmarks/data/lockbox/mmlu", "mt_bench": "benchmarks/data/lockbox/mt_bench"}
 
@@ -82,7 +87,7 @@ def develop(seeds: list[int]) -> dict:
     out["mean_closure"] = {v: float(np.mean([out["seeds"][s][v]["closure_of_gap_to_subject_oracle"] for s in seeds]))
                            for v in VARIANTS}
     out["chosen"] = max(out["mean_closure"], key=out["mean_closure"].get)
-    (OUT / "lockbox_development.json").write_text(json.dumps(out, indent=1, default=float))
+    write_result(OUT / "lockbox_development.json", out, MEASURES, indent=1, default=float)
     table = development_table(out)
     (OUT / "lockbox_development.md").write_text(table + "\n")
     print(table)
@@ -132,7 +137,7 @@ def read() -> dict:
                               "online_second_half": second_half(rep, chosen_name), "stream": rep["online"][chosen_name]}
         with open(ROOT / "benchmarks/results/lockbox_ledger.jsonl") as f:
             out["parts"][part]["date"] = json.loads(f.read().splitlines()[-1])["date"]
-    (OUT / "lockbox.json").write_text(json.dumps(out, indent=1, default=float))
+    write_result(OUT / "lockbox.json", out, MEASURES, indent=1, default=float)
     md = markdown(out)
     (OUT / "lockbox.md").write_text(md + "\n")
     plot(out, OUT / "lockbox_stream.png")
@@ -182,7 +187,7 @@ def explain(part: str = "mmlu") -> dict:
               f"{r['online_strong_share']:.2f} |" for k, r in rows.items()]
     lines.append(f"\nAcross the 10 subjects, correlation with the true gain: learned gain {out['corr_learned_vs_true']:+.2f}, "
                  f"MF's mean score {out['corr_mf_vs_true']:+.2f}.")
-    (OUT / "lockbox_explain.json").write_text(json.dumps(out, indent=1))
+    write_result(OUT / "lockbox_explain.json", out, MEASURES, indent=1)
     (OUT / "lockbox_explain.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return out

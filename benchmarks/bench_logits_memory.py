@@ -23,6 +23,11 @@ sys.path.insert(0, str(ROOT))
 from rlrouter.algos.common import LOGITS_CHUNK  # noqa: E402 - needs ROOT on the path
 from rlrouter.learner.memory import CHUNK_BYTES, LOGITS_BYTES  # noqa: E402
 
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_logits_memory.py", "rlrouter/algos", "rlrouter/learner/memory.py")
+
 RESULTS = ROOT / "benchmarks" / "results"
 VOCAB = 151_936
 RUNS = [("plain", 512), ("plain", 1024), ("chunked", 512), ("chunked", 1024), ("chunked", 2048)]
@@ -53,7 +58,7 @@ def main() -> None:
     res = {"vocab": VOCAB, "chunk": LOGITS_CHUNK, "logits_bytes": LOGITS_BYTES, "chunk_bytes": CHUNK_BYTES,
            "runs": rows, "wall_s": round(time.perf_counter() - t0, 1),
            "command": "benchmarks/bench_logits_memory.py"}
-    Path(args.out).write_text(json.dumps(res, indent=2))
+    write_result(Path(args.out), res, MEASURES, indent=2)
 
 
 if __name__ == "__main__":

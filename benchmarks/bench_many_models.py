@@ -31,6 +31,12 @@ from rlrouter.eval.pool_job import run_pool
 from rlrouter.eval.pool_report import aiq_table, pool_markdown, replace_doc_block
 
 ROOT = Path(__file__).resolve().parents[1]
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_many_models.py", "rlrouter/eval", "rlrouter/data/routerbench.py", "conf/eval",
+            "conf/evaluate_router.yaml")
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "many_models.md"  # its AIQ table is rendered from many_models.json
 
@@ -139,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         (out / f"{stem}.md").write_text(pool_markdown(report))
     else:
         shutil.copyfile(Path(cfg["output_dir"]) / "report.md", out / f"{stem}.md")
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=2))
+    write_result(out / f"{stem}.json", report, MEASURES, indent=2)
     plot(report, out / f"{stem}.png")
     if not args.quick and out == RESULTS:
         replace_doc_block(DOC, "many_models aiq", aiq_table(report))

@@ -18,13 +18,17 @@ Writes benchmarks/results/ope.json and ope.png. Run from the project root:
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_ope.py", "rlrouter/eval")
 
 
 def routers_on_test(max_prompts: int, seed: int):
@@ -122,7 +126,7 @@ def main() -> None:
         "level": 0.95, "true_quality": truth_full, "results": results,
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    (out / "ope.json").write_text(json.dumps(summary, indent=2))
+    write_result(out / "ope.json", summary, MEASURES, indent=2)
     plot(summary, out / "ope.png")
     worst = min((r for r in results if r["ci"] == "clt" and r["mode"] == "population"), key=lambda r: r["coverage"])
     print(f"wrote {out / 'ope.json'} and {out / 'ope.png'}; lowest population CLT coverage: "

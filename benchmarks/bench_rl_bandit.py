@@ -25,16 +25,21 @@ Writes benchmarks/results/rl_bandit.json (per estimator: ``p_optimal``, ``p_trap
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_rl_bandit.py", "rlrouter/algos", "rlrouter/trainer/bandit_run.py",
+            "rlrouter/trainer/router_r1.py", "rlrouter/learner", "rlrouter/rollout", "rlrouter/sync",
+            "rlrouter/rewards")
 for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
                "TOKENIZERS_PARALLELISM": "false"}.items():
     os.environ.setdefault(_k, _v)
@@ -162,9 +167,6 @@ def main() -> None:
     task = routing_bandit()
     t0 = time.perf_counter()
     result = {
-        "command": " ".join(["benchmarks/bench_rl_bandit.py", *sys.argv[1:]]),
-        "date": dt.date.today().isoformat(),
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
         "task": {"contexts": list(task.contexts), "candidates": list(task.candidates),
                  "means": task.means.round(4).tolist(), "gaps": task.gaps.round(4).tolist(),
                  "optimal": task.optimal.tolist(), "traps": list(task.traps),
@@ -177,7 +179,7 @@ def main() -> None:
     result["wall_s"] = time.perf_counter() - t0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    write_result(out, result, MEASURES, indent=1)
     plot(result, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')} ({result['wall_s']:.0f} s)")
 

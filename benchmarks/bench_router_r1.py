@@ -42,6 +42,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_router_r1.py", "rlrouter/trainer", "rlrouter/learner", "rlrouter/rollout",
+            "rlrouter/algos", "rlrouter/sync", "rlrouter/engine.py", "benchmarks/bench_router_r1_trl.py",
+            "benchmarks/bench_router_r1_raw_vllm.py")
+
 for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
                "TOKENIZERS_PARALLELISM": "false", "RLROUTER_ROOT": str(ROOT)}.items():
     os.environ.setdefault(_k, _v)
@@ -550,13 +558,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             res["load_wait"] = quiet
             report[part] = res
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(report, indent=1, default=str))
+            write_result(out, report, MEASURES, indent=1, default=str)
     finally:
         ctx.pool.close_sync()
         ray.shutdown()
     report["seconds"] = time.perf_counter() - t_all
     report["headline"] = headline(report)
-    out.write_text(json.dumps(report, indent=1, default=str))
+    write_result(out, report, MEASURES, indent=1, default=str)
     plot(report, out.with_suffix(".png"))
     print(json.dumps(report["headline"], indent=1))
     return report

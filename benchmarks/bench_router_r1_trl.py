@@ -22,6 +22,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_router_r1_trl.py", "rlrouter/rewards")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -101,7 +106,7 @@ def main() -> None:
                                                      "num_generations", "max_completion_length", "beta",
                                                      "loss_type", "use_vllm", "learning_rate",
                                                      "generation_batch_size", "steps_per_generation")}}
-    out_path.write_text(json.dumps(out, indent=1, default=str))
+    write_result(out_path, out, MEASURES, indent=1, default=str)
 
 
 if __name__ == "__main__":

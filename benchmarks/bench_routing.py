@@ -55,6 +55,13 @@ LEDGER = ROOT / "benchmarks" / "results" / "test_ledger.jsonl"
 """Where every --evaluate reading of held-out questions is recorded (``rlrouter.eval.ledger``)."""
 sys.path.insert(0, str(ROOT))
 
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_routing.py", "rlrouter/trainer", "rlrouter/learner", "rlrouter/rollout",
+            "rlrouter/algos", "rlrouter/rewards", "rlrouter/sync", "rlrouter/pool", "conf",
+            "rlrouter/eval/route_scores.py")
+
 ALPHAS = [round(0.02 * i, 2) for i in range(51)]
 ESCALATION_ALPHAS = [0.36, 0.5, 0.6]
 
@@ -555,14 +562,14 @@ def record_evaluation(scored: Path, test_split: Path, ledger: Path = LEDGER) -> 
     the ledger of test readings (``rlrouter.eval.ledger``), keyed by the question ids read."""
     import pandas as pd
 
-    from rlrouter.eval.ledger import reading_key, record_reading
+    from rlrouter.eval.ledger import record_reading
 
     rows = pd.read_parquet(test_split)
     ids = [str(i) for i in (rows["id"] if "id" in rows else rows["query"])]
     routing = json.loads((Path(scored) / "report.json").read_text()).get("routing") or {}
-    return record_reading(ledger, test_key=reading_key(ids), test_sources=[str(test_split)], router_types=["router_r1"],
+    return record_reading(ledger, question_ids=ids, test_sources=[str(test_split)], router_types=["router_r1"],
                           command="benchmarks/bench_routing.py --evaluate", run=Path(scored).name,
-                          questions=len(ids), policy_minus_best_fixed=routing.get("policy_minus_best_fixed"))
+                          policy_minus_best_fixed=routing.get("policy_minus_best_fixed"))
 
 
 def held_out_rows(run: Path, test: list[dict]) -> list[dict]:
@@ -717,7 +724,7 @@ def main() -> None:
     result["seconds"] = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+    write_result(out / f"{args.name}.json", result, MEASURES, indent=1)
     md = "".join(f"### {mix}\n\n{sweep_table(sweep)}\n" for mix, sweep in sweeps.items())
     md += "".join(f"### telling each task's routes apart: {mix}\n\n{gap_table(sweep)}\n" for mix, sweep in sweeps.items())
     md += "### a second call after the cheap reply\n\n" + escalation_table(values) + "\n"

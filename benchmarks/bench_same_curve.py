@@ -18,6 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from rlrouter.data.io import read_jsonl  # noqa: E402 - needs ROOT on the path
 
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_same_curve.py", "rlrouter/trainer", "rlrouter/learner", "rlrouter/rollout",
+            "rlrouter/algos", "rlrouter/rewards", "rlrouter/sync", "rlrouter/pool", "conf")
+
 RESULTS = ROOT / "benchmarks" / "results"
 KEYS = ("eval/mean_reward", "eval/accuracy", "eval/format_valid", "eval/cost_per_query")
 
@@ -44,7 +50,7 @@ def main() -> None:
            "max_abs_diff": diff, "gain_after": after[-1]["eval/mean_reward"] - after[0]["eval/mean_reward"],
            "command": " ".join(["benchmarks/bench_same_curve.py", *sys.argv[1:]])}
     out = RESULTS / f"same_curve_{args.name}.json"
-    out.write_text(json.dumps(res, indent=2))
+    write_result(out, res, MEASURES, indent=2)
     import matplotlib
 
     matplotlib.use("Agg")

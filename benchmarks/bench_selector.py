@@ -38,6 +38,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_selector.py", "serve", "rlrouter/serving", "rlrouter/selector",
+            "rlrouter/storage.py")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 RESULTS = ROOT / "benchmarks" / "results"
 CACHE = ROOT / "outputs" / "cache"
@@ -307,7 +313,7 @@ def main() -> None:
         fn = {"regret": bench_regret, "decisions": bench_decisions, "latency": bench_latency}[part]
         results[part] = fn(args)
         results[part]["measured_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
-        out_path.write_text(json.dumps(results, indent=1))
+        write_result(out_path, results, MEASURES, indent=1)
     print(f"wrote {out_path}")
 
 

@@ -40,6 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.bench_learning import compose  # noqa: E402 - needs ROOT on the path
 
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_trl_steps.py", "rlrouter/trainer", "rlrouter/learner", "rlrouter/rollout",
+            "rlrouter/algos", "rlrouter/rewards", "rlrouter/sync", "rlrouter/pool", "conf",
+            "benchmarks/bench_learning.py")
+
 RESULTS = ROOT / "benchmarks" / "results"
 RUN_NAME = "bench_trl_steps_grpo"
 
@@ -121,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     path = RESULTS / "router_r1.json"
     full = json.loads(path.read_text()) if path.exists() else {}
     full["step_timing"] = section
-    path.write_text(json.dumps(full, indent=2))
+    write_result(path, full, MEASURES, indent=2)
     print(f"[trl-steps] median step ours {med['ours']:.1f} s, TRL {med['trl']:.1f} s: "
           f"{section['ours_over_trl']:.2f}x; same prompts: {same}; wrote {path}", flush=True)
     return section

@@ -44,6 +44,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_unseen_subjects.py", "rlrouter/eval")
 OUT = ROOT / "benchmarks" / "results"
 MIN_GAP = 0.05  # a split whose always-strong beats always-weak by less has no gap for APGR to measure
 
@@ -249,10 +254,10 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write_summary(summary: dict, name: str) -> None:
-    """``OUT/<name>.json`` and its table ``OUT/<name>.md`` (printed)."""
+def write_summary(summary: dict, name: str, measures: tuple[str, ...] = MEASURES) -> None:
+    """``OUT/<name>.json`` (stamped with ``measures``) and its table ``OUT/<name>.md`` (printed)."""
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{name}.json").write_text(json.dumps(summary, indent=1, default=float))
+    write_result(OUT / f"{name}.json", summary, measures, indent=1, default=float)
     md = markdown(summary)
     (OUT / f"{name}.md").write_text(md + "\n")
     print(md)

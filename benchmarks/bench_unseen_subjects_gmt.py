@@ -40,6 +40,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_unseen_subjects import run_seed, summarize, write_summary  # noqa: E402
 
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_unseen_subjects_gmt.py", "rlrouter/gmt", "rlrouter/eval")
+
 VARIANTS = {"before": 0.0}  # "after" gets --cold-frac
 
 
@@ -213,7 +216,7 @@ def main() -> None:
                           f"--holdout {args.holdout} --cold-frac {args.cold_frac} --epochs {args.epochs} "
                           f"--patience {args.patience}" + (f" --name {args.name}" if args.name != "unseen_subjects_gmt" else ""))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
-    write_summary(summary, args.name)
+    write_summary(summary, args.name, MEASURES)
     print(f"{summary['seconds']} s; per-seed outputs under {root}")
 
 

@@ -23,7 +23,6 @@ Writes ``benchmarks/results/unseen_variants.{json,md}``. Needs scikit-learn (``p
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Callable
@@ -31,6 +30,11 @@ from typing import Callable
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/bench_unseen_variants.py", "rlrouter/eval")
 OUT = ROOT / "benchmarks" / "results"
 L2_GRID = (0.1, 1.0, 10.0, 100.0, 1000.0)
 
@@ -190,7 +194,7 @@ def main() -> None:
     picks = ", ".join(f"seed {s}: l2 {per_seed[s][1]['cv_pick']:g}" for s in args.seeds)
     md = "\n".join(lines) + f"\n\nGrouped CV over training subjects picked {picks}.\n"
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "unseen_variants.json").write_text(json.dumps(summary, indent=1, default=float))
+    write_result(OUT / "unseen_variants.json", summary, MEASURES, indent=1, default=float)
     (OUT / "unseen_variants.md").write_text(md)
     print(md)
     print(f"{summary['seconds']} s")

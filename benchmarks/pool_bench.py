@@ -39,6 +39,11 @@ from rlrouter.pool import Candidate, CandidatePool  # noqa: E402
 from rlrouter.pool.options import estimate_tokens  # noqa: E402
 from rlrouter.pool.replay import ReplayBackend  # noqa: E402
 
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
+MEASURES = ("benchmarks/pool_bench.py", "rlrouter/pool")
+
 GPT4 = "gpt-4-1106-preview"
 
 
@@ -228,7 +233,7 @@ def main() -> None:
     if "http" in parts:
         res["http"] = bench_http()
         rtt = res["http"].pop("sequential_rtt_ms")
-    path.write_text(json.dumps(res, indent=2))
+    write_result(path, res, MEASURES, indent=2)
     if rtt is None:
         print(json.dumps(res, indent=2))
         return

@@ -46,3 +46,19 @@ def pytest_sessionfinish(session, exitstatus):
             ray.shutdown()
     except Exception:
         pass
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The staleness report (``tools/staleness.py``): which of the README's results were measured on code that
+    has changed since. A report that lists, not a failure."""
+    try:
+        from tools.staleness import report_lines
+
+        lines, _ = report_lines()
+        if terminalreporter._session.testscollected < 200:  # a few tests, not the suite: the count line only
+            lines = lines[:1]
+    except Exception as e:  # the report must never turn a run red; say why it is missing
+        lines = [f"staleness report unavailable: {type(e).__name__}: {e}"]
+    terminalreporter.section("results and the code they measured (tools/staleness.py)")
+    for line in lines:
+        terminalreporter.write_line(line)

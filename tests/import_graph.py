@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rlrouter.data", "rlrouter.rewards", "rlrouter.engine", "rlrouter.embeddings", "rlrouter.jobkit"),
     ("rlrouter.algos", "rlrouter.sync", "rlrouter.distributed", "rlrouter.selector", "rlrouter.protocol",
      "rlrouter.models", "rlrouter.storage", "rlrouter.metrics", "rlrouter.progress", "rlrouter.paths",
-     "rlrouter.config", "rlrouter.env_check", "rlrouter"),              # the ground: imports no other room
+     "rlrouter.config", "rlrouter.env_check", "rlrouter.provenance", "rlrouter"),              # the ground: imports no other room
 ]
 
 

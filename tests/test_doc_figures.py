@@ -860,7 +860,7 @@ BANDIT_FIGURES = [
 README_FIGURES = [
     Figure("README.md", "fresh_clone.json", "",
            lambda d: f"From a fresh clone on this 2-core machine: {d['passed']:,} passed, {d['skipped']} skipped in "
-                     f"{d['seconds']:,.0f} s ({d['seconds'] / 60:.0f} min, the venv install not counted; commit {d['commit']}",
+                     f"{d['seconds']:,.0f} s ({d['seconds'] / 60:.0f} min, the venv install not counted; commit {d['provenance']['commit']}",
            "README: fresh-clone count"),
     Figure("README.md", "gmtrouter.json", "summary",
            lambda s: f"AUC {s['gmtrouter']['auc']['mean']:.3f} +- {s['gmtrouter']['auc']['std']:.3f}; per-user Beta "

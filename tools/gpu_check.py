@@ -46,6 +46,11 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
+from rlrouter.provenance import write_result  # noqa: E402
+
+# what the check's result depends on (rlrouter.provenance: the staleness report lists it when these change)
+MEASURES = ("tools/gpu_check.py", "rlrouter/learner", "rlrouter/rollout", "rlrouter/sync", "rlrouter/engine.py",
+            "rlrouter/distributed", "rlrouter/algos")
 STAGES = ["env", "logits", "scale", "checkpoint", "loop", "gpu_tests"]
 # the stage's wall-clock limit at full size; their sum stays under 7 minutes with the starts (420 s). The loop's
 # 70 s came from env and logits (60 -> 40 each: imports and one pass), scale (150 -> 135) and checkpoint
@@ -507,8 +512,7 @@ def main(argv: list[str] | None = None) -> int:
            "wall_s": round(time.perf_counter() - t0, 1), "stages": rows, "not_built": [],
            "command": " ".join(["tools/gpu_check.py", *(argv if argv is not None else sys.argv[1:])])}
     out = Path(args.out or RESULTS / f"gpu_check_{device}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2, default=str))
+    write_result(out, res, MEASURES, indent=2, default=str)
     print(f"gpu check: {sum(r['passed'] for r in rows)}/{len(rows)} stages passed in {res['wall_s']} s -> {out}")
     return 0 if all(r["passed"] for r in rows) else 1
 

@@ -37,7 +37,63 @@ class Table:
 
     def body(self) -> str:
         files = [RESULTS / r for r in self.results]
-        return self.render(*(files if self.paths else [json.loads(f.read_text()) for f in files]))
+        table = self.render(*(files if self.paths else [json.loads(f.read_text()) for f in files]))
+        return table if self.paths else f"{table}\n\n{measured_caption(self.results)}"
+
+
+def measured_caption(results: tuple[str, ...]) -> str:
+    """When the table was true: each result's date and commit (``rlrouter.provenance``), rendered under it."""
+    parts = []
+    for name in results:
+        block = json.loads((RESULTS / name).read_text()).get("provenance") or {}
+        parts.append(f"`{name}`: measured {block.get('date', '(no date)')} at commit {block.get('commit', '(none)')}")
+    return "<sub>" + "; ".join(parts) + " (`python tools/staleness.py` says whether its code changed since)</sub>"
+
+
+# -- docs quoting figures read on RouterBench's test tables: how often those questions were read -------------
+
+ROUTERBENCH_TEST_KEY = "03a2df2cd4f7dad8"
+"""The ledger key of RouterBench's 945 ``*_test`` questions as the pool evaluation reads them (eval=routerbench)."""
+
+
+def test_readings(ledger: Path, key: str = ROUTERBENCH_TEST_KEY) -> str:
+    """One line: how many readings in the ledger (``rlrouter.eval.ledger``) read any of the test set ``key``."""
+    recs = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
+    full = next(r for r in recs if r.get("test_key") == key)
+    mine = set(full["question_digests"])
+    over = [r for r in recs if mine & set(r.get("question_digests") or [])]
+    same = [r for r in over if r.get("test_key") == key]
+    looks = sum(int(r.get("evaluations") or 1) for r in over)
+    dates = sorted(str(r["date"])[:10] for r in over)
+    return (f"<sub>Readings of RouterBench's {len(mine)} test questions in the ledger (`test_ledger.jsonl`): "
+            f"{len(over)} ({len(same)} of all of them, {len(over) - len(same)} of a subset), {looks} looks counting "
+            f"each held-out evaluation of a training run, from {dates[0]} to {dates[-1]}.</sub>")
+
+
+# -- README.md: when each headline figure was measured (the provenance of every result the README quotes) -------
+
+README_RESULTS = ("durability.json", "flywheel.json", "fresh_clone.json", "fuzz_live.json", "gmtrouter.json",
+                  "intent.json", "lockbox.json", "many_models.json", "rl_bandit.json", "router_r1.json",
+                  "router_r1_routerbench_balanced.json", "router_r1_routerbench_per_task.json",
+                  "routing_lockbox.json", "routing_make_run.json", "selector.json")
+"""Every result the README's figures read (``tools/staleness.py`` readme_results; a test keeps them equal)."""
+
+
+def readme_dates(*paths: Path) -> str:
+    """One line under the headline table: the span of dates its figures were measured on, and where each is."""
+    dates = sorted(str((json.loads(p.read_text()).get("provenance") or {}).get("date", "")) for p in paths)
+    return (f"Measured between {dates[0]} and {dates[-1]}; each figure's date, commit and command, and whether "
+            f"its code changed since: [benchmarks.md](docs/benchmarks.md#when-each-result-was-true-toolsstalenesspy) "
+            f"(`python tools/staleness.py`; `make test` prints it at its end).")
+
+
+def readme_measured_table(*paths: Path) -> str:
+    lines = ["| result | measured | commit | command |", "|---|---|---|---|"]
+    for path in paths:
+        block = json.loads(path.read_text()).get("provenance") or {}
+        cmd = str(block.get("command", "")).replace("|", "\\|")
+        lines.append(f"| `{path.name}` | {block.get('date', '')} | {block.get('commit', '')} | `{cmd}` |")
+    return "\n".join(lines)
 
 
 # -- README.md: make run's table (routing_make_run.json, bench_routing.py --runs <the make run run>) ----------
@@ -209,6 +265,11 @@ def gpu_check_table(*paths: Path) -> str:
 
 TABLES = [
     Table("README.md", "make run table", ("routing_make_run.json",), make_run_table),
+    Table("README.md", "headline dates", README_RESULTS, readme_dates, paths=True),
+    Table("docs/many_models.md", "test readings: pool", ("test_ledger.jsonl",), test_readings, paths=True),
+    Table("docs/many_models.md", "test readings: router_r1", ("test_ledger.jsonl",), test_readings, paths=True),
+    Table("docs/serve.md", "test readings: flywheel", ("test_ledger.jsonl",), test_readings, paths=True),
+    Table("docs/benchmarks.md", "headline provenance", README_RESULTS, readme_measured_table, paths=True),
     Table("docs/serve.md", "selector regret", ("selector.json",), regret_table),
     Table("docs/serve.md", "route latency", ("selector.json",), latency_table),
     Table("docs/intent.md", "intent results", ("intent.json",), intent_table),
@@ -238,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"differs: {d}" if args.check else f"not written: {d}")
     if not differ:
         print(f"{len(TABLES)} tables {'match their results' if args.check else 'rendered'}")
+    if args.check:  # which of the README's results were measured on code that changed since (a report only)
+        from tools.staleness import report_lines
+
+        print("\n".join(report_lines()[0]))
     return 1 if differ else 0
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 
 from rlrouter.data.io import DataFileError, read_jsonl
 from rlrouter.data.qa import QA_DATASETS, load_qa
-from rlrouter.data.routerbench import read_routerbench_table, routerbench_files
+from rlrouter.data.routerbench import read_routerbench_table, routerbench_files, routerbench_id
 from rlrouter.data.question import Question, local_path, question_id
 from rlrouter.protocol import REPLY_GOLD
 
@@ -162,7 +162,7 @@ def routerbench(path: str | Path | None = None, split: str | None = None) -> lis
             if not golds:
                 skipped += 1
                 continue
-            qid = f"routerbench-{t.ids[i]}" if t.ids is not None else question_id("routerbench", q)
+            qid = routerbench_id(t.ids[i]) if t.ids is not None else question_id("routerbench", q)
             # the task (eval_name) is the source: reports and curriculum.sources slice by it
             out.append(Question(id=qid, source=t.sources[i], query=q, query_type=t.sources[i], ground_truth=golds))
     if skipped:

@@ -25,7 +25,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rlrouter.config import to_plain_dict
-from rlrouter.eval.ledger import earlier_readings, reading_key, record_reading
+from rlrouter.data.question import question_id
+from rlrouter.data.routerbench import routerbench_id
+from rlrouter.eval.ledger import earlier_readings, readings_of, record_reading
 from rlrouter.eval.job import command_line, question_embedder, load_eval_set, run, split_by_question
 from rlrouter.eval.pool_report import write_pool_report
 from rlrouter.eval.pool_routers import PoolRouter, build_pool_router
@@ -255,7 +257,7 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
                       "level": float(boot_cfg.get("level", 0.95)), "stratified_by": "task"},
         "seconds": round(time.perf_counter() - t0, 2),
     }
-    report["ledger"] = record_test_reading(ev, report)
+    report["ledger"] = record_test_reading(ev, report, test)
     out_dir = Path(cfg["output_dir"])
     paths = write_pool_report(out_dir, report)
     report["paths"] = {k: str(v) for k, v in paths.items()}
@@ -265,20 +267,32 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return report
 
 
-def record_test_reading(ev: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Append this reading of the test tables (date, command, router types, overall AIQ gains) to
-    ``eval.ledger`` (``rlrouter.eval.ledger``), and return which router types read the same test tables before
-    (so a report says when its figures are a second look)."""
+def test_question_ids(test: EvalSet) -> list[str]:
+    """The ids of the test rows as the ledger keys them: RouterBench's ``sample_id`` as every dataset built
+    from the tables spells it (``routerbench_id``), else a digest of the prompt's text."""
+    if test.ids is not None:
+        return [routerbench_id(i) for i in test.ids]
+    return [question_id("prompt", " ".join(p.split())) for p in test.prompts]
+
+
+def record_test_reading(ev: Mapping[str, Any], report: Mapping[str, Any], test: EvalSet) -> dict[str, Any] | None:
+    """Append this reading of the test rows (date, command, router types, overall AIQ gains, keyed by the
+    questions read) to ``eval.ledger`` (``rlrouter.eval.ledger``), and return how often the same questions,
+    or any of them, were read before and by which router types (so a report says when its figures are a
+    second look)."""
     path = ev.get("ledger")
     if not path:
         return None
     tests = report["data"].get("test_sources") or report["data"].get("sources")
-    key = reading_key(tests)
     types = {n: r.get("type") for n, r in report["routers"].items()}
-    earlier = earlier_readings(path, test_key=key)
-    before = {t: [r["date"] for r in earlier if t in (r.get("router_types") or [])] for t in sorted(set(types.values()))}
-    record_reading(path, test_key=key, test_sources=[str(s) for s in tests], command=report.get("command"),
-                   router_types=sorted({str(t) for t in types.values()}),
-                   aiq_minus_zero={n: round(r["aiq_minus_zero"]["overall"]["mean"], 4)
-                                   for n, r in report["routers"].items()})
-    return {"path": str(path), "test_key": key, "read_before_by_type": {t: d for t, d in before.items() if d}}
+    ids = test_question_ids(test)
+    before = readings_of(path, ids)
+    earlier = earlier_readings(path, test_key=before["test_key"])
+    by_type = {t: [r["date"] for r in earlier if t in (r.get("router_types") or [])] for t in sorted(set(types.values()))}
+    rec = record_reading(path, question_ids=ids, test_sources=[str(s) for s in tests], command=report.get("command"),
+                         router_types=sorted({str(t) for t in types.values()}),
+                         aiq_minus_zero={n: round(r["aiq_minus_zero"]["overall"]["mean"], 4)
+                                         for n, r in report["routers"].items()})
+    return {"path": str(path), "test_key": rec["test_key"], "questions": rec["questions"],
+            "readings_before": {"same_questions": len(before["same"]), "any_of_them": len(before["overlapping"])},
+            "read_before_by_type": {t: d for t, d in by_type.items() if d}}

@@ -21,7 +21,7 @@ from rlrouter.data.job import ensure_data, logged_source
 from rlrouter.data.question import task_of
 from rlrouter.distributed.cluster import connect
 from rlrouter.distributed.resources import ResourceSpec
-from rlrouter.eval.ledger import reading_key, record_reading
+from rlrouter.eval.ledger import record_reading
 from rlrouter.eval.route_scores import cost_bounds, per_task_rule, route_table, scoreboard
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.group import LearnerGroup
@@ -323,8 +323,8 @@ def run(cfg: Any) -> dict[str, Any]:
         evaluations = (sum(1 for m in read_jsonl_rows(out / "metrics.jsonl") if "eval/mean_reward" in m)
                        + 1 + ("policy_untrained" in report["results"]))  # the curve's, the trained, the untrained
         report["ledger"] = record_reading(
-            job.eval.ledger, test_key=reading_key(ids), test_sources=[str(test_path)], router_types=["router_r1"],
-            command="jobs/train_router_r1.py", run=plain["run_name"], questions=len(ids), evaluations=evaluations,
+            job.eval.ledger, question_ids=ids, test_sources=[str(test_path)], router_types=["router_r1"],
+            command="jobs/train_router_r1.py", run=plain["run_name"], evaluations=evaluations,
             policy_minus_best_fixed=board.get("policy_minus_best_fixed"))
     metrics = read_jsonl_rows(out / "metrics.jsonl")
     report["steps"] = metrics

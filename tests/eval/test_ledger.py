@@ -1,11 +1,13 @@
-"""The ledger of test readings: every writer appends through one function, and a report finds what read the
-same test set before."""
+"""The ledger of test readings: every writer appends through one function, keyed by the questions read, and a
+report finds what read the same questions (or any of them) before, whatever file they came through."""
 
 from __future__ import annotations
 
 import json
 
-from rlrouter.eval.ledger import earlier_readings, reading_key, record_reading
+import pytest
+
+from rlrouter.eval.ledger import earlier_readings, reading_key, readings_of, record_reading
 
 
 def test_readings_append_and_are_found_by_test_set(tmp_path):
@@ -36,3 +38,34 @@ def test_bench_routing_records_each_policy_evaluation(tmp_path):
     rec = record_evaluation(scored, split, ledger=tmp_path / "ledger.jsonl")
     assert rec["test_key"] == reading_key(["q2", "q1"]) and rec["questions"] == 2 and rec["router_types"] == ["router_r1"]
     assert rec["policy_minus_best_fixed"] == gap and rec["run"] == "run_heldout2"
+
+
+def test_readings_are_keyed_by_the_questions_not_the_file(tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    rec = record_reading(ledger, question_ids=["q3", "q1", "q2", "q1"], test_sources=["a.csv"], command="pool")
+    assert rec["questions"] == 3 and rec["test_key"] == reading_key(["q1", "q2", "q3"]) and "question_digests" not in rec
+    assert len(json.loads(ledger.read_text())["question_digests"]) == 3  # stored, for overlaps
+    record_reading(ledger, question_ids=["q1", "q2", "q3"], test_sources=["built.parquet"], command="router_r1")
+    record_reading(ledger, question_ids=["q2"], test_sources=["subset.parquet"], command="subset")
+    record_reading(ledger, question_ids=["z9"], test_sources=["a.csv"], command="other questions, same file")
+    seen = readings_of(ledger, ["q1", "q2", "q3"])
+    assert [r["command"] for r in seen["same"]] == ["pool", "router_r1"]
+    assert [(r["command"], r["shared"]) for r in seen["overlapping"]] == [("pool", 3), ("router_r1", 3), ("subset", 1)]
+    assert readings_of(ledger, ["q2"])["same"][0]["command"] == "subset"
+    assert readings_of(tmp_path / "none.jsonl", ["q1"]) == {"test_key": reading_key(["q1"]), "questions": 1,
+                                                            "same": [], "overlapping": []}
+    with pytest.raises(ValueError, match="no questions"):
+        record_reading(ledger, question_ids=[])
+
+
+def test_router_r1_and_the_pool_evaluation_spell_routerbench_questions_alike(shared_data):
+    """The held-out parquet Router-R1 trains against is built from RouterBench's *_test tables; its question ids
+    are the ids the pool evaluation keys its reading of those tables by, so the ledger counts them together."""
+    from rlrouter.data.sources import routerbench
+    from rlrouter.eval.pool_job import test_question_ids
+    from rlrouter.eval.reader import read_eval_set
+
+    table = shared_data / "routerbench" / "mbpp_test.csv"
+    r1 = {q.id for q in routerbench(table)}
+    pool = set(test_question_ids(read_eval_set(table, blank_scores="drop")))
+    assert r1 and r1 <= pool, sorted(r1 - pool)[:3]

@@ -101,6 +101,9 @@ def test_pool_job_end_to_end_report_curves_intervals_and_ledger(tmp_path, tables
     assert len(ledger) == 1 and ledger[0]["router_types"] == ["escalate", "fixed", "knn", "oracle", "per_task", "selector"]
     again = run_pool(_cfg(tmp_path, train, test, {"knn": {"type": "knn", "k": 3}}))
     assert again["ledger"]["read_before_by_type"] == {"fixed": [ledger[0]["date"]], "knn": [ledger[0]["date"]]}
+    # keyed by the test rows' questions: the second reading counts the first as a reading of the same questions
+    assert again["ledger"]["readings_before"] == {"same_questions": 1, "any_of_them": 1}
+    assert ledger[0]["questions"] == again["ledger"]["questions"] == len(ledger[0]["question_digests"])
 
 
 def test_select_settings_names_a_bad_grid_and_keeps_the_first_of_ties(tmp_path, tables):
