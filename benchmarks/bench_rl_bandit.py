@@ -175,7 +175,7 @@ def main() -> None:
         "settings": {"steps": steps, "lr": lr, "prompts_per_step": 6, "n_samples": 8, "tabular_steps": TABULAR_STEPS},
         "references": references(task, starts),
     }
-    result["real_stack"] = real_stack(task, estimators, starts, steps, lr, Path(args.work))
+    result["real_stack"] = real_stack(task, estimators, starts, steps, lr, Path(args.work).resolve())
     result["wall_s"] = time.perf_counter() - t0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

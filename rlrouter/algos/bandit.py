@@ -132,10 +132,14 @@ def routing_bandit(gaps: tuple[float, ...] = (0.3, 0.1, 0.03), questions: int = 
     return BanditTask(CONTEXTS[:n_ctx], CANDIDATES, rewards, traps)
 
 
+STARTS = ("uniform", "wrong", "pair", "lean")
+
+
 def start_logits(task: BanditTask, start: str) -> np.ndarray:
     """Per-context logits of a cold start: ``uniform``; ``wrong`` (60% on ``FILLER``, a bad candidate
-    everywhere, the rest spread evenly); or ``pair`` (45% on the context's best, 45% on its trap: the groups
-    compare the two from the first step, the start of the short learning test in ``make test``)."""
+    everywhere, the rest spread evenly); ``pair`` (45% on the context's best, 45% on its trap: the groups
+    compare the two from the first step, the start of the short learning test in ``make test``); or ``lean``
+    (60% on each context's best: a cold start that already routes per context)."""
     n_ctx, n_act = len(task.contexts), len(task.candidates)
     if start == "uniform":
         return np.zeros((n_ctx, n_act))
@@ -148,7 +152,11 @@ def start_logits(task: BanditTask, start: str) -> np.ndarray:
         p = np.full(n_act, 0.4 / (n_act - 1))
         p[task.candidates.index(FILLER)] = 0.6
         return np.tile(np.log(p), (n_ctx, 1))
-    raise ValueError(f"start: 'uniform', 'wrong' or 'pair', got {start!r}")
+    if start == "lean":
+        p = np.full((n_ctx, n_act), 0.4 / (n_act - 1))
+        p[np.arange(n_ctx), task.optimal] = 0.6
+        return np.log(p)
+    raise ValueError(f"start: one of {STARTS}, got {start!r}")
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -187,6 +195,33 @@ def exact_ascent(task: BanditTask, logits: np.ndarray, steps: int, lr: float) ->
         p = softmax(theta)
         theta += lr * p * (task.means - task.value(p)[:, None])
         curve.add(task, softmax(theta))
+    return curve
+
+
+def coupled_ascent(task: BanditTask, logits: np.ndarray, steps: int, lr: float, coupling: float,
+                   entropy_coef: float = 0.0) -> LearningCurve:
+    """Exact gradient ascent on a policy whose contexts share part of their logits, as an LLM's share weights:
+    ``z[c] = w + v[c]``, with the shared ``w`` (started at 0) moved ``coupling`` times faster than each context's
+    own ``v[c]`` (started at ``logits``). ``coupling`` 0 is :func:`exact_ascent`. ``entropy_coef`` adds the
+    gradient of each context's entropy (an exploration term). A model of why the real stack drifts to one
+    fixed route: the context with the largest gap moves the shared term, and a context pushed to a corner of
+    its softmax gets a vanishing gradient back (docs/router_r1.md, the learning test)."""
+    if coupling < 0:
+        raise ValueError(f"coupling: must be >= 0, got {coupling}")
+    w = np.zeros(task.means.shape[1])
+    v = logits.astype(float).copy()
+    curve = LearningCurve(episodes_per_step=0)
+    curve.add(task, softmax(w + v))
+    n = task.means.shape[0]
+    for _ in range(steps):
+        p = softmax(w + v)
+        g = p * (task.means - task.value(p)[:, None]) / n  # (C, A): d mean_c J_c / d z[c]
+        if entropy_coef:
+            logp = np.log(np.clip(p, 1e-300, None))
+            g += entropy_coef * (-p * (logp + (-(p * logp).sum(axis=1, keepdims=True)))) / n
+        w += lr * coupling * g.sum(axis=0)
+        v += lr * g
+        curve.add(task, softmax(w + v))
     return curve
 
 
