@@ -74,12 +74,13 @@ def references(task, starts: list[str], seeds: int = 5) -> dict:
     return out
 
 
-def real_stack(task, estimators: list[str], starts: list[str], steps: int, lr: float, work: Path) -> dict:
+def real_stack(task, estimators: list[str], starts: list[str], steps: int, lr: float, work: Path,
+               entropy_coef: float = 0.0) -> dict:
     import ray
 
     from rlrouter.distributed.resources import ResourceSpec
     from rlrouter.rollout.group import RolloutGroup
-    from rlrouter.trainer.bandit_run import ENV, pool_config, run_bandit
+    from rlrouter.trainer.bandit_run import ENV, ESTIMATOR_LEARNER, pool_config, run_bandit
 
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}})
@@ -90,7 +91,11 @@ def real_stack(task, estimators: list[str], starts: list[str], steps: int, lr: f
         for start in starts:
             for est in estimators:
                 t0 = time.perf_counter()
-                r = run_bandit(task, est, start, group, res, work / f"{est}_{start}", steps=steps, lr=lr)
+                # an entropy bonus is the algorithm's own knob: GRPO's and PPO's configs both carry entropy_coef
+                extra = {} if not entropy_coef else {
+                    ESTIMATOR_LEARNER[est]["algo"]: {**ESTIMATOR_LEARNER[est].get(ESTIMATOR_LEARNER[est]["algo"], {}),
+                                                     "entropy_coef": entropy_coef}}
+                r = run_bandit(task, est, start, group, res, work / f"{est}_{start}", steps=steps, lr=lr, learner=extra)
                 out.setdefault(start, {})[est] = r
                 print(f"{start:8s} {est:10s} final p_optimal {[round(x, 3) for x in r['final_p_optimal']]} "
                       f"p_trap {[round(x, 3) for x in r['final_p_trap']]} regret {r['regret'][-1]:.3f} "
@@ -149,6 +154,7 @@ def main() -> None:
     ap.add_argument("--starts", default="uniform,wrong")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--lr", type=float, default=None, help="the LoRA learning rate (default: the bandit run's)")
+    ap.add_argument("--entropy", type=float, default=0.0, help="the real stack's algo entropy_coef (default 0: none)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--work", default=str(ROOT / "outputs" / "bench_rl_bandit"))
     ap.add_argument("--out", default=str(RESULTS / "rl_bandit.json"))
@@ -172,10 +178,11 @@ def main() -> None:
                  "optimal": task.optimal.tolist(), "traps": list(task.traps),
                  "trap_wins": task.trap_wins().round(4).tolist(),
                  "best_fixed_route": float(task.means.mean(axis=0).max()), "optimum": float(task.means.max(axis=1).mean())},
-        "settings": {"steps": steps, "lr": lr, "prompts_per_step": 6, "n_samples": 8, "tabular_steps": TABULAR_STEPS},
+        "settings": {"steps": steps, "lr": lr, "entropy_coef": args.entropy, "prompts_per_step": 6, "n_samples": 8,
+                     "tabular_steps": TABULAR_STEPS},
         "references": references(task, starts),
     }
-    result["real_stack"] = real_stack(task, estimators, starts, steps, lr, Path(args.work).resolve())
+    result["real_stack"] = real_stack(task, estimators, starts, steps, lr, Path(args.work).resolve(), args.entropy)
     result["wall_s"] = time.perf_counter() - t0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
