@@ -698,7 +698,7 @@ LOCKBOX_FIGURES = [
            lambda d: f"correlate {d['corr_learned_vs_true']:+.2f} with the true ones, less than MF's mean scores do "
                      f"({d['corr_mf_vs_true']:+.2f})", "lockbox: why the online router fell short"),
     Figure("README.md", "lockbox.json", "parts.mmlu.routers",
-           lambda r: f"`probe_form_options` APGR {r['probe_form_options']['apgr']:.3f} = MF {r['mf']['apgr']:.3f}, "
+           lambda r: f"(`probe_form_options`) APGR {r['probe_form_options']['apgr']:.3f} = MF {r['mf']['apgr']:.3f}, "
                      f"neither above random ({r['random']['apgr']:.3f})", "README: lockbox headline"),
     Figure("README.md", "lockbox.json", "parts.mmlu.routers.feedback_window50.apgr",
            lambda v: f"the online router that learns from feedback {v:.3f}, below MF", "README: online router"),
