@@ -770,9 +770,9 @@ GPU_FIGURES = [
                      f"{_logits(r, 'chunked', 2048, 'arithmetic_bytes_per_element')} that", "logits bytes per element"),
 ]
 
-# -- docs/serve.md: the selector's regret (benchmarks/results/selector.json) ---------------------------------
+# -- docs/benchmarks.md: the selector's regret (benchmarks/results/selector.json) ---------------------------------
 
-SERVE = "docs/serve.md"
+SERVE = "docs/benchmarks.md"  # the Serve app's measures (bench_selector.py)
 
 
 def _per_seed(r: dict[str, Any]) -> str:
@@ -809,7 +809,7 @@ SERVE_FIGURES += [
 ]
 
 def _ms(v: float) -> str:
-    """A latency as serve.md writes it (``tools/render_docs.py``'s rule)."""
+    """A latency as benchmarks.md writes it (``tools/render_docs.py``'s rule)."""
     return _render_docs().ms(v)
 
 
@@ -902,26 +902,26 @@ def _within(rel: dict[str, Any], how: str) -> bool:
 
 
 FLYWHEEL_FIGURES = [
-    Figure("docs/serve.md", "flywheel.json", "",
+    Figure("docs/retraining.md", "flywheel.json", "",
            lambda f: f"On the last round's {f['promoted_minus_start']['questions']} questions the router the loop "
                      f"promoted scores {_interval({'value': f['promoted_minus_start']['mean'], **f['promoted_minus_start']})} "
                      f"above the start", "serve: flywheel promoted - start"),
-    Figure("docs/serve.md", "flywheel.json", "rounds",
+    Figure("docs/retraining.md", "flywheel.json", "rounds",
            lambda r: f"reward went from {r[0]['loop']['reward']:.3f} to {r[-1]['loop']['reward']:.3f} while its cost "
                      f"fell from {1000 * r[0]['loop']['cost_usd']:.2f} to {1000 * r[-1]['loop']['cost_usd']:.2f} "
                      f"thousandths", "serve: flywheel reward and cost"),
-    Figure("docs/serve.md", "flywheel.json", "rounds",
+    Figure("docs/retraining.md", "flywheel.json", "rounds",
            lambda r: f"scores {r[-1]['best_single']['reward']:.3f} on the last round", "serve: flywheel best single"),
-    Figure("docs/serve.md", "flywheel.json", "releases",
+    Figure("docs/retraining.md", "flywheel.json", "releases",
            lambda rs: f"inside the off-policy DR interval made before it for "
                       f"{sum(_within(r, 'canary in dr') for r in rs)} of {len(rs)} releases" if
            sum(_within(r, 'canary in dr') for r in rs) < len(rs) else
            f"inside the off-policy DR interval made before it for all {len(rs)} releases",
            "serve: flywheel canary within DR"),
-    Figure("docs/serve.md", "flywheel.json", "releases",
+    Figure("docs/retraining.md", "flywheel.json", "releases",
            lambda rs: f"point estimate lies inside the canary's own interval for "
                       f"{sum(_within(r, 'dr in canary') for r in rs)} of {len(rs)}", "serve: flywheel DR within canary"),
-    Figure("docs/serve.md", "flywheel.json", "seconds", lambda v: f"the run took {v:.0f} s", "serve: flywheel time"),
+    Figure("docs/retraining.md", "flywheel.json", "seconds", lambda v: f"the run took {v:.0f} s", "serve: flywheel time"),
     Figure("README.md", "flywheel.json", "",
            lambda f: f"{_interval({'value': f['promoted_minus_start']['mean'], **f['promoted_minus_start']})} reward "
                      f"above the status quo it started from (always GPT-4), at {1000 * f['rounds'][-1]['loop']['cost_usd']:.2f}"

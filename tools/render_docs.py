@@ -105,7 +105,7 @@ def make_run_table(routing: dict[str, Any]) -> str:
     return "\n".join(results_table(routing["runs"][0]).splitlines()[:11])
 
 
-# -- docs/serve.md: the selector's regret and /route latency (selector.json) -----------------------------
+# -- docs/benchmarks.md: the selector's regret and /route latency (selector.json) -----------------------------
 
 REGRET_ROWS = {"0.0": "0 (correctness only)", "0.1": "0.1", "0.3": "0.3 (the default `cost_reward_alpha`)"}
 REGRET_COLUMNS = {"thompson": "Thompson", "epsilon_greedy": "ε-greedy", "contextual": "contextual (defaults)",
@@ -195,7 +195,7 @@ def trl_steps_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# -- docs/serve.md: the flywheel, round by round, and its releases (flywheel.json, bench_flywheel.py) -------
+# -- docs/retraining.md: the flywheel, round by round, and its releases (flywheel.json, bench_flywheel.py) -------
 
 def flywheel_table(report: dict[str, Any]) -> str:
     """Per round: the loop's live reward and cost, the start router's and the best single model's on the same
@@ -268,13 +268,13 @@ TABLES = [
     Table("README.md", "headline dates", README_RESULTS, readme_dates, paths=True),
     Table("docs/many_models.md", "test readings: pool", ("test_ledger.jsonl",), test_readings, paths=True),
     Table("docs/many_models.md", "test readings: router_r1", ("test_ledger.jsonl",), test_readings, paths=True),
-    Table("docs/serve.md", "test readings: flywheel", ("test_ledger.jsonl",), test_readings, paths=True),
+    Table("docs/retraining.md", "test readings: flywheel", ("test_ledger.jsonl",), test_readings, paths=True),
     Table("docs/benchmarks.md", "headline provenance", README_RESULTS, readme_measured_table, paths=True),
-    Table("docs/serve.md", "selector regret", ("selector.json",), regret_table),
-    Table("docs/serve.md", "route latency", ("selector.json",), latency_table),
+    Table("docs/benchmarks.md", "selector regret", ("selector.json",), regret_table),
+    Table("docs/benchmarks.md", "route latency", ("selector.json",), latency_table),
     Table("docs/intent.md", "intent results", ("intent.json",), intent_table),
     Table("docs/benchmarks.md", "trl steps", ("router_r1.json",), trl_steps_table),
-    Table("docs/serve.md", "flywheel", ("flywheel.json",), flywheel_table),
+    Table("docs/retraining.md", "flywheel", ("flywheel.json",), flywheel_table),
     Table("docs/many_models.md", "many_models aiq", ("many_models.json",), many_models_table),
     Table("docs/router_r1.md", "rl bandit", ("rl_bandit.json",), rl_bandit_table),
     Table("docs/gpu.md", "gpu check", ("gpu_check_cpu.json", "gpu_check_cuda.json"), gpu_check_table, paths=True),
