@@ -71,9 +71,9 @@ class EnvConfig:
     """OpenAI-style frequency penalty (subtracted from a token's logit once per time the turn already
     generated it) on greedy turns only: held-out evaluation and serving. Greedy decoding of a small policy
     that copies a question into its sub-query can fall into a loop that runs to the turn budget without
-    ``</search>`` (30 of the 88 format failures of make run's policy on 2,000 held-out questions; with 0.6,
-    2 of 32). Sampled training turns never get it: the learner's log-probs are those of the plain tempered
-    distribution."""
+    ``</search>``; a penalty breaks the loop (the measured effect is in the two-model study,
+    docs/experiments/). Sampled training turns never get it: the learner's log-probs are those of the plain
+    tempered distribution."""
 
     mark_no_answer: bool = False
     """End a candidate's ``<information>`` with ``NO_ANSWER_NOTE`` when its reply states no final answer
@@ -84,10 +84,9 @@ class EnvConfig:
     route at random). Errors are never marked. Off by default."""
     note_last_call: bool = False
     """End the ``<information>`` block after the last call the turn limit allows (``max_turns``) with
-    ``LAST_CALL_NOTE``: the next turn may only answer. A 135M policy does not count its turns: of the 73
-    escalating trajectories sampled from a cold-started policy, 33 wrote a ``<search>`` in the answer-only
-    turn. With the note in the rollout and the demonstrations, 32 of 71 still did (docs/benchmarks.md):
-    it is there for RL to learn from, not a fix by itself. Off by default."""
+    ``LAST_CALL_NOTE``: the next turn may only answer. A 135M policy does not count its turns, and the note
+    alone does not make it (the counts are in the two-model study, docs/experiments/): it is there for RL to
+    learn from, not a fix by itself. Off by default."""
 
     def __post_init__(self) -> None:
         for key in ("mark_no_answer", "note_last_call"):
