@@ -29,13 +29,15 @@ from rlrouter.data.logged import LoggedOutcomes, concat, load_routellm
 
 ROUTERBENCH_RESPONSE = "|model_response"
 ROUTERBENCH_COST = "|total_cost"
-# columns of a RouterBench table that are not candidates
+
+
 def routerbench_id(sample_id: Any) -> str:
     """The id a RouterBench question goes by everywhere (datasets built from the tables, the ledger of test
     readings): ``routerbench-<sample_id>``, whatever file or format it came through."""
     return f"routerbench-{sample_id}"
 
 
+# columns of a RouterBench table that are not candidates
 ROUTERBENCH_META = {"sample_id", "prompt", "eval_name", "oracle_model_to_route_to", "source"}
 
 

@@ -267,7 +267,7 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return report
 
 
-def test_question_ids(test: EvalSet) -> list[str]:
+def ledger_question_ids(test: EvalSet) -> list[str]:
     """The ids of the test rows as the ledger keys them: RouterBench's ``sample_id`` as every dataset built
     from the tables spells it (``routerbench_id``), else a digest of the prompt's text."""
     if test.ids is not None:
@@ -285,7 +285,7 @@ def record_test_reading(ev: Mapping[str, Any], report: Mapping[str, Any], test: 
         return None
     tests = report["data"].get("test_sources") or report["data"].get("sources")
     types = {n: r.get("type") for n, r in report["routers"].items()}
-    ids = test_question_ids(test)
+    ids = ledger_question_ids(test)
     before = readings_of(path, ids)
     earlier = earlier_readings(path, test_key=before["test_key"])
     by_type = {t: [r["date"] for r in earlier if t in (r.get("router_types") or [])] for t in sorted(set(types.values()))}

@@ -62,10 +62,10 @@ def test_router_r1_and_the_pool_evaluation_spell_routerbench_questions_alike(sha
     """The held-out parquet Router-R1 trains against is built from RouterBench's *_test tables; its question ids
     are the ids the pool evaluation keys its reading of those tables by, so the ledger counts them together."""
     from rlrouter.data.sources import routerbench
-    from rlrouter.eval.pool_job import test_question_ids
+    from rlrouter.eval.pool_job import ledger_question_ids
     from rlrouter.eval.reader import read_eval_set
 
     table = shared_data / "routerbench" / "mbpp_test.csv"
     r1 = {q.id for q in routerbench(table)}
-    pool = set(test_question_ids(read_eval_set(table, blank_scores="drop")))
+    pool = set(ledger_question_ids(read_eval_set(table, blank_scores="drop")))
     assert r1 and r1 <= pool, sorted(r1 - pool)[:3]
