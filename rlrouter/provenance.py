@@ -61,12 +61,13 @@ def stamp(result: dict[str, Any], measures: Sequence[str], command: str | None =
     project root (files or folders)."""
     if isinstance(measures, str) or not measures:
         raise ValueError("provenance.measures: a non-empty list of paths (files or folders) the result depends on")
+    commit = head_commit(root)
     missing = [m for m in measures if not (root / m).exists()]
-    if missing:
+    if missing and commit is not None:  # outside a checkout (an installed package) the paths are not there
         raise ValueError(f"provenance.measures: no such path in {root}: {', '.join(missing)}")
     block = {"command": command or " ".join(["python", *map(shlex.quote, sys.argv)]),
              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-             "commit": head_commit(root), "dirty": dirty_paths(measures, root), "measures": sorted(measures)}
+             "commit": commit, "dirty": dirty_paths(measures, root) if commit else [], "measures": sorted(measures)}
     result[PROVENANCE] = block
     return block
 

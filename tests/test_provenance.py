@@ -52,6 +52,13 @@ def test_stamp_refuses_paths_that_do_not_exist_and_empty_measures(repo):
         stamp({}, "lib", root=repo)
 
 
+def test_outside_a_checkout_the_stamp_has_no_commit_and_reads_unknown(tmp_path):
+    block = stamp({}, ["benchmarks/x.py"], command="python x.py", root=tmp_path)
+    assert block["commit"] is None and block["dirty"] == []
+    write_result(tmp_path / "r.json", {}, ["lib"], root=tmp_path)
+    assert freshness(tmp_path / "r.json", tmp_path).state == "unknown"
+
+
 def test_fresh_until_a_measured_path_changes(repo):
     path = write_result(repo / "r.json", {}, ["lib"], root=repo)
     _git(repo, "add", "r.json")
