@@ -1,4 +1,5 @@
-"""The figures the docs quote are the committed results' figures (``benchmarks/results/*.json``).
+"""The figures the docs quote are the committed results' figures (``benchmarks/results/*.json``, and a dated
+study's own ``docs/experiments/<study>/results/*.json``).
 
 Each :class:`Figure` names a doc, a results file, a path into it and a formatter that turns the value
 found there into the text the doc must contain. The doc is compared with bold markers removed and
@@ -13,6 +14,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,8 @@ from tests.helpers import ROOT
 RESULTS = ROOT / "benchmarks" / "results"
 TWO_MODELS = "docs/experiments/2026-11-router-r1-two-models.md"
 """The Router-R1 study between GPT-4 and Mixtral: its history, moved out of the README."""
+TWO_MODELS_RESULTS = "docs/experiments/2026-11-router-r1-two-models/results"
+"""The results only that study quotes (its runs' variants), beside it rather than in benchmarks/results/."""
 NEVER_IN_A_DOC = "\u2063the condition behind this figure no longer holds\u2063"
 """What a conditional figure expects when its condition fails: text no doc holds, so the check fails (the old
 fallback, "differs", was a word the docs contain, and those checks could never fail)."""
@@ -32,13 +36,25 @@ class Figure:
     doc: str
     """The doc, relative to the project root."""
     results: str
-    """A file under benchmarks/results/."""
+    """A file under benchmarks/results/ (a plain name), or a path from the project root (a name with a "/"): a
+    study's own results under docs/experiments/<study>/results/."""
     path: str
     """Dotted keys into that JSON (a number indexes a list); "" is the whole file."""
     fmt: Callable[[Any], str]
     """The value -> the text the doc must contain."""
     what: str
     """A short name for the test id."""
+
+    @property
+    def file(self) -> Path:
+        """The results file this figure reads."""
+        return result_path(self.results)
+
+
+def result_path(results: str) -> Path:
+    """A Figure's ``results``: a plain name is a file under benchmarks/results/, a name with a "/" a path from
+    the project root."""
+    return ROOT / results if "/" in results else RESULTS / results
 
 
 def _interval(d: dict[str, Any]) -> str:
@@ -201,6 +217,8 @@ GMT_FIGURES = [
 EVALUATION = "docs/evaluation.md"
 UNSEEN = "docs/experiments/2026-11-offline-routers-unseen-subjects.md"
 """The study of offline routers on unseen MMLU subjects: evaluation.md's development history."""
+UNSEEN_RESULTS = "docs/experiments/2026-11-offline-routers-unseen-subjects/results"
+"""The results only that study names (its runs' variants), beside it rather than in benchmarks/results/."""
 MF_VARIANTS = ["MF (the baseline: torch seed 0, 30 epochs, ties 0.5)", "MF, torch seed 1", "MF, 5 epochs",
                "MF, ties dropped"]
 
@@ -288,57 +306,57 @@ ROUTING_FIGURES = [
     Figure("README.md", "routing_make_run.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
            lambda d: f"policy minus best fixed route {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]",
            "make run: policy minus best fixed"),
-    Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.2.routing.policy_minus_best_fixed",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_t256_fp.json", "runs.2.routing.policy_minus_best_fixed",
            lambda d: f"({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]", "make run: 2,000 held-out questions (two-model study)"),
-    Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.1.routing.policy_minus_best_fixed",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_t256_fp.json", "runs.1.routing.policy_minus_best_fixed",
            lambda d: f"{d['value']:+.3f} without the greedy frequency penalty", "make run: 2,000, no penalty (two-model study)"),
-    Figure(TWO_MODELS, "routing_eval2000_t256.json", "runs.1.routing.policy_minus_best_fixed",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_t256.json", "runs.1.routing.policy_minus_best_fixed",
            lambda d: f"**{d['value']:+.3f} [{d['lo']:+.3f},\n  {d['hi']:+.3f}]**", "benchmarks: 2,000 held-out questions"),
-    Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.2.selection.scored",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_t256_fp.json", "runs.2.selection.scored",
            lambda rows: "mean reward " + ", ".join(f"{r['mean_reward']:.3f}" for r in rows)
            + "; format validity " + ", ".join(f"{r['format_valid']:.3f}" for r in rows), "penalty picked on training"),
-    Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.2",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_t256_fp.json", "runs.2",
            lambda e: f"| {e['selection']['chosen']:g} | {e['results']['policy_trained']['mean_reward']:.3f} | "
                      f"{_interval(e['routing']['policy_minus_best_fixed'])} | "
                      f"{e['results']['policy_trained']['format_valid']:.3f} |", "penalty on 2,000 held-out"),
-    Figure(TWO_MODELS, "routing_eval2000_s30.json", "runs.2.routing.policy_minus_best_fixed",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_s30.json", "runs.2.routing.policy_minus_best_fixed",
            lambda d: f"policy - best fixed route **{d['value']:+.3f}\n  [{d['lo']:+.3f}, {d['hi']:+.3f}]**",
            "30 steps on 2,000 held-out"),
     # larger groups (train.n_samples=8) from make run's own cold start, beside make run
-    Figure(TWO_MODELS, "routing_groups.json", "runs",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_groups.json", "runs",
            lambda runs: "Held-out reward on the 32 questions, steps 0 to 10: four samples "
                         + ", ".join(f"{e['eval/mean_reward']:.3f}" for e in runs[0]["held_out_curve"]) + "; eight "
                         + ", ".join(f"{e['eval/mean_reward']:.3f}" for e in runs[1]["held_out_curve"])
                         + f". At step 10 eight samples end **{runs[1]['routing']['policy_minus_best_fixed']['value']:+.3f} "
                         + _interval(runs[1]["routing"]["policy_minus_best_fixed"]).split(" ", 1)[1] + "** below always-Mixtral",
            "larger groups: curves"),
-    Figure(TWO_MODELS, "routing_groups.json", "runs",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_groups.json", "runs",
            lambda runs: "(GSM8K / MMLU " + " / ".join(f"{runs[1]['held_out_curve'][1][f'eval/strong_share/{t}']:.2f}"
                                                       for t in ("gsm8k", "mmlu"))
                         + " at\n  step 2 against " + " / ".join(f"{runs[0]['held_out_curve'][1][f'eval/strong_share/{t}']:.2f}"
                                                                for t in ("gsm8k", "mmlu")) + ")",
            "larger groups: strong share at step 2"),
-    Figure(TWO_MODELS, "routing_casc400.json", "runs.1.routing.cascade_minus_best_fixed",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_casc400.json", "runs.1.routing.cascade_minus_best_fixed",
            lambda d: f"+{d['value']:.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]** (0.673", "cascade on 400 held-out"),
-    Figure(TWO_MODELS, "routing_casc400.json", "runs.1.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_casc400.json", "runs.1.routing",
            lambda b: f"asks GPT-4 after **{b['policy_escalation']['not_stated']['escalated']} of the "
                      f"{b['policy_escalation']['not_stated']['n']}** Mixtral replies that state no answer (and "
                      f"{b['policy_escalation']['stated']['escalated']} of the {b['policy_escalation']['stated']['n']}",
            "cascade run: escalation"),
-    Figure(TWO_MODELS, "routing_casc400.json", "runs.1.routing.policy_minus_best_fixed",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_casc400.json", "runs.1.routing.policy_minus_best_fixed",
            lambda d: f"**{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]** below the best fixed route",
            "cascade run on 400 held-out"),
-    Figure(TWO_MODELS, "routing_casc400.json", "runs.0.held_out_curve",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_casc400.json", "runs.0.held_out_curve",
            _curve_row("mean reward"),
            "cascade run: curve"),
-    Figure(TWO_MODELS, "routing_rescored.json", "rescored.0.cascade_minus_best_fixed",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_rescored.json", "rescored.0.cascade_minus_best_fixed",
            lambda d: f"is {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] above always-Mixtral", "cascade (two-model study)"),
-    Figure(TWO_MODELS, "routing_rescored.json", "rescored.0",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_rescored.json", "rescored.0",
            lambda b: f"cascade is **{b['cascade_minus_best_fixed']['value']:+.3f} "
                      f"[{b['cascade_minus_best_fixed']['lo']:+.3f}, {b['cascade_minus_best_fixed']['hi']:+.3f}]** "
                      f"above always-Mixtral ({b['routes']['cascade']['mean_reward']:.3f} against "
                      f"{b['routes'][b['best_fixed']]['mean_reward']:.3f})", "cascade on 2,000 held-out"),
-    Figure(TWO_MODELS, "routing_rescored.json", "rescored.0",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_rescored.json", "rescored.0",
            lambda b: f"policy is {b['policy_minus_cascade']['value']:+.3f} [{b['policy_minus_cascade']['lo']:+.3f}, "
                      f"{b['policy_minus_cascade']['hi']:+.3f}] below the cascade, asking GPT-4 after "
                      f"{_escalated(b, 'not_stated', 'of the')} Mixtral replies", "30-step policy vs cascade"),
@@ -347,76 +365,76 @@ ROUTING_FIGURES = [
            "a second call's worth at alpha 0.36"),
     Figure(TWO_MODELS, "routing.json", "escalation_value", _second_call_050,
            "a second call's worth at alpha 0.5"),
-    Figure(TWO_MODELS, "escalation_decision.json", "runs.0.checkpoints",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_decision.json", "runs.0.checkpoints",
            lambda cs: f"{_first(cs[0])} after the cold start, {_first(cs[-1])} at step\n{cs[-1]['step']};",
            "escalation at the decision point (two-model study)"),
-    Figure(TWO_MODELS, "escalation_decision.json", "", _escalation_table, "decision-point probe table"),
-    Figure(TWO_MODELS, "escalation_dynamic_sampling.json", "", _escalation_table,
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_decision.json", "", _escalation_table, "decision-point probe table"),
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_dynamic_sampling.json", "", _escalation_table,
            "dynamic sampling probe table"),
-    Figure(TWO_MODELS, "escalation_dynamic_sampling.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_dynamic_sampling.json", "seconds",
            lambda t: f"--steps 24,32 --name escalation_dynamic_sampling`, {t:.0f} s;", "dynamic sampling probe time"),
-    Figure(TWO_MODELS, "escalation_no_answer_share.json", "", _escalation_table,
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_no_answer_share.json", "", _escalation_table,
            "stratified prompts probe table"),
-    Figure(TWO_MODELS, "escalation_no_answer_share.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_no_answer_share.json", "seconds",
            lambda t: f"--name escalation_no_answer_share`, {t:.0f} s;", "stratified prompts probe time"),
-    Figure(TWO_MODELS, "routing_eval2000_na50.json", "runs.1",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_na50.json", "runs.1",
            lambda e: f"scores {e['results']['policy_trained']['mean_reward']:.3f}, "
                      f"{_interval(e['routing']['policy_minus_best_fixed'])} below the best fixed route",
            "stratified prompts on 2,000 held-out"),
-    Figure(TWO_MODELS, "routing_eval2000_na50.json", "runs.1.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_na50.json", "runs.1.routing",
            lambda b: f"(strong share {b['routes']['policy']['strong_share_by_task']['gsm8k']:.2f} / "
                      f"{b['routes']['policy']['strong_share_by_task']['mmlu']:.2f}), "
                      f"{-b['policy_minus_best_fixed']['value']:.3f} below always-Mixtral on the 2,000",
            "stratified prompts (two-model study)"),
-    Figure(TWO_MODELS, "routing_eval2000_na50.json", "runs.0.held_out_curve",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_na50.json", "runs.0.held_out_curve",
            _curve_row("`r27_na50` mean reward"),
            "stratified prompts: curve"),
-    Figure(TWO_MODELS, "routing_eval2000_na50.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_na50.json", "seconds",
            lambda t: f"--name routing_eval2000_na50`, {t:,.0f} s;", "stratified prompts eval time"),
-    Figure(TWO_MODELS, "escalation_no_answer_first_call.json", "", _escalation_table,
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_no_answer_first_call.json", "", _escalation_table,
            "first call written: probe table"),
-    Figure(TWO_MODELS, "escalation_no_answer_first_call.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_no_answer_first_call.json", "seconds",
            lambda t: f"--name escalation_no_answer_first_call` ({t:.0f} s;", "first call written: probe time"),
-    Figure(TWO_MODELS, "routing_na50fc.json", "runs.0.held_out_curve",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_na50fc.json", "runs.0.held_out_curve",
            _curve_row("`r27_na50fc` mean reward"),
            "first call written: curve"),
-    Figure(TWO_MODELS, "escalation_mark.json", "", _escalation_table, "note at the choice: probe table"),
-    Figure(TWO_MODELS, "escalation_mark.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_mark.json", "", _escalation_table, "note at the choice: probe table"),
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_mark.json", "seconds",
            lambda t: f"--name escalation_mark`, {t:.0f} s;", "note at the choice: probe time"),
-    Figure(TWO_MODELS, "routing_mark.json", "runs.0.held_out_curve", _curve_row("`r29_mark` mean reward"),
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_mark.json", "runs.0.held_out_curve", _curve_row("`r29_mark` mean reward"),
            "note at the choice: curve"),
-    Figure(TWO_MODELS, "routing_drgrpo400.json", "runs.1.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_drgrpo400.json", "runs.1.routing",
            lambda b: f"GPT-4 after {_escalated(b, 'not_stated', 'of the')} Mixtral replies that state no answer "
                      f"and after {_escalated(b, 'stated', 'of the')} that state one", "Dr. GRPO: escalation on 400 held-out"),
-    Figure(TWO_MODELS, "routing_drgrpo400.json", "runs.1",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_drgrpo400.json", "runs.1",
            lambda e: f"Mean reward {e['results']['policy_trained']['mean_reward']:.3f} against always-Mixtral's "
                      f"{e['routing']['routes']['always_cheapest']['mean_reward']:.3f}: "
                      f"{_interval(e['routing']['policy_minus_best_fixed'])}", "Dr. GRPO: reward on 400 held-out"),
-    Figure(TWO_MODELS, "routing_drgrpo400.json", "runs.1.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_drgrpo400.json", "runs.1.routing",
            lambda b: f"after {_escalated(b, 'not_stated')} Mixtral replies that state no answer and "
                      f"{_escalated(b, 'stated')} that state one, a tie with always-Mixtral "
                      f"({_interval(b['policy_minus_best_fixed'])})",
            "Dr. GRPO on 400 held-out (two-model study)"),
-    Figure(TWO_MODELS, "routing_drgrpo400.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_drgrpo400.json", "seconds",
            lambda t: f"--name routing_drgrpo400`, {t:,.0f} s alone;", "Dr. GRPO eval time"),
-    Figure(TWO_MODELS, "routing_first_call.json", "runs.0.held_out_curve",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_first_call.json", "runs.0.held_out_curve",
            _curve_row("`r32_fc` held-out reward"), "first call written for half: curve"),
-    Figure(TWO_MODELS, "routing_first_call.json", "runs.1.held_out_curve",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_first_call.json", "runs.1.held_out_curve",
            _curve_row("`r33_casc` held-out reward (first call written)"), "first call written for all: curve"),
-    Figure(TWO_MODELS, "escalation_drgrpo.json", "", _escalation_table, "Dr. GRPO: probe table"),
-    Figure(TWO_MODELS, "routing_drgrpo400_rescored.json", "rescored.0.policy_escalation",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_drgrpo.json", "", _escalation_table, "Dr. GRPO: probe table"),
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_drgrpo400_rescored.json", "rescored.0.policy_escalation",
            lambda e: f"After the {e['not_stated']['escalated']} no-answer replies it escalated on, GPT-4 was right on "
                      f"{e['not_stated']['strong_right']} and the policy's answer was wrong on "
                      f"{e['not_stated']['miscopied']} of them; after stated replies, on {e['stated']['miscopied']} of "
                      f"{e['stated']['strong_right']}.", "Dr. GRPO on 400: GPT-4's reply not copied back"),
-    Figure(TWO_MODELS, "routing_drgrpo1600.json", "runs.1.selection.scored",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_drgrpo1600.json", "runs.1.selection.scored",
            lambda sc: f"by mean reward ({', '.join(format(x['mean_reward'], '.3f') for x in sc)}: "
                       f"{max(sc, key=lambda x: (x['mean_reward'], -x['penalty']))['penalty']:g} wins)",
            "Dr. GRPO on 1,600: the penalty picked on training questions"),
-    Figure(TWO_MODELS, "routing_drgrpo1600.json", "",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_drgrpo1600.json", "",
            lambda d: f"--name routing_drgrpo1600` ({d['seconds']:,.0f} s alone, {d['runs'][1]['wall_s']:,.0f} s of it the 1,600;",
            "Dr. GRPO on 1,600: time"),
-    Figure(TWO_MODELS, "routing_drgrpo1600.json", "runs.1.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_drgrpo1600.json", "runs.1.routing",
            lambda b: f"asks GPT-4 after {_escalated(b, 'not_stated', 'of the')} Mixtral replies that state no answer and "
                      f"after {_escalated(b, 'stated', 'of the')} that state one "
                      f"({b['policy_escalation']['stated']['share']:.0%}); format validity "
@@ -431,15 +449,15 @@ ROUTING_FIGURES = [
                      f"(no-answer replies) and {b['policy_escalation']['stated']['miscopied']} of "
                      f"{b['policy_escalation']['stated']['strong_right']} (stated)",
            "Dr. GRPO on 1,600 unread held-out"),
-    Figure(TWO_MODELS, "routing_drgrpo1600.json", "runs.1.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_drgrpo1600.json", "runs.1.routing",
            lambda b: f"after {_escalated(b, 'not_stated', 'of the')} no-answer replies and "
                      f"{_escalated(b, 'stated', 'of the')} others: {_interval(b['policy_minus_best_fixed'])}, still a "
                      f"tie, where the cascade is {_interval(b['cascade_minus_best_fixed'])}.",
            "Dr. GRPO on 1,600 unread held-out (two-model study)"),
-    Figure(TWO_MODELS, "routing_first_call.json", "runs.4",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_first_call.json", "runs.4",
            lambda r: f"{r['wall_s']:,.0f} s alone, settings fixed before it ran",
            "Dr. GRPO resumed with fewer stratum prompts: time"),
-    Figure(TWO_MODELS, "routing_first_call.json", "runs",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_first_call.json", "runs",
            lambda rs: (lambda b, before: f"asks GPT-4 after {b['policy_escalation']['stated']['escalated']} of the "
                        f"{b['policy_escalation']['stated']['n']} stated replies at step 36 "
                        f"({before['policy_escalation']['stated']['escalated']} at step 24), "
@@ -447,21 +465,21 @@ ROUTING_FIGURES = [
                        f"{b['routes'][b['best_fixed']]['mean_reward']:.3f} ({_interval(b['policy_minus_best_fixed'])};"
                        )(rs[4]["routing"], rs[3]["routing"]),
            "Dr. GRPO resumed with fewer stratum prompts: 32 held-out"),
-    Figure(TWO_MODELS, "escalation_drgrpo.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_drgrpo.json", "seconds",
            lambda t: f"--name escalation_drgrpo`, {t:.0f} s alone;", "Dr. GRPO: probe time"),
-    Figure(TWO_MODELS, "routing_mark.json", "runs.0.held_out_curve",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_mark.json", "runs.0.held_out_curve",
            _share_row("`r29_mark` strong share GSM8K / MMLU"), "note at the choice: shares"),
-    Figure(TWO_MODELS, "routing_mark.json", "runs.1.held_out_curve",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_mark.json", "runs.1.held_out_curve",
            _curve_row("`r29_mark_t1536` mean reward"), "1,536-token budget: curve"),
-    Figure(TWO_MODELS, "routing_mark.json", "runs.1.held_out_curve",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_mark.json", "runs.1.held_out_curve",
            _share_row("`r29_mark_t1536` strong share GSM8K / MMLU"), "1,536-token budget: shares"),
-    Figure(TWO_MODELS, "groups_mark_t1536.json", "", _groups_table, "sampled groups table"),
-    Figure(TWO_MODELS, "groups_mark_t1536.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/groups_mark_t1536.json", "", _groups_table, "sampled groups table"),
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/groups_mark_t1536.json", "seconds",
            lambda t: f"groups_mark_t1536`, {t:,.0f} s,", "sampled groups time"),
-    Figure(TWO_MODELS, "groups_mark_t1536.json", "entries.0.groups",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/groups_mark_t1536.json", "entries.0.groups",
            lambda g: f"({g['escalate_minus_answer']:+.3f} over the {g['groups_with_both']} groups holding both moves)",
            "sampled groups: within-group difference"),
-    Figure(TWO_MODELS, "escalation_decision.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_decision.json", "seconds",
            lambda t: f"--steps 0,8,20 --name escalation_decision`, {t:.0f} s;", "decision probe time"),
     Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal).most_cascade_gain",
            lambda g: f"gains **{g['gain']:+.3f}** over the best fixed route at alpha {g['alpha']:g}", "cascade gain"),
@@ -473,21 +491,21 @@ ROUTING_FIGURES = [
     Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal)",
            lambda sw: _gap_036(sw) + ",", "gap at alpha 0.36 (two-model study)"),
     # r39: RL's prompts from GSM8K alone (train.sources)
-    Figure(TWO_MODELS, "routing_gsm1600.json", "runs.0",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm1600.json", "runs.0",
            lambda r: f"train.sources=[gsm8k] train.total_steps=48\"`; {r['wall_s']:,.0f} s alone;", "GSM8K only: time"),
-    Figure(TWO_MODELS, "routing_gsm1600.json", "runs.0.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm1600.json", "runs.0.routing",
            lambda b: f"({_escalated(b, 'stated')} stated replies, {_escalated(b, 'not_stated')} without an answer: "
                      f"{b['routes']['policy']['mean_reward']:.3f}, the cascade's figure there)"
            if abs(b["routes"]["policy"]["mean_reward"] - b["routes"]["cascade"]["mean_reward"]) < 5e-4 else NEVER_IN_A_DOC,
            "GSM8K only: 32 held-out"),
-    Figure(TWO_MODELS, "routing_gsm1600.json", "runs.1.selection",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm1600.json", "runs.1.selection",
            lambda sel: f"(the greedy penalty's choice, 0 and 0.6 tied at {sel['scored'][0]['mean_reward']:.3f}"
            if [x["penalty"] for x in sel["scored"]] == [0, 0.6] and sel["chosen"] == 0
            and round(sel["scored"][0]["mean_reward"], 3) == round(sel["scored"][1]["mean_reward"], 3) else NEVER_IN_A_DOC,
            "GSM8K only: penalty choice"),
-    Figure(TWO_MODELS, "routing_gsm1600.json", "",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm1600.json", "",
            lambda d: f"--name routing_gsm1600` ({d['seconds']:,.0f} s alone;", "GSM8K only on 1,600: time"),
-    Figure(TWO_MODELS, "routing_gsm1600.json", "runs.1.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm1600.json", "runs.1.routing",
            lambda b: f"It asks GPT-4 after {_escalated(b, 'not_stated', 'of the')} replies that state no answer and "
                      f"{_escalated(b, 'stated', 'of the')} that state one; format validity "
                      f"{b['routes']['policy']['format_valid']:.3f}, accuracy {b['routes']['policy']['accuracy']:.3f}. "
@@ -495,25 +513,25 @@ ROUTING_FIGURES = [
                      f"{b['routes'][b['best_fixed']]['mean_reward']:.3f}: {_interval(b['policy_minus_best_fixed'])}, "
                      f"{_interval(b['policy_minus_cascade'])} against the cascade",
            "GSM8K only on 1,600"),
-    Figure(TWO_MODELS, "routing_gsm1600_rescored.json", "rescored.0.versus",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm1600_rescored.json", "rescored.0.versus",
            lambda v: f"{_interval(v['policy_minus_versus'])} against `r35_s24` on the same questions"
            if v["run"].endswith("r35_s24_heldout1600_unread_fp0") else "other run",
            "GSM8K only against r35_s24 on the 1,600"),
-    Figure(TWO_MODELS, "escalation_gsm.json", "", _escalation_table, "GSM8K only: probe table"),
-    Figure(TWO_MODELS, "escalation_gsm.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_gsm.json", "", _escalation_table, "GSM8K only: probe table"),
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_gsm.json", "seconds",
            lambda t: f"--name escalation_gsm`, {t:.0f} s alone;", "GSM8K only: probe time"),
     # r40: r39 resumed with half its prompts from the no-answer stratum
-    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.0",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm_na50_1600.json", "runs.0",
            lambda r: f"the rest as `r39_gsm`; {r['wall_s']:,.0f} s alone;", "r40: time"),
-    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.0.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm_na50_1600.json", "runs.0.routing",
            lambda b: f"at step 60 it asks GPT-4 after {b['policy_escalation']['stated']['escalated']} of the 31 stated replies"
            if b["policy_escalation"]["stated"]["n"] == 31 else NEVER_IN_A_DOC, "r40: 32 held-out"),
-    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.1.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm_na50_1600.json", "runs.1.routing",
            lambda b: f"it asks after {_escalated(b, 'not_stated')} no-answer replies and "
                      f"{b['policy_escalation']['stated']['escalated']} of {b['policy_escalation']['stated']['n']} "
                      f"stated ones: {b['routes']['policy']['mean_reward']:.3f}, {_interval(b['policy_minus_best_fixed'])} "
                      f"above always-Mixtral", "r40: 256 training questions"),
-    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.2.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm_na50_1600.json", "runs.2.routing",
            lambda b: f"it asks GPT-4 after {_escalated(b, 'not_stated', 'of the')} replies that state no answer and "
                      f"{_escalated(b, 'stated', 'of the')} that state one "
                      f"({b['policy_escalation']['stated']['share']:.0%}); format validity "
@@ -522,22 +540,22 @@ ROUTING_FIGURES = [
                      f"{b['routes'][b['best_fixed']]['mean_reward']:.3f}: {_interval(b['policy_minus_best_fixed'])}, "
                      f"the first interval of a policy here that excludes 0, and level with the cascade "
                      f"({_interval(b['policy_minus_cascade'])})", "r40 on the 1,600"),
-    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "rescored.0.versus",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm_na50_1600.json", "rescored.0.versus",
            lambda v: f"{_interval(v['policy_minus_versus'])} against `r35_s24` on the same questions"
            if v["run"].endswith("r35_s24_heldout1600_unread_fp0") else "other run", "r40 against r35_s24"),
-    Figure(TWO_MODELS, "routing_gsm_na50_1600.json", "runs.2.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm_na50_1600.json", "runs.2.routing",
            lambda b: f"asks GPT-4 after {b['policy_escalation']['not_stated']['escalated']} of the "
                      f"{b['policy_escalation']['not_stated']['n']} and {_escalated(b, 'stated', 'of the')} others "
                      f"and scores {_interval(b['policy_minus_best_fixed'])} above always-Mixtral",
            "r40 on the 1,600 (two-model study)"),
     # which stated replies r40 escalates on: the 1,600, then the lockbox read once
-    Figure(TWO_MODELS, "routing_signal1600.json", "rescored.2.policy_signal",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_signal1600.json", "rescored.2.policy_signal",
            lambda g: f"those `r40_gsm_na50` kept minus on those it escalated on is "
                      f"{_interval(g['cheap_right_kept_minus_escalated'])} ({g['kept']['cheap_right']:.3f} against "
                      f"{g['escalated']['cheap_right']:.3f};", "r40 signal on the 1,600"),
-    Figure(TWO_MODELS, "routing_signal1600.json", "rescored.0.policy_signal",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_signal1600.json", "rescored.0.policy_signal",
            lambda g: f"where `r35_s24`'s is {_interval(g['cheap_right_kept_minus_escalated'])}", "r35 signal on the 1,600"),
-    Figure(TWO_MODELS, "routing_signal1600.json", "rescored.2.policy_by_task",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_signal1600.json", "rescored.2.policy_by_task",
            lambda t: f"GSM8K {_interval(t['gsm8k']['signal']['cheap_right_kept_minus_escalated'])}, MMLU "
                      f"{_interval(t['mmlu']['signal']['cheap_right_kept_minus_escalated'])})", "r40 signal per task"),
     Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
@@ -569,88 +587,88 @@ ROUTING_FIGURES = [
     Figure(UNSEEN, "routing_lockbox.json", "rescored.0.policy_by_task.mmlu.escalation.stated",
            lambda e: f"(44% against {e['share']:.0%})", "lockbox: MMLU share"),
     # the cascade-shaped policy on the unseen subjects (bench_unseen_subjects.py --router-r1 r40 ...)
-    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "routers.router_r1",
            lambda r: f"| router_r1 (`r40_gsm_na50`) | quality {r['quality_mean']:.3f} at {100 * r['strong_share_mean']:.1f}% "
                      f"strong, ${1000 * r['cost_mean']:.3f} per 1k prompts |", "unseen subjects: r40 row"),
-    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
            lambda p: f"It asks GPT-4 after {p['0']['escalated']}, {p['1']['escalated']} and {p['2']['escalated']} "
                      f"of each seed's 100 Mixtral replies", "unseen subjects: r40 escalations"),
-    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
            lambda p: f"Per seed its quality is {p['0']['quality']:.2f}, {p['1']['quality']:.2f} and "
                      f"{p['2']['quality']:.2f}", "unseen subjects: r40 per seed"),
-    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "routers.router_r1",
            lambda r: f"with the Mixtral call before each escalation priced too (`cost_mean_all_calls` in each seed's "
                      f"`report.json`, since 2026-11-27) it costs ${1000 * r['cost_mean_all_calls']:.3f} per 1k prompts",
            "unseen subjects: r40 every call's cost"),
-    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
            lambda p: "(" + _three([p[s]["quality"] - p[s]["random_quality_at_cost_all_calls"] for s in "012"], "+.3f")
                      + " against the mix at the cost of every call)", "unseen subjects: r40 per seed, every call"),
-    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "seconds",
-           lambda t: f"`benchmarks/results/unseen_subjects_subset100_r40.md`, {t:.0f} s alone with the embeddings",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "seconds",
+           lambda t: f"`{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.md`, {t:.0f} s alone with the embeddings",
            "unseen subjects: r40 time"),
-    Figure(TWO_MODELS, "unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
+    Figure(TWO_MODELS, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
            lambda p: f"Mixtral is right on {p['kept']:.3f} of those it kept and {p['sent']:.3f} of those it escalated on "
                      f"(+{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}];", "unseen subjects r40 weak split (two-model study)"),
-    Figure(TWO_MODELS, "unseen_subjects_subset300_r40.json", "routers",
+    Figure(TWO_MODELS, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40.json", "routers",
            lambda r: f"+{r['probe_form']['weak_split_pooled']['value']:.3f} and +{r['knn']['weak_split_pooled']['value']:.3f};",
            "unseen subjects offline weak split (two-model study)"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "", _unseen_weak_split_table,
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40.json", "", _unseen_weak_split_table,
            "unseen subjects 300: weak-split table"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40.json", "routers.router_r1.weak_split_pooled",
            lambda p: f"Mixtral is right on {p['kept']:.3f} of the prompts it kept and {p['sent']:.3f} of those it "
                      f"escalated on, +{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]", "unseen subjects 300: r40 weak split"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "routers.router_r1",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40.json", "routers.router_r1",
            lambda r: f"quality {r['quality_mean']:.3f} at {100 * r['strong_share_mean']:.1f}% strong, "
                      f"${1000 * r['cost_mean']:.3f} per 1k prompts", "unseen subjects 300: r40 point"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "routers.router_r1.per_seed",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40.json", "routers.router_r1.per_seed",
            lambda p: f"per seed {p['0']['quality']:.3f}, {p['1']['quality']:.3f} and {p['2']['quality']:.3f} against the "
                      f"random mix at the same cost {p['0']['random_quality_at_cost']:.3f}, "
                      f"{p['1']['random_quality_at_cost']:.3f} and {p['2']['random_quality_at_cost']:.3f}",
            "unseen subjects 300: r40 per seed"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "seconds",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40.json", "seconds",
            lambda t: f"--name\nunseen_subjects_subset300_r40`, {t:.0f} s (652 s the first time", "unseen subjects 300: time"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40.json", "routers.router_r1", _every_call_cost,
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40.json", "routers.router_r1", _every_call_cost,
            "unseen subjects 300: r40 every call's cost"),
     # the same policy's odds of escalating as a threshold router (--router-r1-score escalation)
-    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "", _unseen_apgr_rows,
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40_odds.json", "", _unseen_apgr_rows,
            "unseen subjects 300: odds APGR table"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "routers",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40_odds.json", "routers",
            lambda r: f"give APGR {r['router_r1_odds']['apgr_mean']:.3f} on the unseen subjects, above MF "
                      f"({r['mf']['apgr_mean']:.3f}) and random ({r['random']['apgr_mean']:.3f}) and below kNN "
                      f"({r['knn']['apgr_mean']:.3f}) and `probe_form` ({r['probe_form']['apgr_mean']:.3f})",
            "unseen subjects 300: odds APGR sentence"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed.0.apgr_minus_random",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed.0.apgr_minus_random",
            lambda d: f"only seed 0's interval against random excludes 0 ({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}])",
            "unseen subjects 300: odds vs random"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds",
            lambda r: f"Mixtral is right on {r['weak_split_pooled']['kept']:.3f} of the prompts it keeps and "
                      f"{r['weak_split_pooled']['sent']:.3f} of those it sends ({r['weak_split_pooled']['value']:+.3f} "
                      f"[{r['weak_split_pooled']['lo']:+.3f}, {r['weak_split_pooled']['hi']:+.3f}]). The score reads "
                      f"Mixtral's reply, so every prompt pays that call: ${1000 * r['cost_mean_all_calls']:.3f} per 1k "
                      "prompts at 50% strong", "unseen subjects 300: odds split and cost"),
-    Figure(TWO_MODELS, "unseen_subjects_subset300_r40_odds.json", "routers",
+    Figure(TWO_MODELS, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40_odds.json", "routers",
            lambda r: f"give APGR {r['router_r1_odds']['apgr_mean']:.3f} on those prompts (MF {r['mf']['apgr_mean']:.3f}, "
                      f"random {r['random']['apgr_mean']:.3f}, kNN {r['knn']['apgr_mean']:.3f}, `probe_form` "
                      f"{r['probe_form']['apgr_mean']:.3f})", "odds APGR (two-model study)"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "seconds",
-           lambda t: f"`benchmarks/results/unseen_subjects_subset300_r40_odds.md`, {t:.0f} s alone", "unseen subjects 300: odds time"),
-    Figure(UNSEEN, "unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40_odds.json", "seconds",
+           lambda t: f"`{UNSEEN_RESULTS}/unseen_subjects_subset300_r40_odds.md`, {t:.0f} s alone", "unseen subjects 300: odds time"),
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset300_r40_odds.json", "routers.router_r1_odds.per_seed",
            lambda p: f"Greedy decoding escalated on {_three([p[s]['escalated_greedy'] for s in '012'], 'd')} of each "
                      f"seed's 300, as in the run above, and {sum(p[s]['no_decision_point'] for s in '012')} of the 900 "
                      "turns had no decision point", "unseen subjects 300: odds greedy counts"),
-    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "", _unseen_weak_split_table,
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "", _unseen_weak_split_table,
            "unseen subjects: weak-split table"),
-    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1.weak_split_pooled",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "routers.router_r1.weak_split_pooled",
            lambda p: f"Mixtral is right on {p['kept']:.3f} of the prompts the policy kept and {p['sent']:.3f} of those it "
                      f"escalated on, +{p['value']:.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]", "unseen subjects: r40 weak split"),
-    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.probe_form.per_seed",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "routers.probe_form.per_seed",
            lambda p: f"({sum(v['at_share']['0.5']['quality'] for v in p.values()) / len(p):.3f} at 50% strong, mean)",
            "unseen subjects: probe_form at 50%"),
-    Figure(UNSEEN, "unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "routers.router_r1.per_seed",
            lambda p: "the random mix of the two models at the same cost scores " + ", ".join(
                f"{p[s]['random_quality_at_cost']:.3f}" for s in "01") + f" and {p['2']['random_quality_at_cost']:.3f}",
            "unseen subjects: random mix at r40's cost"),
-    Figure(TWO_MODELS, "routing_lockbox1540.json", "rescored.0",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_lockbox1540.json", "rescored.0",
            lambda b: f"On the 1,540 never read: signal {_interval(b['policy_signal']['cheap_right_kept_minus_escalated'])}, "
                      f"worth over random {_interval(b['policy_signal']['gain_escalated_minus_all'])}, policy minus "
                      f"always-Mixtral {_interval(b['policy_minus_best_fixed'])}, minus always-GPT-4 "
@@ -673,7 +691,7 @@ ROUTING_FIGURES = [
                      f"{sum(b['tasks'].values()):,} questions, a tie with always-GPT-4 "
                      f"({_interval(b['policy_minus_fixed']['always_strongest'])})",
            "results page: lockbox"),
-    Figure(TWO_MODELS, "routing_gsm1600.json", "runs.1.routing",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm1600.json", "runs.1.routing",
            lambda b: f"removed them ({_escalated(b, 'stated')}) and most of the needed ones with them "
                      f"({_escalated(b, 'not_stated')}; {_interval(b['policy_minus_best_fixed'])})",
            "r39 on the 1,600 (two-model study)"),
@@ -759,7 +777,7 @@ def _logits(runs: list[dict[str, Any]], path: str, window: int, key: str = "back
 
 
 GPU_FIGURES = [
-    Figure(TWO_MODELS, "same_curve_chunked_logprobs.json", "max_abs_diff",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/same_curve_chunked_logprobs.json", "max_abs_diff",
            lambda d: "every held-out point the same to the last digit" if max(d.values()) == 0 else NEVER_IN_A_DOC,
            "make run after the chunked log-probs (two-model study)"),
     Figure("docs/gpu.md", "logits_memory.json", "runs",
@@ -872,7 +890,7 @@ README_FIGURES = [
 ]
 
 TWO_MODELS_FIGURES = [
-    Figure(TWO_MODELS, "routing_eval2000_t256_fp.json", "runs.2.routing.routes.policy",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_t256_fp.json", "runs.2.routing.routes.policy",
            lambda p: f"| 0.6 | {p['mean_reward']:.3f} | -0.029 [-0.038, -0.019] | {p['format_valid']:.3f} | 32 (2) | "
                      f"{p['accuracy']:.3f} |", "greedy penalty 0.6 row"),
 ]
@@ -940,7 +958,7 @@ def test_a_failed_condition_cannot_pass() -> None:
 
 @pytest.mark.parametrize("fig", FIGURES, ids=[f"{f.doc.split('/')[-1]}: {f.what}" for f in FIGURES])
 def test_the_doc_quotes_the_committed_result(fig: Figure) -> None:
-    value = lookup(json.loads((RESULTS / fig.results).read_text()), fig.path)
+    value = lookup(json.loads(fig.file.read_text()), fig.path)
     expected = normalised(fig.fmt(value))
     doc = normalised((ROOT / fig.doc).read_text())
     assert expected in doc, (f"{fig.doc} should say {expected!r}: {fig.results} {fig.path or '(whole file)'}; "

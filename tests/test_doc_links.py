@@ -10,7 +10,11 @@ import pytest
 
 from tests.helpers import ROOT
 
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+STUDIES = ROOT / "docs" / "experiments"
+STUDY_RESULTS = sorted(p for p in STUDIES.glob("*/results") if p.is_dir())
+"""A dated study's own results (``docs/experiments/<study>/results/``): the files only that study cites."""
+DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if p.parent not in STUDY_RESULTS)]
+"""The README and every doc under docs/ (a study's results folder holds results, not docs)."""
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 
@@ -62,7 +66,7 @@ def test_relative_links_resolve(doc: Path) -> None:
     assert not broken, f"{doc.relative_to(ROOT)}: " + "; ".join(broken)
 
 
-# -- benchmarks/results/ holds what a doc cites, and a doc cites only what it holds -------------------------
+# -- benchmarks/results/ (and each study's results/) holds what a doc cites, and a doc cites only what it holds --
 
 RESULTS = ROOT / "benchmarks" / "results"
 RESULT_REF = re.compile(r"(?:benchmarks/results/)?([A-Za-z0-9_\-*.{},]+?\.(?:\*|json|jsonl|md|png|\{[a-z,]+\}))"
@@ -101,10 +105,32 @@ def test_every_results_file_is_cited() -> None:
                          "quoted, or remove them; git keeps history): " + ", ".join(uncited))
 
 
+@pytest.mark.parametrize("results", STUDY_RESULTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_study_results_file_is_cited_by_its_study(results: Path) -> None:
+    """A study's own results are cited the same way, by the study they sit beside (``<study>.md``), and none
+    shares a name with a file in benchmarks/results/ (the docs cite results by name)."""
+    import fnmatch
+
+    study = results.parent.with_suffix(".md")
+    assert study.is_file(), f"{results.relative_to(ROOT)} sits beside no study doc ({study.relative_to(ROOT)})"
+    patterns = cited_results(study.read_text(encoding="utf-8"))
+    files = sorted(p.name for p in results.iterdir() if p.is_file())
+    assert files, f"{results.relative_to(ROOT)} is empty"
+    uncited = [f for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)]
+    assert not uncited, (f"{results.relative_to(ROOT)} holds files {study.relative_to(ROOT)} does not cite (cite "
+                         "them where their figures are quoted, or remove them; git keeps history): " + ", ".join(uncited))
+    both = sorted(set(files) & {p.name for p in RESULTS.iterdir()})
+    assert not both, f"{results.relative_to(ROOT)} and benchmarks/results/ both hold " + ", ".join(both)
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_cited_results_exist(doc: Path) -> None:
     text = doc.read_text(encoding="utf-8")
     named = {m.group(1).split("/")[-1] for m in re.finditer(r"benchmarks/results/([A-Za-z0-9_\-./]+\.(?:jsonl|json|md|png))",
                                                                 text)}
     missing = sorted(n for n in named if not (RESULTS / n).exists())
+    in_studies = re.finditer(r"docs/experiments/([A-Za-z0-9_\-]+)/results/([A-Za-z0-9_\-.]+\.(?:jsonl|json|md|png))"
+                             r"(?![A-Za-z0-9_])", text)
+    missing += sorted(f"docs/experiments/{m.group(1)}/results/{m.group(2)}" for m in in_studies
+                      if not (STUDIES / m.group(1) / "results" / m.group(2)).exists())
     assert not missing, f"{doc.relative_to(ROOT)} cites results that are not committed: " + ", ".join(missing)

@@ -118,11 +118,16 @@ def test_every_benchmark_declares_what_it_measures(script):
 
 
 def test_every_committed_result_says_when_it_was_true():
+    """Every result JSON, in benchmarks/results/ and in each dated study's own docs/experiments/<study>/results/."""
+    from tools.staleness import committed_results
+
+    paths = committed_results()
+    assert {*RESULTS.glob("*.json"), *ROOT.glob("docs/experiments/*/results/*.json")} <= set(paths)
     missing = []
-    for p in sorted(RESULTS.glob("*.json")):
+    for p in paths:
         block = json.loads(p.read_text()).get("provenance") or {}
         if not all(block.get(k) for k in ("command", "date", "commit", "measures")):
-            missing.append(p.name)
+            missing.append(str(p.relative_to(ROOT)))
     assert missing == [], "results without a provenance block (command, date, commit, measures)"
 
 

@@ -1,10 +1,10 @@
 """Which committed results still describe today's code (``rlrouter.provenance``), the README's first.
 
-Each result under ``benchmarks/results/`` carries a provenance block (command, date, commit, the paths it
-measures). A result is *stale* when a measured path changed since its commit (or it was measured on
-uncommitted changes), *unknown* without a block or with a commit this checkout lacks. The README's
-results are those its pinned figures (``tests/test_doc_figures.py``) and rendered tables
-(``tools/render_docs.py``) read.
+Each result under ``benchmarks/results/`` (and under a dated study's own ``docs/experiments/<study>/results/``)
+carries a provenance block (command, date, commit, the paths it measures). A result is *stale* when a
+measured path changed since its commit (or it was measured on uncommitted changes), *unknown* without a
+block or with a commit this checkout lacks. The README's results are those its pinned figures
+(``tests/test_doc_figures.py``) and rendered tables (``tools/render_docs.py``) read.
 
     python tools/staleness.py           # the README's results, then a count of the others
     python tools/staleness.py --all     # every result, one line each
@@ -23,14 +23,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+STUDY_RESULTS = "docs/experiments/*/results/*.json"
+"""A dated study's own results (the files only its doc cites), beside it rather than in benchmarks/results/."""
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from rlrouter.provenance import Freshness, staleness_report  # noqa: E402
 
 
+def committed_results() -> list[Path]:
+    """Every committed result JSON: benchmarks/results/, then each study's own results/."""
+    return [*sorted(RESULTS.glob("*.json")), *sorted(ROOT.glob(STUDY_RESULTS))]
+
+
+def result_path(name: str) -> Path:
+    """A result as the docs' figures name it: a plain name under benchmarks/results/, else a path from the root."""
+    return ROOT / name if "/" in name else RESULTS / name
+
+
 def readme_results() -> list[str]:
-    """The result files (names under benchmarks/results/) that the README's figures and tables read."""
+    """The result files (as the figures name them: names under benchmarks/results/) that the README's figures and
+    tables read."""
     from tests.test_doc_figures import FIGURES, MANY_MODELS_FIGURES
     from tools.render_docs import TABLES
 
@@ -42,11 +55,11 @@ def readme_results() -> list[str]:
 def report_lines(every: bool = False) -> tuple[list[str], list[Freshness]]:
     """(lines to print, the README results' freshness)."""
     readme = readme_results()
-    mine = staleness_report([RESULTS / n for n in readme], ROOT)
+    mine = staleness_report([result_path(n) for n in readme], ROOT)
     lines = [f"results the README quotes ({len(mine)}): "
              + ", ".join(f"{n} {s}" for s, n in sorted(Counter(f.state for f in mine).items()))]
     lines += ["  " + f.line() for f in mine]
-    others = staleness_report([p for p in sorted(RESULTS.glob("*.json")) if p.name not in readme], ROOT)
+    others = staleness_report([p for p in committed_results() if p not in {result_path(n) for n in readme}], ROOT)
     counts = Counter(f.state for f in others)
     lines.append(f"other results ({len(others)}): " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                  + ("" if every else " (python tools/staleness.py --all lists them)"))
