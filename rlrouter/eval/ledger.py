@@ -2,7 +2,7 @@
 
 A figure read on test data is honest only if the test was read once, after every choice. Every reading goes
 through :func:`record_reading`. A reading of questions is keyed by the questions read, not by the file they
-came through: ``question_ids`` (RouterBench's ``sample_id`` as :func:`rlrouter.data.routerbench.question_id`
+came through: ``question_ids`` (RouterBench's ``sample_id`` as :func:`rlrouter.data.routerbench.routerbench_id`
 spells it, else the data's own id) give the reading's ``test_key`` (a digest of the sorted ids), its
 ``questions`` count and ``question_digests`` (one short digest per question), so the pool evaluation's
 reading of RouterBench's ``*_test`` tables and Router-R1's reading of a held-out parquet built from them
