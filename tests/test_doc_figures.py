@@ -952,7 +952,7 @@ FIGURES = (FLYWHEEL_FIGURES + OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + E
 
 
 def test_a_failed_condition_cannot_pass() -> None:
-    docs = [p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]]
+    docs = [p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]]  # the studies too
     assert not any(normalised(NEVER_IN_A_DOC) in normalised(d) for d in docs)
 
 
