@@ -152,5 +152,7 @@ def test_fresh_clone_reads_pytest_summary_and_durations():
     s = pytest_summary(log)
     assert (s["passed"], s["failed"], s["skipped"], s["seconds"]) == (1840, 1, 6, 3001.7)
     assert [r["test"] for r in slowest(log)] == ["tests/a.py::test_x", "tests/b.py::test_y"]
+    quiet = "SKIPPED [1] tests/x.py:1: needs a GPU\n1887 passed, 6 skipped, 38 warnings in 2501.50s (0:41:41)\n--- Logging error ---\n"
+    assert (pytest_summary(quiet)["passed"], pytest_summary(quiet)["seconds"]) == (1887, 2501.5)  # -q: no rules
     with pytest.raises(ValueError, match="no pytest summary"):
         pytest_summary("nothing here")

@@ -28,7 +28,9 @@ from rlrouter.provenance import dirty_paths, write_result  # noqa: E402
 
 # everything a fresh clone's `make test` runs
 MEASURES = ("Makefile", "pyproject.toml", ".ci", "rlrouter", "tests", "conf", "serve", "jobs", "tools")
-SUMMARY = re.compile(r"=+ (?P<text>(?:\d+ \w+(?:, )?)+.* in (?P<s>[\d.]+)s(?: \([\d:]+\))?) =+")
+# pytest's last line: "=== 3 passed, 1 skipped in 9.10s ===", or under -q without the rules
+SUMMARY = re.compile(r"^(?:=+ )?(?P<text>\d+ (?:passed|failed|skipped|errors?)\b.* in (?P<s>[\d.]+)s(?: \([\d:]+\))?)"
+                     r"(?: =+)?$", re.M)
 DURATION = re.compile(r"^(?P<s>[\d.]+)s (?P<when>call|setup|teardown)\s+(?P<test>\S+)", re.M)
 
 
@@ -64,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dest", type=Path, default=ROOT.parent / "fresh", help="where to clone (a sibling of the project)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fresh_clone.json")
     ap.add_argument("--allow-dirty", action="store_true", help="run although the tree has uncommitted changes")
+    ap.add_argument("--from-log", action="store_true", help="do not run: write the result from the log a run left "
+                                                            "in --dest (its install time is then unknown)")
     args = ap.parse_args(argv)
+    if args.from_log:
+        return write(args, (args.dest / "fresh_clone.log").read_text(errors="replace"), None, None, None)
     dirty = dirty_paths(MEASURES, ROOT)
     if dirty and not args.allow_dirty:
         print(f"fresh_clone: uncommitted changes ({', '.join(dirty[:5])}...) would not be in the clone; commit them "
@@ -80,13 +86,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fresh_clone: make install failed (rc {rc_install}); see {log}", file=sys.stderr)
         return rc_install
     rc, test_s = run(["make", "test", "ARGS=--durations=40"], args.dest, log)
-    text = log.read_text(errors="replace")
+    return write(args, log.read_text(errors="replace"), rc, test_s, install_s)
+
+
+def write(args: argparse.Namespace, text: str, rc: int | None, test_s: float | None, install_s: float | None) -> int:
+    summary = pytest_summary(text)
+    summary.setdefault("failed", 0)
+    if rc is None:  # read from a log: the summary line says whether it passed
+        rc = int(bool(summary["failed"] or summary.get("errors") or summary.get("error")))
     result = {"what": "make test on a fresh clone of the project, this machine, the venv install timed apart",
-              "rc": rc, **pytest_summary(text), "make_test_wall_s": round(test_s, 1),
-              "install_wall_s": round(install_s, 1), "slowest": slowest(text)}
-    result.setdefault("failed", 0)
+              "rc": rc, **summary, "make_test_wall_s": None if test_s is None else round(test_s, 1),
+              "install_wall_s": None if install_s is None else round(install_s, 1), "slowest": slowest(text)}
     write_result(args.out, result, MEASURES, indent=1, root=args.dest)
-    print(f"fresh_clone: rc {rc}, {result['pytest_summary']}, make test {test_s:.0f} s -> {args.out}")
+    print(f"fresh_clone: rc {rc}, {result['pytest_summary']} -> {args.out}")
     return rc
 
 
