@@ -129,11 +129,13 @@ class RouteProbe:
 def run_bandit(task: BanditTask, estimator: str, start: str, rollout: Any, resources: Any, out_dir: Path,
                steps: int = 30, lr: float = LR, prompts_per_step: int = 6, n_samples: int = 8,
                warmup_steps: int = 20, warmup_lr: float = 2e-3, seed: int = 0,
-               learner: dict[str, Any] | None = None) -> dict[str, Any]:
+               learner: dict[str, Any] | None = None, init_from: str | None = None) -> dict[str, Any]:
     """One run: a fresh learner group, a cold start to ``start``, ``steps`` RL steps with ``estimator``.
     ``rollout``: a ``RolloutGroup`` built with ``ENV`` and ``pool_config(task)`` (shared across runs: each run's
     start syncs its own weights). Returns the curve (``LearningCurve.to_dict``) with each step's wall time and the
-    valid-route mass."""
+    valid-route mass. ``init_from``: start RL from another run's cold-start checkpoint (``<out_dir>/checkpoints/
+    step_000000``, ``start`` naming that run's start) instead of running a cold start: runs that compare
+    estimators from one start share it."""
     pool = CandidatePool.from_config(pool_config(task, out_dir / "pool"))
     candidates = [pool.get(n) for n in pool.names]
     tokenizer = load_tokenizer("smollm2-135m-instruct")
@@ -159,7 +161,7 @@ def run_bandit(task: BanditTask, estimator: str, start: str, rollout: Any, resou
     train = RouterR1TrainConfig(total_steps=steps, prompts_per_step=prompts_per_step, n_samples=n_samples, seed=seed,
                                 checkpoint_every=max(steps, 1), progress=False, warmup_steps=warmup_steps,
                                 warmup_batch=8, warmup_lr=warmup_lr, out_dir=str(out_dir), reward=reward_config(task),
-                                learner=knobs)
+                                learner=knobs, init_from=init_from)
     items = task.items()
     demos = bandit_demonstrations(task, tokenizer, candidates, start, seed=seed)
     t0 = time.perf_counter()

@@ -47,11 +47,14 @@ def test_the_shipped_estimator_learns_each_context_best_and_the_std_division_fal
 
     task, group, res = bandit
     shipped = run_bandit(task, "grpo", "pair", group, res, tmp_path / "grpo", steps=STEPS, lr=LR)
-    trapped = run_bandit(task, "grpo_std", "pair", group, res, tmp_path / "grpo_std", steps=STEPS, lr=LR)
+    # the same cold start, not a second one: the trapped arm starts from the shipped arm's step-0 checkpoint
+    start = tmp_path / "grpo" / "checkpoints" / "step_000000"
+    trapped = run_bandit(task, "grpo_std", "pair", group, res, tmp_path / "grpo_std", steps=STEPS, lr=LR,
+                         init_from=str(start))
     for run in (shipped, trapped):
         assert len(run["p_optimal"]) == STEPS + 1 and min(min(m) for m in run["valid_mass"]) > 0.85
     ps, pt = np.array(shipped["p_optimal"]), np.array(trapped["p_optimal"])
-    assert np.allclose(ps[0], pt[0])  # one cold start (same demonstrations, seed and engine)
+    assert np.allclose(ps[0], pt[0], atol=1e-4)  # one cold start, shared
     # the shipped estimator learns: the 0.3-gap context toward its best, the regret down
     assert ps[-1, 0] - ps[0, 0] > 0.2, ps
     assert shipped["regret"][0] - shipped["regret"][-1] > 0.03, shipped["regret"]
