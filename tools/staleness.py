@@ -36,11 +36,6 @@ def committed_results() -> list[Path]:
     return [*sorted(RESULTS.glob("*.json")), *sorted(ROOT.glob(STUDY_RESULTS))]
 
 
-def result_path(name: str) -> Path:
-    """A result as the docs' figures name it: a plain name under benchmarks/results/, else a path from the root."""
-    return ROOT / name if "/" in name else RESULTS / name
-
-
 def readme_results() -> list[str]:
     """The result files (as the figures name them: names under benchmarks/results/) that the README's figures and
     tables read."""
@@ -54,12 +49,15 @@ def readme_results() -> list[str]:
 
 def report_lines(every: bool = False) -> tuple[list[str], list[Freshness]]:
     """(lines to print, the README results' freshness)."""
-    readme = readme_results()
-    mine = staleness_report([result_path(n) for n in readme], ROOT)
+    from tests.test_doc_figures import result_path  # how a figure names its file: the one rule
+
+    readme = [result_path(n) for n in readme_results()]
+    mine = staleness_report(readme, ROOT)
     lines = [f"results the README quotes ({len(mine)}): "
              + ", ".join(f"{n} {s}" for s, n in sorted(Counter(f.state for f in mine).items()))]
     lines += ["  " + f.line() for f in mine]
-    others = staleness_report([p for p in committed_results() if p not in {result_path(n) for n in readme}], ROOT)
+    quoted = set(readme)
+    others = staleness_report([p for p in committed_results() if p not in quoted], ROOT)
     counts = Counter(f.state for f in others)
     lines.append(f"other results ({len(others)}): " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                  + ("" if every else " (python tools/staleness.py --all lists them)"))
