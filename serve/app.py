@@ -300,7 +300,7 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
         candidate_map(read_manifests(cfg["routers"]), names, pool_names)
         from dataclasses import asdict
 
-        routers = ServedRoutersDeployment.bind(cfg["routers"], asdict(serving.release))
+        routers = ServedRoutersDeployment.bind(cfg["routers"], asdict(serving.release), serving.release_journal)
     if serving.selector_in_ingress:
         return SelectorIngress.bind(cfg["selector"], names, cfg, policy, gmt, intent, routers)
     return Ingress.bind(SelectorDeployment.bind(cfg["selector"], names), cfg, policy, gmt, intent, routers)

@@ -73,10 +73,12 @@ class ServedRoutersDeployment:
     """Every router of ``routers:`` in one process (one MiniLM for all); exactly one replica, so a router
     that learns online sees every feedback."""
 
-    def __init__(self, entries: dict[str, dict[str, Any]], release: dict[str, Any] | None = None):
+    def __init__(self, entries: dict[str, dict[str, Any]], release: dict[str, Any] | None = None,
+                 journal: str | None = None):
         from rlrouter.serving.served_routers import ServedRouters
 
-        self.host = ServedRouters(entries, release=release, root=ROOT)
+        self.host = ServedRouters(entries, release=release, root=ROOT, journal=journal)
+        self.host.warm()  # the encoder loads before the replica takes traffic
 
     def decide(self, name: str, query: str, **kwargs: Any) -> dict[str, Any]:
         return self.host.decide(name, query, **kwargs)

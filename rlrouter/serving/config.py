@@ -119,8 +119,15 @@ class ServingConfig:
     release: Any = field(default_factory=dict)
     """The default rule of a served router's release (``rlrouter.serving.release.ReleaseRule``: canary_share,
     min_feedback, max_feedback, min_gain, level, cost_weight, auto); a release request may override it."""
+    release_journal: str | None = None
+    """The release journal's file (``rlrouter.serving.release_journal``): every version loaded, canary decision,
+    reward and verdict of the served routers' releases, fsynced before the reply and replayed on start, so a
+    restart resumes a release with its counts and keeps a promotion. None: releases live in memory, and a
+    restart serves the configured versions with no release in progress."""
 
     def __post_init__(self) -> None:
+        if self.release_journal is not None and (not isinstance(self.release_journal, str) or not self.release_journal):
+            raise ServingConfigError("release_journal", f"a file path, or null, got {self.release_journal!r}")
         if not isinstance(self.release, ReleaseRule):
             if not isinstance(self.release, dict):
                 raise ServingConfigError("release", f"expected a mapping of release rule settings, got {self.release!r}")

@@ -21,6 +21,12 @@ version and starts a canary; every feedback on a decision of either version adds
 and its rule promotes the new version (it becomes current) or rolls it back, between two requests, with no
 restart. A decision remembers the version and the release it was made under, so feedback that arrives after
 the swap still reaches the version that made the decision and still counts in that release (``late``).
+
+With a journal (``serving.release_journal``, ``rlrouter.serving.release_journal``) every release step (a version
+loaded, a canary decision, a reward counted, a verdict) is on disk before it is applied and answered, and a
+restart replays it: the loaded versions, the release in progress with its counts, the decisions still waiting
+for feedback under it, and the verdicts. Without one, releases live in memory: a restart serves the
+configured versions again, with no release in progress.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ import json
 import logging
 import math
 import threading
+import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -42,6 +49,7 @@ from rlrouter.eval.online import FeedbackRouter
 from rlrouter.eval.saved import Manifest, SavedRouter, embedder, load_router, read_manifest
 from rlrouter.eval.traffic_router import reward_of
 from rlrouter.serving.release import CANARY, PROMOTED, ROLLED_BACK, Release, ReleaseRule
+from rlrouter.serving.release_journal import JournalRead, ReleaseJournal, read_journal
 from rlrouter.serving.traffic_export import feedback_score
 
 PREFIX = "router-"
@@ -163,12 +171,15 @@ class ServedRouters:
 
     def __init__(self, entries: Mapping[str, Mapping[str, Any]],
                  embed: Callable[[list[str]], np.ndarray] | None = None,
-                 release: Mapping[str, Any] | ReleaseRule | None = None, root: Path | None = None):
+                 release: Mapping[str, Any] | ReleaseRule | None = None, root: Path | None = None,
+                 journal: str | Path | None = None):
         """``entries``: {name: {path, state, version}} (``router_entries``). ``state``: a file where a router that
         learns online keeps what it learned (snapshot + write-ahead log, seeded from the folder on first
         start); without it, what it learns lives in memory until the app stops. ``embed``: one embedder for
         every router instead of the one each manifest names (tests). ``release``: the default rule of every
-        release (``serving.release``); ``root``: what a relative folder in ``load_version`` is relative to."""
+        release (``serving.release``); ``root``: what a relative folder in ``load_version`` (and ``journal``) is
+        relative to. ``journal``: the release journal's file, replayed here when it exists; None: releases in
+        memory."""
         self._lock = threading.RLock()
         self.feedback_state: dict[str, Path] = {}  # feedback routers' state files
         self.pending: dict[str, tuple[str, np.ndarray, str, int]] = {}  # request id -> (router, logits, group, arm)
@@ -194,6 +205,64 @@ class ServedRouters:
             version = str(e.get("version") or DEFAULT_VERSION)
             self.versions[name] = {version: saved}
             self.current[name] = version
+        self.journal: ReleaseJournal | None = None
+        self.replayed: dict[str, Any] | None = None
+        """What the start replayed of the journal: events, skipped (torn) lines, events it could not apply."""
+        if journal is not None:
+            path = Path(journal) if Path(journal).is_absolute() else self.root / journal
+            self.journal = ReleaseJournal(path)  # cuts a torn last line first
+            self.replayed = self._replay(read_journal(path))
+            self.replayed["torn_tail_bytes"] = self.journal.torn_tail
+            for rel in list(self.releases.values()):  # a reward landed, its verdict not yet: decide now
+                verdict = rel.verdict() if rel.rule.auto else None
+                if verdict is not None:
+                    self._end(rel, *verdict)
+
+    def _log(self, event: dict[str, Any]) -> None:
+        """Journal a release step before it is applied (no journal: nothing)."""
+        if self.journal is not None:
+            self.journal.append({"time": time.time(), **event})
+
+    def _replay(self, read: JournalRead) -> dict[str, Any]:
+        """Apply the journal's events in order (no new lines are written). An event that no longer applies (its
+        router is not served, its folder is gone, its version clashes with the config's) is set aside and
+        named in ``ignored``, with every later event of its release."""
+        releases: dict[tuple[str, str], Release] = {}
+        ignored: list[str] = []
+        for i, ev in enumerate(read.events):
+            router, kind = ev.get("router"), ev["event"]
+            try:
+                if router not in self.versions:
+                    raise ValueError(f"router '{router}' is not served")
+                if kind == "load":
+                    version = str(ev["version"])
+                    if version in self.versions[router] or router in self.releases:
+                        raise ValueError(f"version '{version}' clashes with the served ones "
+                                         f"({sorted(self.versions[router])}) or a release in progress")
+                    rule = ReleaseRule.from_dict(ev.get("rule"))
+                    self.versions[router][version] = self._load(str(ev["path"]))
+                    rel = Release(router, self.current[router], version, rule, started=float(ev.get("time", 0)))
+                    self.releases[router] = releases[(router, version)] = rel
+                    continue
+                rel = releases.get((router, str(ev.get("release"))))
+                if rel is None:
+                    raise ValueError(f"its release ('{ev.get('release')}') was not loaded")
+                if kind == "decision":
+                    self.decided[str(ev["request_id"])] = (router, str(ev["version"]), rel)
+                elif kind == "reward":
+                    self.decided.pop(str(ev["request_id"]), None)
+                    rel.record(str(ev["version"]), float(ev["reward"]), bool(ev.get("cost_known", True)))
+                elif kind == "end" and self.releases.get(router) is rel:
+                    self._apply_end(rel, "promote" if ev["state"] == PROMOTED else "rollback", str(ev["reason"]))
+                    rel.ended = float(ev.get("time", rel.ended or 0))
+            except (KeyError, TypeError, ValueError, OSError) as e:
+                ignored.append(f"event {i + 1} ({kind}): {e}")
+        while len(self.decided) > MAX_REMEMBERED:
+            self.decided.popitem(last=False)
+        for line in ignored[:20]:
+            log.warning("release journal: %s", line)
+        return {"events": len(read.events), "skipped": read.skipped, "skipped_at": read.skipped_at,
+                "ignored": len(ignored), "ignored_first": ignored[:20]}
 
     def _load(self, path: str) -> SavedRouter:
         m = read_manifest(path)
@@ -201,6 +270,11 @@ class ServedRouters:
         if self._embed is None:  # one encoder per embedding model, shared by the routers that use it
             self._embedders.setdefault(key, embedder(m.embedding))
         return load_router(path, embed=self._embed or self._embedders[key])
+
+    def warm(self) -> None:
+        """Load every embedder now (one text each), so the first decision after a start does not pay for it."""
+        for embed in self._embedders.values():
+            embed(["warm up"])
 
     @property
     def routers(self) -> dict[str, SavedRouter]:
@@ -247,6 +321,9 @@ class ServedRouters:
         out.setdefault("request_id", f"rt-{uuid.uuid4().hex}")
         out["version"] = chosen
         with self._lock:
+            if rel is not None:  # its feedback must find this release after a restart too
+                self._log({"event": "decision", "router": name, "request_id": out["request_id"], "version": chosen,
+                           "release": rel.candidate})
             self.decided[out["request_id"]] = (name, chosen, rel)
             while len(self.decided) > MAX_REMEMBERED:
                 self.decided.popitem(last=False)
@@ -303,7 +380,10 @@ class ServedRouters:
         score = feedback_score([{"outcome": outcome, "label": label, "reward": reward}])
         if rel is not None and score is not None:
             with self._lock:
-                rel.record(version, reward_of(score, float(cost or 0.0), rel.rule.cost_weight), cost is not None)
+                r = reward_of(score, float(cost or 0.0), rel.rule.cost_weight)
+                self._log({"event": "reward", "router": name, "request_id": request_id, "version": version,
+                           "release": rel.candidate, "reward": r, "cost_known": cost is not None})
+                rel.record(version, r, cost is not None)
                 verdict = rel.verdict() if rel.state == CANARY and rel.rule.auto else None
                 if verdict is not None and self.releases.get(name) is rel:
                     out["event"] = self._end(rel, *verdict)
@@ -366,6 +446,8 @@ class ServedRouters:
         with self._lock:
             if name in self.releases or version in self.versions[name]:  # raced with another load
                 raise ValueError(f"version: router '{name}' changed while '{version}' loaded; try again")
+            self._log({"event": "load", "router": name, "version": version, "path": str(folder.resolve()),
+                       "rule": asdict(rule)})
             self.versions[name][version] = saved
             rel = Release(name, self.current[name], version, rule)
             self.releases[name] = rel
@@ -390,7 +472,12 @@ class ServedRouters:
         return {"event": event, **self.status(name)}
 
     def _end(self, rel: Release, what: str, reason: str) -> dict[str, Any]:
-        """Apply a verdict (under the lock): the new version becomes current, or is set aside."""
+        """Journal and apply a verdict (under the lock): the new version becomes current, or is set aside."""
+        self._log({"event": "end", "router": rel.router, "release": rel.candidate,
+                   "state": PROMOTED if what == "promote" else ROLLED_BACK, "reason": reason})
+        return self._apply_end(rel, what, reason)
+
+    def _apply_end(self, rel: Release, what: str, reason: str) -> dict[str, Any]:
         if what == "promote":
             self.current[rel.router] = rel.candidate
         rel.end(PROMOTED if what == "promote" else ROLLED_BACK, reason)
@@ -432,7 +519,9 @@ class ServedRouters:
             return {"routers": {n: {"current": self.current[n], "versions": sorted(self.versions[n]),
                                     "release": self.releases[n].to_dict() if n in self.releases else None,
                                     "ended": [r.to_dict() for r in self.ended if r.router == n]}
-                                for n in names}}
+                                for n in names},
+                    "journal": None if self.journal is None else {"path": str(self.journal.path),
+                                                                   "replayed": self.replayed}}
 
     def _decide_feedback(self, name: str, saved: SavedRouter, query: str, threshold: float | None,
                          strong_share: float | None, group: str) -> dict[str, Any]:
@@ -481,7 +570,10 @@ class ServedRouters:
                              "offset_mean": post.mean, "offset_var": post.var, "events": len(post.outcomes)}]}
 
     def close(self) -> None:
-        """Save what the online routers learned (their write-ahead logs hold every update already)."""
+        """Save what the online routers learned (their write-ahead logs hold every update already); close the
+        release journal."""
+        if self.journal is not None:
+            self.journal.close()
         for s in (v for versions in self.versions.values() for v in versions.values()):
             if s.manifest.online and isinstance(s.router, SelectorRouter):
                 s.router.selector.close()
