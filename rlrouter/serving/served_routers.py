@@ -521,7 +521,8 @@ class ServedRouters:
                                     "ended": [r.to_dict() for r in self.ended if r.router == n]}
                                 for n in names},
                     "journal": None if self.journal is None else {"path": str(self.journal.path),
-                                                                   "replayed": self.replayed}}
+                                                                   "replayed": self.replayed,
+                                                                   "appended": self.journal.appended}}
 
     def _decide_feedback(self, name: str, saved: SavedRouter, query: str, threshold: float | None,
                          strong_share: float | None, group: str) -> dict[str, Any]:
