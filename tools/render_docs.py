@@ -263,6 +263,55 @@ def gpu_check_table(*paths: Path) -> str:
     return gpu_check.render([p for p in paths if p.exists()])
 
 
+def durability_table(d: dict[str, Any]) -> str:
+    """Per kill mode: what was acknowledged, what came back, recovery; then the stateful parts covered."""
+    rows = ["| killed each cycle | cycles | acknowledged (requests / feedback / operator steps) | requests by kind "
+            "| unanswered | lost | double-counted | 5xx | recovery | torn lines skipped | exploration / judge records "
+            "| release at the end |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    what = {"serve": "every Serve process (controller, proxy, selector replica, served-routers replica)",
+            "replica": "the app's replicas", "stack": "the whole server (its Ray cluster, Serve, the app)"}
+    for kill, r in d["runs"].items():
+        log, rel = r["final_check"]["traffic_log"], r["final_check"]["releases"]
+        kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(log["acknowledged_by_kind"].items()))
+        restarts = [c["restart_s"] for c in r["per_cycle"]]
+        ended = [s["step"] for s in r["operator_steps"] if s["step"] != "load"]
+        rows.append(f"| {what.get(kill, kill)} | {r['cycles']} | {r['acknowledged_requests']:,} / "
+                    f"{r['acknowledged_feedback']:,} / {r['acknowledged_operator_steps']} | {kinds} | {r['unanswered']:,} "
+                    f"| {r['lost']} | {r['double_counted']} | {r['5xx']} | {min(restarts):.1f}-{max(restarts):.1f} s "
+                    f"| {log['torn_lines_skipped']} | {log['explore_records']:,} / {log['judge_grades']:,} "
+                    f"| version {rel['current']} current, {rel['running'] or 'none'} in canary, {len(ended)} ended "
+                    f"({', '.join(ended) or 'none'}), as acknowledged: {'yes' if rel['state_as_acknowledged'] else 'NO'} |")
+    m = (d["runs"].get("serve") or {}).get("metrics_endpoint")
+    lines = ["\n".join(rows), "", "Stateful parts on: " + "; ".join(d["parts"]) + "."]
+    if m:
+        lines.append(f"After the last kill, the selector's feedback counter on the head's metrics endpoint "
+                     f"{'matched' if m['feedback_counter_matches_acked'] else 'did NOT match'} the {m['acked']} "
+                     f"feedback acknowledged since.")
+    return "\n".join(lines)
+
+
+def fuzz_table(live: dict[str, Any], inproc: dict[str, Any]) -> str:
+    """Both fuzz targets side by side, then every hand-made attack's answer on each."""
+    rows = ["| target | requests | schemathesis cases | statuses | 5xx | 4xx without the error shape or the field "
+            "| refused requests audited | refused that changed state | fuzzing |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, d in (("live: the Serve app over HTTP", live), ("in-process: the FastAPI app, no Ray", inproc)):
+        statuses = ", ".join(f"{n:,}×{code}" for code, n in d["by_status"].items())
+        rows.append(f"| {name} | {d['cases']:,} | {d['cases'] - len(d['attacks']):,} | {statuses} | {d['server_errors']} "
+                    f"| {d['bad_4xx']} | {d.get('refused_audited', 'not audited')} "
+                    f"| {d.get('state_changed_by_refused', '-')} | {d['fuzz_s']:.0f} s |")
+    inner = {a["attack"]: a for a in inproc["attacks"]}
+    att = ["| hand-made attack | live | in-process | held |", "|---|---|---|---|"]
+    for a in live["attacks"]:
+        b = inner.get(a["attack"])
+        held = a["held"] and (b is None or b["held"])
+        att.append(f"| {a['attack']} | {a['status']} | {b['status'] if b else '-'} | {'yes' if held else 'NO'} |")
+    slow = live.get("slow_client")
+    tail = (f"Slow client (a body announced, a third sent, then nothing), live only: answered `{slow['answer']}` "
+            f"after {slow['after_s']:.0f} s.") if slow else ""
+    return "\n".join(rows) + "\n\n" + "\n".join(att) + ("\n\n" + tail if tail else "")
+
+
 TABLES = [
     Table("README.md", "make run table", ("routing_make_run.json",), make_run_table),
     Table("README.md", "headline dates", README_RESULTS, readme_dates, paths=True),
@@ -277,6 +326,8 @@ TABLES = [
     Table("docs/retraining.md", "flywheel", ("flywheel.json",), flywheel_table),
     Table("docs/many_models.md", "many_models aiq", ("many_models.json",), many_models_table),
     Table("docs/router_r1.md", "rl bandit", ("rl_bandit.json",), rl_bandit_table),
+    Table("docs/operations.md", "durability", ("durability.json",), durability_table),
+    Table("docs/operations.md", "hostile input", ("fuzz_live.json", "fuzz.json"), fuzz_table),
     Table("docs/gpu.md", "gpu check", ("gpu_check_cpu.json", "gpu_check_cuda.json"), gpu_check_table, paths=True),
 ]
 
