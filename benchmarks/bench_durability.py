@@ -20,7 +20,8 @@ mid-traffic; it comes back on the same files; then the client's ledger is checke
 * traffic log: every acknowledged request has its request record, every acknowledged feedback its feedback
   record, with its outcome; no request has two feedback records; no record without its request;
 * selector: acknowledged(m) <= explicit feedback in the posteriors(m) <= acknowledged(m) + unanswered(m) for
-  every candidate m (unanswered: the connection died before a reply), and the same bounds for alpha - 1 and
+  every candidate m (unanswered: sent, but the connection died before a reply; an attempt refused at connect
+  while the server was down is ``not_sent`` and must count nowhere), and the same bounds for alpha - 1 and
   beta - 1;
 * release: the current version, the release in progress and the ended ones are as the acknowledged operator
   steps left them (never half-applied); each release's count per version lies between the feedback the router
@@ -317,6 +318,7 @@ class Ledger:
     rel_acked_sum: Counter = field(default_factory=Counter)  # (release, version) -> their reward sum
     rel_unknown: Counter = field(default_factory=Counter)   # (release, version) -> feedback it may have counted
     unanswered_requests: int = 0
+    not_sent: int = 0  # attempts refused at connect while the server was down: they never reached it
     lock: threading.Lock = field(default_factory=threading.Lock)
     release: str | None = None  # the release in progress, as the acknowledged operator steps left it
 
@@ -327,6 +329,10 @@ class Ledger:
     @property
     def server_errors(self) -> int:
         return sum(n for k, n in self.status.items() if k.split()[-1].isdigit() and int(k.split()[-1]) >= 500)
+
+
+NOT_SENT = ("ConnectError", "ConnectTimeout")
+"""httpx errors raised before a connection existed: the request never reached the server."""
 
 
 def ask(c: Any, kind: str, prompt: str, ledger: Ledger) -> tuple[str, str, dict[str, Any]] | None:
@@ -360,9 +366,12 @@ def ask(c: Any, kind: str, prompt: str, ledger: Ledger) -> tuple[str, str, dict[
                 return None
             return rid, model, {}
         r = c.post(endpoint, json=body)
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError) as e:
         with ledger.lock:
-            ledger.unanswered_requests += 1
+            if type(e).__name__ in NOT_SENT:
+                ledger.not_sent += 1
+            else:
+                ledger.unanswered_requests += 1
         return None
     ledger.count(kind, r.status_code)
     if r.status_code != 200:
@@ -395,8 +404,11 @@ def traffic(base: str, prompts: list[str], ledger: Ledger, stop: threading.Event
             rel_key = (release, str(router.get("version"))) if kind == "router" and release else None
             try:
                 f = c.post("/feedback", json={"request_id": rid, "outcome": outcome})
-            except httpx.HTTPError:
+            except httpx.HTTPError as e:
                 with ledger.lock:
+                    if type(e).__name__ in NOT_SENT:  # never reached the server: it must count nowhere
+                        ledger.not_sent += 1
+                        continue
                     ledger.unknown[k] += 1
                     ledger.feedback_unknown.add(rid)
                     if rel_key:
@@ -652,6 +664,7 @@ def run(cycles: int, clients: int = 6, min_traffic_s: float = 2.0, max_traffic_s
             "acknowledged_requests": len(ledger.requests), "acknowledged_feedback": len(ledger.feedback),
             "acknowledged_operator_steps": len(rel.steps),
             "unanswered": ledger.unanswered_requests + len(ledger.feedback_unknown),
+            "unanswered_feedback": len(ledger.feedback_unknown), "not_sent": ledger.not_sent,
             "lost": lost, "double_counted": double, "5xx": ledger.server_errors,
             "lost_in_any_cycle": sum(c["lost"] for c in per_cycle),
             "double_counted_in_any_cycle": sum(c["double_counted"] for c in per_cycle),
