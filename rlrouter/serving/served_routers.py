@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 import uuid
@@ -493,8 +494,10 @@ class ServedRouters:
         try:
             if action == "load":
                 unknown = sorted(set(args) - {"version", "path", "release"})
-                if unknown:
-                    raise ValueError(f"{unknown[0]}: unknown field; known: ['path', 'release', 'version']")
+                if unknown:  # a key that cannot name a field itself ('', spaces, a colon) is the body's fault
+                    key = unknown[0]
+                    name = key if re.fullmatch(r"[A-Za-z_][\w.-]{0,63}", key) else "body"
+                    raise ValueError(f"{name}: unknown field {key!r}; known: ['path', 'release', 'version']")
                 for f in ("version", "path"):
                     if not args.get(f):
                         raise ValueError(f"{f}: missing")

@@ -281,6 +281,8 @@ def test_a_canary_that_loses_is_rolled_back_and_feedback_in_flight_still_counts(
     ({"version": "a b", "path": "x"}, "version"),
     ({"version": "1", "path": "x"}, "version"),  # already loaded
     ({"version": "2", "path": "x", "canary": 0.5}, "canary"),
+    ({"version": "2", "path": "x", "": 1}, "body"),  # a key that cannot name itself: the body (the fuzzer's find)
+    ({"version": "2", "path": "x", "a b:c": 1}, "body"),
     ({"version": "2", "path": "KNN2", "release": {"canary_share": 1.5}}, "release.canary_share"),
 ])
 def test_bad_release_requests_are_400_naming_the_field(client, tmp_path, body, field):
