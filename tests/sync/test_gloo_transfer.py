@@ -107,6 +107,13 @@ def test_gloo_transfer_through_vllms_engines_equals_hf_and_a_killed_receiver_fai
     assert time.monotonic() - t0 < TIMEOUT_S  # the dead receiver is noticed, not waited out
     monkeypatch.undo()
 
+    # the surviving receiver answers again once gloo's timeout has ended its receive from the dead group;
+    # the driver waits for that (RolloutGroup._restart_dead_workers pings every worker) before its retry, or
+    # the new group's init would queue behind that receive
+    t0 = time.monotonic()
+    assert ray.get(workers[0].ping.remote(), timeout=2 * TIMEOUT_S)
+    assert time.monotonic() - t0 < TIMEOUT_S + 10
+
     # a new group (as LearnerRank.broadcast_weights builds after a failure) with a restarted receiver
     workers = [workers[0], _worker(ray)]
     sync = nccl.NcclWeightSync(workers, device="cpu", timeout_s=TIMEOUT_S)
