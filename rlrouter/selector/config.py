@@ -68,6 +68,20 @@ class SelectorConfig:
     session_context_weight: float = 0.5
     """w in score = (1 - w) score + w * session win rate (VSR's documentation: 0.5; its code ships 0.3)."""
 
+    # --- session affinity (beyond VSR: rlrouter.selector.affinity) ---
+    session_affinity: bool = False
+    """A conversation (``session_id``, or the opening of ``messages``) keeps the candidate its first routed turn
+    chose, unless the pin cannot answer, its last call failed, or ``affinity_margin`` lets it move."""
+    affinity_margin: float | None = None
+    """A later turn moves when its decision scores another candidate this much above the pin; None: never
+    for score (only when the pin is unavailable or failed)."""
+    affinity_move_on_error: bool = True
+    """The turn after a failed call to the pin decides afresh."""
+    affinity_ttl_s: float = 3600.0
+    """A session unseen this long is forgotten (its next turn is a new session). Seconds or '30m'."""
+    max_affinity_sessions: int = 100_000
+    """Pins kept; past it the least recently seen session is forgotten first."""
+
     # --- feedback (VSR) ---
     implicit_feedback_weight: float = 0.5
     """An implicit (follow-up text) label updates the posterior with weight w * classifier confidence."""
@@ -143,7 +157,8 @@ class SelectorConfig:
 
     def __post_init__(self) -> None:
         for f in ("use_thompson_sampling", "enable_personalization", "cost_awareness", "use_router_r1_rewards",
-                  "enable_llm_routing", "enable_multi_round_aggregation", "use_contextual", "concurrent"):
+                  "enable_llm_routing", "enable_multi_round_aggregation", "use_contextual", "concurrent",
+                  "session_affinity", "affinity_move_on_error"):
             if not isinstance(getattr(self, f), bool):
                 raise SelectorConfigError(f, f"expected true/false, got {getattr(self, f)!r}")
         for f in ("exploration_rate", "exploration_decay", "min_exploration", "personalization_blend",
@@ -155,6 +170,9 @@ class SelectorConfig:
         self._check_number("contextual_noise", 0.0, math.inf)
         self._check_number("llm_routing_timeout_s", 1e-3, math.inf)
         self.auto_save_interval = parse_duration(self.auto_save_interval, "auto_save_interval")
+        self.affinity_ttl_s = parse_duration(self.affinity_ttl_s, "affinity_ttl_s")
+        if self.affinity_margin is not None:
+            self._check_number("affinity_margin", 0.0, math.inf)
         if self.router_r1_server_url == "":  # VSR's printed default: unset
             self.router_r1_server_url = None
         if self.llm_routing_fallback not in ("thompson", "error"):
@@ -174,7 +192,7 @@ class SelectorConfig:
             raise SelectorConfigError("min_samples", f"expected an integer >= 0, got {self.min_samples!r}")
         if self.router_model_path is not None and not isinstance(self.router_model_path, str):
             raise SelectorConfigError("router_model_path", f"expected a path or null, got {self.router_model_path!r}")
-        for f in ("max_aggregation_rounds", "max_pending_decisions"):
+        for f in ("max_aggregation_rounds", "max_pending_decisions", "max_affinity_sessions"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SelectorConfigError(f, f"expected an integer >= 1, got {v!r}")

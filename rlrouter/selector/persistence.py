@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from rlrouter.selector.affinity import Pin
 from rlrouter.selector.contextual import LinearThompsonArm
 from rlrouter.selector.state import (
     ModelDelta,
@@ -143,6 +144,7 @@ def encode_state(state: SelectorState) -> dict[str, Any]:
         "contextual": {m: {"dim": arm.dim, "prior": arm.prior, "n": arm.n, "a_inv": _arr_to_b64(arm.a_inv),
                            "b": _arr_to_b64(arm.b)} for m, arm in state.contextual.items()},
         "pending": [_pending_to(p) for p in state.pending.values()],
+        "pins": {k: p.to_list() for k, p in state.pins.items()},
     }
 
 
@@ -188,6 +190,10 @@ def decode_state(d: Any) -> SelectorState:
         arm.b = _b64_to_arr(a.get("b", ""), (arm.dim,), f"field '{where}.b'")
         arm.n = float(a.get("n", 0.0))
         state.contextual[m] = arm
+    pins = d.get("pins", {})  # absent in snapshots from before session affinity
+    if not isinstance(pins, dict):
+        raise ValueError("field 'pins': expected an object")
+    state.pins = OrderedDict((k, Pin.from_list(v, f"pins.{k}")) for k, v in pins.items())
     pending = d.get("pending", [])
     if not isinstance(pending, list):
         raise ValueError("field 'pending': expected a list")

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rlrouter.selector import rules
+from rlrouter.selector import affinity, rules
 from rlrouter.selector.config import SelectorConfig
 from rlrouter.selector.contextual import LinearThompsonArm, context_vector
 from rlrouter.selector.persistence import (
@@ -372,6 +372,36 @@ class Selector:
                 raise SelectorError("model", f"'{model}' was not called for request {request_id}")
             dec.model = model
 
+    def stick(self, request_id: str, session_key: str, scores: dict[str, float] | None = None) -> dict[str, Any]:
+        """Session affinity (``rlrouter.selector.affinity``) for the one-candidate decision ``request_id`` of
+        session ``session_key``: the candidate to call this turn. When the pin overrides the decision,
+        feedback applies to the pin, and the propensity is 1 (the pin decides, not a draw)."""
+        with self._lock:
+            dec = self.pending(request_id)
+            if len(dec.models) > 1:
+                raise SelectorError("request_id", f"request {request_id} called {len(dec.models)} candidates; "
+                                    "session affinity pins one")
+            if not isinstance(session_key, str) or not session_key:
+                raise SelectorError("session_key", "expected a non-empty string")
+            if dec.session_key is not None or dec.feedback_seq is not None:
+                raise SelectorError("request_id", f"request {request_id} was already "
+                                    + ("pinned" if dec.session_key is not None else "answered"), 409)
+            dec.session_key = session_key
+            cfg = self.config
+            v = affinity.turn(self.state.pins, session_key, dec.model, dec.candidates, scores or {}, time.time(),
+                              margin=cfg.affinity_margin, move_on_error=cfg.affinity_move_on_error,
+                              ttl_s=cfg.affinity_ttl_s, max_sessions=cfg.max_affinity_sessions)
+            dec.model, dec.models = v.model, [v.model]
+            self._dirty = True
+            return v.as_dict()
+
+    def affinity_error(self, session_key: str, model: str) -> bool:
+        """The call to ``model`` for ``session_key`` failed: its next turn may move (``affinity_move_on_error``)."""
+        with self._lock:
+            marked = affinity.mark_error(self.state.pins, session_key, model)
+            self._dirty = self._dirty or marked
+            return marked
+
     # ------------------------------------------------------------------ feedback
 
     def resolve_feedback(self, request_id: str, *, outcome: str | None = None, label: str | None = None,
@@ -574,6 +604,7 @@ class Selector:
                 "users": {u: scope(v) for u, v in sorted(users.items())},
                 "pending_decisions": len(st.pending),
                 "contextual": {m: {"dim": a.dim, "updates": a.n} for m, a in sorted(st.contextual.items())},
+                "affinity": {"enabled": self.config.session_affinity, **affinity.summary(st.pins)},
             }
             return out
 

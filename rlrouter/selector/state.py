@@ -63,6 +63,8 @@ class PendingDecision:
     # the contextual feature vector (d + 1,), kept so feedback can update the linear model
     context: np.ndarray | None = None
     feedback_seq: int | None = None
+    # the session this decision was pinned for (session affinity: once per decision)
+    session_key: str | None = None
 
 
 @dataclass
@@ -103,6 +105,8 @@ class SelectorState:
     selections: int = 0
     contextual: dict[str, LinearThompsonArm] = field(default_factory=dict)
     pending: OrderedDict[str, PendingDecision] = field(default_factory=OrderedDict)
+    pins: OrderedDict[str, Any] = field(default_factory=OrderedDict)
+    """Session affinity: session key -> ``rlrouter.selector.affinity.Pin``, least recently seen first."""
     # sequence number of the last write-ahead-log entry folded into this state
     wal_seq: int = 0
     feedback_count: int = 0

@@ -24,7 +24,7 @@ from typing import Any
 
 from rlrouter.selector.aggregate import aggregate
 from rlrouter.serving.auth import Principal
-from rlrouter.serving.context import ServiceContext, match_name
+from rlrouter.serving.context import ServiceContext, match_name, session_key
 from rlrouter.serving.errors import ApiError, candidate_error, public_text
 from rlrouter.serving.routing import Routing
 from rlrouter.serving.schemas import ChatCompletionRequest, ModelCard, ModelList
@@ -125,7 +125,8 @@ class ChatProxy:
                 if not can:
                     raise self._miss_error(missed)
                 cands = can
-            dec = await self.routing.decide(query, user, session, body.category, cands, how)
+            dec = await self.routing.decide(query, user, session, body.category, cands, how,
+                                            session=session_key(user, session, messages))
             models = dec.get("models") or [dec["model"]]
             chosen_missed = [m for m in models if m in missed]
             if chosen_missed:  # replay_miss: error
@@ -140,6 +141,9 @@ class ChatProxy:
                 meta["fallback_reason"] = dec["fallback_reason"]
             if dec.get("router"):
                 meta["router"] = dec["router"]
+            if dec.get("affinity"):
+                meta["affinity"] = dec["affinity"]
+                headers["X-RLRouter-Affinity"] = dec["affinity"]["outcome"]
         if end_user is not None:
             meta["end_user"] = end_user
         # the traffic log's record of this request: its id (a decision's, else a new one), who, what
@@ -153,7 +157,7 @@ class ChatProxy:
             return data, headers
         model = models[0]
         if body.stream:
-            return await self._stream(model, messages, params, meta, log), headers
+            return await self._stream(model, messages, params, meta, log, dec), headers
         r, data = await asyncio.wait_for(ctx.pool.chat(model, messages, **params), ctx.serving.proxy_timeout_s)
         call = ctx.call_record(model, r)
         await ctx.log_request(**log, calls=[call])
@@ -161,11 +165,18 @@ class ChatProxy:
             judged = ctx.judge(log["request_id"], messages, [call])
             ctx.explore(log["request_id"], model, messages, params, among, judged=judged)
         if not r.ok:
+            await self._pin_failed(dec, model)
             raise candidate_error(model, str(r.error))
         data = {**data, "model": model}
         if meta:
             data["x_rlrouter"] = meta
         return data, headers
+
+    async def _pin_failed(self, dec: dict[str, Any] | None, model: str) -> None:
+        """The pinned candidate's call failed: with ``selector.affinity_move_on_error`` the session's next turn
+        decides afresh."""
+        if dec is not None and dec.get("affinity"):
+            await self.ctx.selector.call("affinity_error", session_key=dec["session_key"], model=model)
 
     async def _fan_out(self, dec: dict[str, Any], models: list[str], messages: list[dict[str, Any]],
                        params: dict[str, Any], meta: dict[str, Any], log: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +212,7 @@ class ChatProxy:
         return data
 
     async def _stream(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any],
-                      meta: dict[str, Any], log: dict[str, Any]) -> AsyncIterator[bytes]:
+                      meta: dict[str, Any], log: dict[str, Any], dec: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
         """The candidate's chunks as SSE. The first chunk is awaited here, before the 200 goes out, so a
         call that fails from the start (a prompt over the context, a candidate down) gets its status."""
         chunks = self.ctx.pool.stream(model, messages, **params)
@@ -210,12 +221,13 @@ class ChatProxy:
         except StopAsyncIteration:
             first = None
         except Exception as e:  # noqa: BLE001 - the candidate's failure, mapped to a status
+            await self._pin_failed(dec, model)
             raise candidate_error(model, str(e) or type(e).__name__) from None
-        return self._sse_stream(model, first, chunks, meta, log, messages, params)
+        return self._sse_stream(model, first, chunks, meta, log, messages, params, dec)
 
     async def _sse_stream(self, model: str, first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]],
                           meta: dict[str, Any], log: dict[str, Any], messages: list[dict[str, Any]],
-                          params: dict[str, Any]) -> AsyncIterator[bytes]:
+                          params: dict[str, Any], dec: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
         t0, text, usage, error = time.perf_counter(), [], None, None
         try:
             if first is not None:
@@ -235,6 +247,8 @@ class ChatProxy:
                 "completion_tokens": usage.get("completion_tokens", 0), "latency_s": time.perf_counter() - t0,
                 **({"error": error} if error else {})}
         await self.ctx.log_request(**log, calls=[call])  # on disk before the stream's end is acknowledged
+        if error:
+            await self._pin_failed(dec, model)
         if log["decision"]["router"] != "caller":
             judged = self.ctx.judge(log["request_id"], messages, [call])
             self.ctx.explore(log["request_id"], model, messages, params, judged=judged)

@@ -9,6 +9,8 @@ MiniLM encoder of the contextual selector and of the implicit-feedback classifie
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,23 @@ def match_name(name: str, names: list[str]) -> str | None:
         return name
     folded = [n for n in names if n.casefold() == name.casefold()]
     return folded[0] if len(folded) == 1 else None
+
+
+def session_key(user: str, session_id: str | None, messages: list[dict[str, Any]] | None = None) -> str | None:
+    """The conversation a turn belongs to (session affinity, ``rlrouter.selector.affinity``), per caller: its
+    ``session_id``; else, for a chat completion, the conversation's opening (the system prompt and the first
+    user message), which every later turn repeats. None when there is neither. Two conversations of one
+    caller that open with the same words share a pin."""
+    if session_id:
+        return f"s:{user}:{session_id}"
+    if not messages:
+        return None
+    opening = [m for m in messages if m.get("role") == "system"][:1]
+    opening += [m for m in messages if m.get("role") == "user"][:1]
+    if not any(m.get("role") == "user" for m in opening):
+        return None
+    text = json.dumps([user, [[m.get("role"), m.get("content")] for m in opening]], sort_keys=True, default=str)
+    return "p:" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 class CallCosts:

@@ -54,6 +54,13 @@ class ServingMetrics:
                                     "release in progress (or just ended), from live feedback", ("router", "version"),
                                     registry=r)
 
+        self.affinity_turns = Counter("rlrouter_session_affinity_turns", "routed turns of sessions under session "
+                                      "affinity, by outcome: new (pinned), kept, held (the pin overrode the "
+                                      "decision), moved", ("outcome",), registry=r)
+        self.affinity_moves = Counter("rlrouter_session_affinity_moves", "sessions moved to another candidate, by "
+                                      "reason (unavailable, error, margin); moves per session = this / "
+                                      "turns{outcome=\"new\"}", ("reason",), registry=r)
+
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
         self.latency.labels(route).observe(seconds)
@@ -64,6 +71,10 @@ class ServingMetrics:
             return
         if method in DECISION_METHODS:
             self.decisions.labels(str(result[1]["model"]), str(result[1]["mode"])).inc()
+        elif method == "stick":
+            self.affinity_turns.labels(str(result[1]["outcome"])).inc()
+            if result[1]["outcome"] == "moved":
+                self.affinity_moves.labels(str(result[1]["reason"])).inc()
         elif method == "feedback":
             for d in result[1]["deltas"]:
                 self.feedback.labels(str(d["model"]), str(result[1]["kind"])).inc()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlrouter.serving.auth import Principal
-from rlrouter.serving.context import ServiceContext
+from rlrouter.serving.context import ServiceContext, session_key
 from rlrouter.serving.errors import ApiError
 from rlrouter.serving.gmt import GMTRole
 from rlrouter.serving.intent import IntentRole
@@ -39,8 +39,29 @@ class Routing:
         self.routers = routers or RouterModels(ctx, None, {})
 
     async def decide(self, query: str, user_id: str, session_id: str | None, category: str | None,
-                     candidates: list[str] | None, how: str = "single") -> dict[str, Any]:
-        """One decision; ``how``: single (GMTRouter, LLM routing or bandit), top_k (multi-round), all (arena)."""
+                     candidates: list[str] | None, how: str = "single", session: str | None = None) -> dict[str, Any]:
+        """One decision; ``how``: single (GMTRouter, LLM routing or bandit), top_k (multi-round), all (arena).
+        ``session``: the conversation's key (``context.session_key``); with ``selector.session_affinity`` a
+        single decision then goes to the session's pinned candidate unless a rule lets it move."""
+        dec = await self._decide(query, user_id, session_id, category, candidates, how)
+        if session and how == "single" and self.ctx.cfg.session_affinity:
+            dec = await self.stick(dec, session)
+        return dec
+
+    async def stick(self, dec: dict[str, Any], session: str) -> dict[str, Any]:
+        """Session affinity on one decision: the pin's verdict in ``dec["affinity"]``. A turn that went to
+        the pin carries propensity 1 when no score can move it (``affinity_margin`` null), else none known."""
+        v = await self.ctx.selector.call("stick", request_id=dec["request_id"], session_key=session,
+                                         scores=dec.get("scores") or {})
+        dec = {**dec, "affinity": v, "session_key": session}
+        if v["outcome"] in ("kept", "held"):
+            dec["propensity"] = 1.0 if self.ctx.cfg.affinity_margin is None else None
+        if v["model"] != dec["model"]:
+            dec.update(model=v["model"], models=[v["model"]])
+        return dec
+
+    async def _decide(self, query: str, user_id: str, session_id: str | None, category: str | None,
+                      candidates: list[str] | None, how: str) -> dict[str, Any]:
         ctx = self.ctx
         cands = ctx.candidates_for(candidates)
         req = selection_request(cands, user_id, session_id, category, await ctx.embedding(query))
@@ -91,7 +112,8 @@ class Routing:
             can, missed = await self.ctx.answerable(body.query, cands)
             if can and self.ctx.serving.replay_miss == "fallthrough":
                 cands = can
-            dec = await self.decide(body.query, user, body.session_id, category, cands, self.how())
+            dec = await self.decide(body.query, user, body.session_id, category, cands, self.how(),
+                                    session=session_key(user, body.session_id))
         models = dec.get("models") or [dec["model"]]
         chosen_missed = [m for m in models if m in missed]
         why = None
@@ -108,7 +130,7 @@ class Routing:
                              can if choice is None else None)
         return RouteResponse(model=dec["model"], request_id=dec["request_id"], mode=dec["mode"],
                              scores=dec["scores"], models=models, fallback_reason=dec.get("fallback_reason"),
-                             replay_miss=why, router=dec.get("router"))
+                             replay_miss=why, router=dec.get("router"), affinity=dec.get("affinity"))
 
     async def stats(self, principal: Principal) -> dict[str, Any]:
         """``GET /stats``: the caller's posteriors (admins: every user's)."""

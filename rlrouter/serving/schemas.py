@@ -83,6 +83,18 @@ class ServedRouterDecision(BaseModel):
     selector_mode: str | None = Field(default=None, description="The served selector's own mode (thompson, ...)")
 
 
+class AffinityVerdict(BaseModel):
+    """What session affinity did with one turn (``rlrouter.selector.affinity``)."""
+
+    model: str = Field(description="The candidate this turn goes to")
+    outcome: str = Field(description="new (first turn: pinned now) | kept (the decision chose the pin) | held "
+                                     "(it chose another; the pin was kept) | moved (a rule let the session move)")
+    reason: str | None = Field(default=None, description="Why it moved: unavailable | error | margin")
+    proposed: str = Field(description="What the decision chose before affinity")
+    turn: int = Field(description="This session's routed turns so far, this one included")
+    moves: int = Field(description="Moves of this session so far")
+
+
 class RouteResponse(BaseModel):
     model: str = Field(description="The chosen candidate")
     request_id: str = Field(description="Give it back to POST /feedback")
@@ -95,6 +107,8 @@ class RouteResponse(BaseModel):
         "Why a chosen candidate cannot answer this query (a replay with no logged answer for it), if one "
         "cannot: only when no candidate can, or under serving.replay_miss: error"))
     router: ServedRouterDecision | None = Field(default=None, description="Set when a served router decided")
+    affinity: AffinityVerdict | None = Field(default=None, description=(
+        "Set when session affinity (selector.session_affinity) applied to this turn of a session"))
 
 
 class RouterR1Feedback(BaseModel):

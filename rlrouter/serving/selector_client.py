@@ -15,8 +15,8 @@ from typing import Any, Protocol
 from rlrouter.selector.selector import SelectionRequest, Selector, SelectorError
 from rlrouter.serving.errors import ApiError
 
-SELECTOR_METHODS = ("select", "select_top_k", "select_all", "register", "set_chosen", "feedback",
-                    "pending_info", "stats", "ping")
+SELECTOR_METHODS = ("select", "select_top_k", "select_all", "register", "set_chosen", "stick", "affinity_error",
+                    "feedback", "pending_info", "stats", "ping")
 
 
 def run_selector_call(selector: Selector, method: str, kwargs: dict[str, Any]) -> tuple:
