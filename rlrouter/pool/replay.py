@@ -20,6 +20,7 @@ since a policy rarely copies the prompt verbatim (``FuzzyIndex``; similarity >= 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import re
@@ -135,6 +136,8 @@ class ReplayBackend(Backend):
         self.correct_text = o.get("correct_text", str, "[replay] correct")
         self.incorrect_text = o.get("incorrect_text", str, "[replay] incorrect")
         self.use_answer_key = o.get("answer_key", bool, True)
+        self.delay_s = o.get("delay_s", float, 0.0, non_negative, expect="seconds >= 0")
+        """Wait this long before each answer: a replay as slow as a real model (latency-aware routing's tests)."""
         o.finish()
         if "{letter}" not in self.answer_template:
             raise OptionError("answer_template", "must contain '{letter}'")
@@ -204,10 +207,14 @@ class ReplayBackend(Backend):
                                  latency_s=time.perf_counter() - t0, correct=correct)
 
     async def generate(self, prompts: list[str], **kwargs: Any) -> list[CandidateResponse]:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         out = []
         for p in prompts:
             try:
-                out.append(self.answer(p))
+                r = self.answer(p)
+                r.latency_s += self.delay_s
+                out.append(r)
             except Exception as e:  # noqa: BLE001 - the contract: a failure is a response, never a raise
                 out.append(CandidateResponse(text="", error=f"replay '{self.candidate.name}': {type(e).__name__}: {e}"))
         return out

@@ -68,6 +68,16 @@ class SelectorConfig:
     session_context_weight: float = 0.5
     """w in score = (1 - w) score + w * session win rate (VSR's documentation: 0.5; its code ships 0.3)."""
 
+    # --- latency (beyond VSR: rlrouter.selector.latency) ---
+    latency_weight: float = 0.0
+    """score -= latency_weight x the candidate's expected total seconds (its measured latency, a decaying
+    mean); 0: latency does not enter the score (it is still measured and reported)."""
+    max_ttft_ms: float | None = None
+    """A candidate whose expected time to first token is above this is not chosen while another fits (a
+    session pinned to it moves: ``unavailable``); None: no limit."""
+    latency_half_life: int = 20
+    """Calls after which a measured latency weighs half in a candidate's expected latency."""
+
     # --- session affinity (beyond VSR: rlrouter.selector.affinity) ---
     session_affinity: bool = False
     """A conversation (``session_id``, or the opening of ``messages``) keeps the candidate its first routed turn
@@ -173,6 +183,9 @@ class SelectorConfig:
         self.affinity_ttl_s = parse_duration(self.affinity_ttl_s, "affinity_ttl_s")
         if self.affinity_margin is not None:
             self._check_number("affinity_margin", 0.0, math.inf)
+        self._check_number("latency_weight", 0.0, math.inf)
+        if self.max_ttft_ms is not None:
+            self._check_number("max_ttft_ms", 1e-9, math.inf)
         if self.router_r1_server_url == "":  # VSR's printed default: unset
             self.router_r1_server_url = None
         if self.llm_routing_fallback not in ("thompson", "error"):
@@ -192,7 +205,7 @@ class SelectorConfig:
             raise SelectorConfigError("min_samples", f"expected an integer >= 0, got {self.min_samples!r}")
         if self.router_model_path is not None and not isinstance(self.router_model_path, str):
             raise SelectorConfigError("router_model_path", f"expected a path or null, got {self.router_model_path!r}")
-        for f in ("max_aggregation_rounds", "max_pending_decisions", "max_affinity_sessions"):
+        for f in ("max_aggregation_rounds", "max_pending_decisions", "max_affinity_sessions", "latency_half_life"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SelectorConfigError(f, f"expected an integer >= 1, got {v!r}")

@@ -33,6 +33,7 @@ import numpy as np
 from rlrouter.selector import affinity, rules
 from rlrouter.selector.config import SelectorConfig
 from rlrouter.selector.contextual import LinearThompsonArm, context_vector
+from rlrouter.selector.latency import LatencyWindow
 from rlrouter.selector.persistence import (
     StateFileError,
     WriteAheadLog,
@@ -105,6 +106,9 @@ class Decision:
     logging policy's propensity that off-policy estimators weigh by): exact for random and epsilon-greedy
     picks, a Monte Carlo estimate over ``propensity_draws`` posterior draws for Thompson sampling (None when
     that is 0); None for the contextual mode and for several models at once."""
+    expected_latency: dict[str, float] | None = None
+    """``model``'s measured latency so far (``rlrouter.selector.latency``: ttft_ms, total_ms, calls); None
+    before its first measured call."""
 
 
 class Selector:
@@ -130,6 +134,8 @@ class Selector:
         for m in self.candidates:
             self.state.global_.setdefault(m, Posterior())
         self._known = frozenset(self.candidates) if self.candidates else None
+        self.latency: dict[str, LatencyWindow] = {}
+        """Each candidate's measured latency (in memory: measured afresh after a restart)."""
 
     # ------------------------------------------------------------------ posteriors
 
@@ -172,6 +178,8 @@ class Selector:
         cfg = self.config
         if cfg.cost_awareness and cfg.cost_weight > 0:
             score = rules.cost_bonus(score, self._normalised_cost(model), cfg.cost_weight)
+        if cfg.latency_weight > 0 and (w := self.latency.get(model)) is not None and w.calls:
+            score -= cfg.latency_weight * w.total_s
         if session_id and cfg.session_context_weight > 0:
             score = rules.session_adjust(score, self.session_win_rate(session_id, model), cfg.session_context_weight)
         return score
@@ -240,12 +248,41 @@ class Selector:
             pending.popitem(last=False)
         self._dirty = True
         return Decision(request_id=rid, model=model, mode=mode, scores=scores, models=models,
-                        explored=explored, detail=detail or {}, propensity=propensity)
+                        explored=explored, detail=detail or {}, propensity=propensity,
+                        expected_latency=self.expected_latency(model))
+
+    def observe_latency(self, model: str, total_s: float, ttft_s: float | None = None) -> dict[str, Any]:
+        """One answered call of ``model`` took ``total_s`` (its first token after ``ttft_s``, when streamed);
+        returns ``{model, ttft_ms, total_ms, calls}``, the candidate's expected latency now."""
+        with self._lock:
+            if self._known is not None and model not in self._known:
+                raise SelectorError("model", f"unknown candidate '{model}'; known: {self.candidates}")
+            w = self.latency.setdefault(model, LatencyWindow())
+            w.observe(float(total_s), ttft_s, self.config.latency_half_life)
+            return {"model": model, **(w.expected() or {"ttft_ms": None, "total_ms": None, "calls": 0})}
+
+    def expected_latency(self, model: str) -> dict[str, float] | None:
+        w = self.latency.get(model)
+        return w.expected() if w is not None else None
+
+    def _within_latency(self, cands: list[str]) -> tuple[list[str], dict[str, Any]]:
+        """``cands`` without those whose expected time to first token is over ``max_ttft_ms`` (unmeasured ones
+        fit); all of them, said in the detail, when none fits."""
+        limit = self.config.max_ttft_ms
+        if limit is None:
+            return cands, {}
+        over = [m for m in cands if (w := self.latency.get(m)) is not None and w.calls and w.ttft_s * 1e3 > limit]
+        if not over:
+            return cands, {}
+        fit = [m for m in cands if m not in over]
+        if not fit:
+            return cands, {"latency_limit": f"no candidate within max_ttft_ms={limit:g}; all considered"}
+        return fit, {"over_max_ttft": over}
 
     def select(self, req: SelectionRequest) -> Decision:
         """One routing decision (VSR ``Select`` without the LLM router, which the serving layer adds)."""
         with self._lock:
-            cands = self._check_request(req)
+            cands, limited = self._within_latency(self._check_request(req))
             x = self._context(req)
             self.state.selections += 1
             cfg = self.config
@@ -253,12 +290,12 @@ class Selector:
             if under:
                 model = self._random_candidate(under)
                 return self._remember(model, "min_samples", cands, req, {model: 0.5}, [model], x, explored=True,
-                                      detail={"min_samples": cfg.min_samples},
+                                      detail={"min_samples": cfg.min_samples, **limited},
                                       propensity=self._random_share(model, under))
             if x is not None or cfg.use_thompson_sampling:
                 mode, scores = self._scores(cands, req, x, sample=True)
                 model = max(cands, key=scores.__getitem__)
-                return self._remember(model, mode, cands, req, scores, [model], x,
+                return self._remember(model, mode, cands, req, scores, [model], x, detail=limited,
                                       propensity=self._thompson_share(model, cands, req) if x is None else None)
             # epsilon-greedy: explore with probability eps (cheaper candidates first when cost-aware)
             eps = self.exploration_rate(self.state.selections)
@@ -267,9 +304,9 @@ class Selector:
             if self._rng.random() < eps:
                 model = self._random_candidate(cands)
                 return self._remember(model, "epsilon_greedy", cands, req, {model: 0.5}, [model], x,
-                                      explored=True, detail={"epsilon": eps},
+                                      explored=True, detail={"epsilon": eps, **limited},
                                       propensity=eps * self._random_share(model, cands) + (1 - eps) * (model == greedy))
-            return self._remember(greedy, "epsilon_greedy", cands, req, means, [greedy], x, detail={"epsilon": eps},
+            return self._remember(greedy, "epsilon_greedy", cands, req, means, [greedy], x, detail={"epsilon": eps, **limited},
                                   propensity=eps * self._random_share(greedy, cands) + (1 - eps))
 
     def _random_share(self, model: str, cands: list[str]) -> float:
@@ -323,13 +360,13 @@ class Selector:
     def select_top_k(self, req: SelectionRequest, k: int | None = None) -> Decision:
         """Multi-round aggregation (VSR ``SelectMultiRound``): the top-k candidates by Thompson draw."""
         with self._lock:
-            cands = self._check_request(req)
+            cands, limited = self._within_latency(self._check_request(req))
             x = self._context(req)
             k = min(k or self.config.max_aggregation_rounds, len(cands))
             self.state.selections += 1
             _, scores = self._scores(cands, req, x, sample=True)
             ranked = sorted(cands, key=scores.__getitem__, reverse=True)[:k]
-            return self._remember(ranked[0], "multi_round", cands, req, scores, ranked, x)
+            return self._remember(ranked[0], "multi_round", cands, req, scores, ranked, x, detail=limited)
 
     def select_all(self, req: SelectionRequest) -> Decision:
         """Arena: every candidate is called; scores are still drawn so aggregation can weigh them."""
@@ -393,7 +430,7 @@ class Selector:
                               ttl_s=cfg.affinity_ttl_s, max_sessions=cfg.max_affinity_sessions)
             dec.model, dec.models = v.model, [v.model]
             self._dirty = True
-            return v.as_dict()
+            return {**v.as_dict(), "expected_latency": self.expected_latency(v.model)}
 
     def affinity_error(self, session_key: str, model: str) -> bool:
         """The call to ``model`` for ``session_key`` failed: its next turn may move (``affinity_move_on_error``)."""
@@ -605,6 +642,7 @@ class Selector:
                 "pending_decisions": len(st.pending),
                 "contextual": {m: {"dim": a.dim, "updates": a.n} for m, a in sorted(st.contextual.items())},
                 "affinity": {"enabled": self.config.session_affinity, **affinity.summary(st.pins)},
+                "latency": {m: w.expected() for m, w in sorted(self.latency.items())},
             }
             return out
 

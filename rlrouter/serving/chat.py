@@ -141,6 +141,8 @@ class ChatProxy:
                 meta["fallback_reason"] = dec["fallback_reason"]
             if dec.get("router"):
                 meta["router"] = dec["router"]
+            if dec.get("expected_latency"):
+                meta["expected_latency"] = dec["expected_latency"]
             if dec.get("affinity"):
                 meta["affinity"] = dec["affinity"]
                 headers["X-RLRouter-Affinity"] = dec["affinity"]["outcome"]
@@ -158,7 +160,10 @@ class ChatProxy:
         model = models[0]
         if body.stream:
             return await self._stream(model, messages, params, meta, log, dec), headers
+        t0 = time.perf_counter()
         r, data = await asyncio.wait_for(ctx.pool.chat(model, messages, **params), ctx.serving.proxy_timeout_s)
+        if r.ok:
+            ctx.observe_latency(model, time.perf_counter() - t0)
         call = ctx.call_record(model, r)
         await ctx.log_request(**log, calls=[call])
         if dec is not None:  # a routed request: maybe a judge's grade and a counterfactual reply too
@@ -215,6 +220,7 @@ class ChatProxy:
                       meta: dict[str, Any], log: dict[str, Any], dec: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
         """The candidate's chunks as SSE. The first chunk is awaited here, before the 200 goes out, so a
         call that fails from the start (a prompt over the context, a candidate down) gets its status."""
+        t0 = time.perf_counter()
         chunks = self.ctx.pool.stream(model, messages, **params)
         try:
             first = await chunks.__anext__()
@@ -223,11 +229,14 @@ class ChatProxy:
         except Exception as e:  # noqa: BLE001 - the candidate's failure, mapped to a status
             await self._pin_failed(dec, model)
             raise candidate_error(model, str(e) or type(e).__name__) from None
-        return self._sse_stream(model, first, chunks, meta, log, messages, params, dec)
+        return self._sse_stream(model, first, chunks, meta, log, messages, params, dec,
+                                (t0, time.perf_counter() - t0))
 
     async def _sse_stream(self, model: str, first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]],
                           meta: dict[str, Any], log: dict[str, Any], messages: list[dict[str, Any]],
-                          params: dict[str, Any], dec: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
+                          params: dict[str, Any], dec: dict[str, Any] | None = None,
+                          started: tuple[float, float] | None = None) -> AsyncIterator[bytes]:
+        """``started``: when the call began and the seconds to its first chunk (the latency measured)."""
         t0, text, usage, error = time.perf_counter(), [], None, None
         try:
             if first is not None:
@@ -249,6 +258,8 @@ class ChatProxy:
         await self.ctx.log_request(**log, calls=[call])  # on disk before the stream's end is acknowledged
         if error:
             await self._pin_failed(dec, model)
+        elif started is not None:
+            self.ctx.observe_latency(model, time.perf_counter() - started[0], started[1])
         if log["decision"]["router"] != "caller":
             judged = self.ctx.judge(log["request_id"], messages, [call])
             self.ctx.explore(log["request_id"], model, messages, params, judged=judged)

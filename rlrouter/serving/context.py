@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,8 +138,11 @@ class ServiceContext:
 
         async def call() -> None:
             try:
+                t0 = time.perf_counter()
                 r, _ = await asyncio.wait_for(self.pool.chat(second, messages, **params),
                                               self.serving.proxy_timeout_s)
+                if r.ok:  # a candidate routed away for its latency is measured again here
+                    await self._observe_latency(second, time.perf_counter() - t0)
                 record = {**self.call_record(second, r), "propensity": propensity}
             except Exception as e:  # noqa: BLE001 - a background call: its failure is logged and counted, not raised
                 record = {"model": second, "reply": None, "error": f"{type(e).__name__}: {e}", "propensity": propensity}
@@ -180,6 +184,17 @@ class ServiceContext:
         if grades:
             await asyncio.to_thread(self.traffic.append, {"kind": "judge", "request_id": request_id,
                                                           "grades": grades})
+
+    def observe_latency(self, model: str, total_s: float, ttft_s: float | None = None) -> None:
+        """Report one answered call's latency to the selector (``rlrouter.selector.latency``), in the
+        background: the reply does not wait for it."""
+        self._background(self._observe_latency(model, total_s, ttft_s))
+
+    async def _observe_latency(self, model: str, total_s: float, ttft_s: float | None = None) -> None:
+        try:
+            await self.selector.call("observe_latency", model=model, total_s=total_s, ttft_s=ttft_s)
+        except Exception:  # noqa: BLE001 - a measurement: never fails a request
+            pass
 
     def _background(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -61,6 +61,10 @@ class ServingMetrics:
                                       "reason (unavailable, error, margin); moves per session = this / "
                                       "turns{outcome=\"new\"}", ("reason",), registry=r)
 
+        self.expected_latency = Gauge("rlrouter_candidate_expected_latency_seconds", "each candidate's measured "
+                                      "latency, a decaying mean over its calls (selector.latency_half_life): ttft "
+                                      "(to the first token) and total", ("model", "kind"), registry=r)
+
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
         self.latency.labels(route).observe(seconds)
@@ -71,6 +75,11 @@ class ServingMetrics:
             return
         if method in DECISION_METHODS:
             self.decisions.labels(str(result[1]["model"]), str(result[1]["mode"])).inc()
+        elif method == "observe_latency":
+            e = result[1]
+            if e.get("calls"):
+                self.expected_latency.labels(str(e["model"]), "ttft").set(e["ttft_ms"] / 1e3)
+                self.expected_latency.labels(str(e["model"]), "total").set(e["total_ms"] / 1e3)
         elif method == "stick":
             self.affinity_turns.labels(str(result[1]["outcome"])).inc()
             if result[1]["outcome"] == "moved":

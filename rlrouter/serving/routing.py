@@ -53,11 +53,12 @@ class Routing:
         the pin carries propensity 1 when no score can move it (``affinity_margin`` null), else none known."""
         v = await self.ctx.selector.call("stick", request_id=dec["request_id"], session_key=session,
                                          scores=dec.get("scores") or {})
+        expected = v.pop("expected_latency", None)
         dec = {**dec, "affinity": v, "session_key": session}
         if v["outcome"] in ("kept", "held"):
             dec["propensity"] = 1.0 if self.ctx.cfg.affinity_margin is None else None
         if v["model"] != dec["model"]:
-            dec.update(model=v["model"], models=[v["model"]])
+            dec.update(model=v["model"], models=[v["model"]], expected_latency=expected)
         return dec
 
     async def _decide(self, query: str, user_id: str, session_id: str | None, category: str | None,
@@ -130,7 +131,8 @@ class Routing:
                              can if choice is None else None)
         return RouteResponse(model=dec["model"], request_id=dec["request_id"], mode=dec["mode"],
                              scores=dec["scores"], models=models, fallback_reason=dec.get("fallback_reason"),
-                             replay_miss=why, router=dec.get("router"), affinity=dec.get("affinity"))
+                             replay_miss=why, router=dec.get("router"), affinity=dec.get("affinity"),
+                             expected_latency=dec.get("expected_latency"))
 
     async def stats(self, principal: Principal) -> dict[str, Any]:
         """``GET /stats``: the caller's posteriors (admins: every user's)."""

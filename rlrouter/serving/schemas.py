@@ -83,6 +83,14 @@ class ServedRouterDecision(BaseModel):
     selector_mode: str | None = Field(default=None, description="The served selector's own mode (thompson, ...)")
 
 
+class ExpectedLatency(BaseModel):
+    """A candidate's measured latency, a decaying mean over its calls (``rlrouter.selector.latency``)."""
+
+    ttft_ms: float = Field(description="Expected time to the first token, ms (a call not streamed: its total)")
+    total_ms: float = Field(description="Expected time to the whole answer, ms")
+    calls: int = Field(description="Calls measured")
+
+
 class AffinityVerdict(BaseModel):
     """What session affinity did with one turn (``rlrouter.selector.affinity``)."""
 
@@ -109,6 +117,8 @@ class RouteResponse(BaseModel):
     router: ServedRouterDecision | None = Field(default=None, description="Set when a served router decided")
     affinity: AffinityVerdict | None = Field(default=None, description=(
         "Set when session affinity (selector.session_affinity) applied to this turn of a session"))
+    expected_latency: ExpectedLatency | None = Field(default=None, description=(
+        "The chosen candidate's measured latency so far; null before its first measured call"))
 
 
 class RouterR1Feedback(BaseModel):

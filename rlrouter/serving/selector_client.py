@@ -16,6 +16,7 @@ from rlrouter.selector.selector import SelectionRequest, Selector, SelectorError
 from rlrouter.serving.errors import ApiError
 
 SELECTOR_METHODS = ("select", "select_top_k", "select_all", "register", "set_chosen", "stick", "affinity_error",
+                    "observe_latency",
                     "feedback", "pending_info", "stats", "ping")
 
 
