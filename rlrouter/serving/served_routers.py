@@ -230,7 +230,7 @@ class ServedRouters:
         named in ``ignored``, with every later event of its release."""
         releases: dict[tuple[str, str], Release] = {}
         ignored: list[str] = []
-        for i, ev in enumerate(read.events):
+        for i, ev in enumerate(read.records):
             router, kind = ev.get("router"), ev["event"]
             try:
                 if router not in self.versions:
@@ -262,7 +262,7 @@ class ServedRouters:
             self.decided.popitem(last=False)
         for line in ignored[:20]:
             log.warning("release journal: %s", line)
-        return {"events": len(read.events), "skipped": read.skipped, "skipped_at": read.skipped_at,
+        return {"events": len(read.records), "skipped": read.skipped, "skipped_at": read.skipped_at,
                 "ignored": len(ignored), "ignored_first": ignored[:20]}
 
     def _load(self, path: str) -> SavedRouter:
@@ -496,8 +496,8 @@ class ServedRouters:
                 unknown = sorted(set(args) - {"version", "path", "release"})
                 if unknown:  # a key that cannot name a field itself ('', spaces, a colon) is the body's fault
                     key = unknown[0]
-                    name = key if re.fullmatch(r"[A-Za-z_][\w.-]{0,63}", key) else "body"
-                    raise ValueError(f"{name}: unknown field {key!r}; known: ['path', 'release', 'version']")
+                    field_ = key if re.fullmatch(r"[A-Za-z_][\w.-]{0,63}", key) else "body"
+                    raise ValueError(f"{field_}: unknown field {key!r}; known: ['path', 'release', 'version']")
                 for f in ("version", "path"):
                     if not args.get(f):
                         raise ValueError(f"{f}: missing")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from rlrouter.selector.persistence import fsync_dir, frame_line, unframe_line
+from rlrouter.selector.persistence import frame_line, fsync_dir, read_framed
 
 TRAFFIC_FORMAT = "rlrouter.traffic"
 SEGMENT_GLOB = "traffic-*.jsonl"
@@ -238,19 +238,10 @@ def read_traffic(folder: str | Path, files: Iterable[Path] | None = None) -> Tra
     feedback: list[dict[str, Any]] = []
     skipped, where = 0, []
     for path in (segments(folder) if files is None else files):
-        data = path.read_bytes()
-        for i, line in enumerate(data.split(b"\n")):
-            if not line:
-                continue
-            try:
-                rec = unframe_line(line, TRAFFIC_FORMAT)
-                if not isinstance(rec, dict) or rec.get("kind") not in KINDS:
-                    raise ValueError("not a traffic record")
-            except ValueError:
-                skipped += 1
-                if len(where) < 20:
-                    where.append(f"{path}:{i + 1}")
-                continue
+        got = read_framed(path, TRAFFIC_FORMAT, lambda r: isinstance(r, dict) and r.get("kind") in KINDS)
+        skipped += got.skipped
+        where += got.skipped_at[: 20 - len(where)]
+        for rec in got.records:
             (requests if rec["kind"] == "request" else feedback).append(
                 {**rec, "feedback": [], "explore": [], "judge": []} if rec["kind"] == "request" else rec)
     # joined after every segment is read: with several app processes, a feedback may sit in a segment

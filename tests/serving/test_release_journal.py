@@ -101,7 +101,7 @@ def test_a_rule_verdict_a_crash_cut_off_is_applied_on_start(folders, tmp_path):
     a = _host(folders, journal)
     a.release("knn", "load", {"version": "2", "path": str(out / "knn2"),
                               "release": {"canary_share": 0.5, "min_feedback": 5}})
-    events = read_journal(journal).events
+    events = read_journal(journal).records
     load = events[0]
     del a
     # a journal whose rewards reach the rule's verdict, written as if the crash came before the verdict's line
@@ -114,7 +114,7 @@ def test_a_rule_verdict_a_crash_cut_off_is_applied_on_start(folders, tmp_path):
     b = _host(folders, journal)
     st = b.status("knn")["routers"]["knn"]
     assert st["release"] is None and st["ended"][0]["state"] in ("promoted", "rolled_back")
-    assert read_journal(journal).events[-1]["event"] == "end" and load["event"] == "load"
+    assert read_journal(journal).records[-1]["event"] == "end" and load["event"] == "load"
 
 
 def test_events_that_no_longer_apply_are_named_not_fatal(folders, tmp_path):
