@@ -166,8 +166,12 @@ class SelectorReplica:
 
     def __init__(self, selector_cfg: dict[str, Any], candidates: list[str], app_config: dict[str, Any] | None = None,
                  router_r1: DeploymentHandle | None = None, gmt: DeploymentHandle | None = None,
-                 intent: DeploymentHandle | None = None, routers: DeploymentHandle | None = None):
-        self.host = SelectorHost(Selector(SelectorConfig.from_dict(selector_cfg), candidates), on_result=_metrics())
+                 intent: DeploymentHandle | None = None, routers: DeploymentHandle | None = None,
+                 budgets: dict[str, Any] | None = None):
+        from rlrouter.serving.budgets import BudgetConfig
+
+        self.host = SelectorHost(Selector(SelectorConfig.from_dict(selector_cfg), candidates), on_result=_metrics(),
+                                 budgets=BudgetConfig.from_dict(budgets) if budgets else None)
         if app_config is not None:
             _install_service(self.host, app_config, router_r1, gmt, intent, routers)
 
@@ -250,6 +254,11 @@ def load_config(args: dict[str, Any] | None = None) -> dict[str, Any]:
     sel.setdefault("costs", _candidate_costs(cfg["pool"]))
     if sel.get("storage_path") and not Path(sel["storage_path"]).is_absolute():
         sel["storage_path"] = str(ROOT / sel["storage_path"])
+    budgets = (cfg.get("serving") or {}).get("budgets")
+    if isinstance(budgets, dict) and budgets.get("limits"):
+        path = budgets.get("path") or "outputs/budgets/spend.log"
+        cfg["serving"] = {**cfg["serving"], "budgets": {
+            **budgets, "path": path if Path(path).is_absolute() else str(ROOT / path)}}
     from rlrouter.serving.traffic import selector_defaults
 
     cfg["selector"] = selector_defaults(sel, cfg.get("serving"))  # propensities for the traffic log
@@ -301,9 +310,11 @@ def build_app(args: dict[str, Any] | None = None) -> serve.Application:
         from dataclasses import asdict
 
         routers = ServedRoutersDeployment.bind(cfg["routers"], asdict(serving.release), serving.release_journal)
+    budgets = serving.budgets.to_dict() if serving.budgets.enabled else None  # kept by the selector's replica
     if serving.selector_in_ingress:
-        return SelectorIngress.bind(cfg["selector"], names, cfg, policy, gmt, intent, routers)
-    return Ingress.bind(SelectorDeployment.bind(cfg["selector"], names), cfg, policy, gmt, intent, routers)
+        return SelectorIngress.bind(cfg["selector"], names, cfg, policy, gmt, intent, routers, budgets=budgets)
+    return Ingress.bind(SelectorDeployment.bind(cfg["selector"], names, budgets=budgets), cfg, policy, gmt, intent,
+                        routers)
 
 
 

@@ -367,6 +367,12 @@ def create_app() -> FastAPI:
         scope (admin keys: every user)."""
         return JSONResponse(json.loads(json.dumps(await _service().stats(who))))
 
+    @app.get("/v1/budgets", tags=["budgets"])
+    async def budgets(end_user: str | None = None, who: Principal = Depends(principal)) -> Any:
+        """The caller's budgets (``serving.budgets``) in their current period: limit, spent, left, when it
+        resets; ``end_user`` adds the accounts of that tag. Admin keys also get every account's spend."""
+        return await _service().budgets(who, end_user)
+
     @app.get("/v1/routers", tags=["routers"])
     async def routers(who: Principal = Depends(principal)) -> Any:
         """The served routers (``router-<name>``): each one's current version, its loaded versions, the release

@@ -111,9 +111,11 @@ class ChatProxy:
             models = [dec["model"]]
             if not (await ctx.answerable(query, models))[0]:
                 raise self._miss_error(models)
+            gate = await ctx.budget_gate(user, end_user, query, models)
         elif name not in SPECIAL_MODELS:
             if not (await ctx.answerable(query, [name]))[0]:
                 raise self._miss_error([name])
+            gate = await ctx.budget_gate(user, end_user, query, [name])
             dec = None
             models = [name]
         else:
@@ -125,12 +127,16 @@ class ChatProxy:
                 if not can:
                     raise self._miss_error(missed)
                 cands = can
+            gate = await ctx.budget_gate(user, end_user, query, cands or ctx.candidates)
+            if gate is not None:  # only the candidates every budget of this request can pay for
+                cands = [m for m in (cands or ctx.candidates) if m in gate["fit"]]
             dec = await self.routing.decide(query, user, session, body.category, cands, how,
                                             session=session_key(user, session, messages))
             models = dec.get("models") or [dec["model"]]
             chosen_missed = [m for m in models if m in missed]
             if chosen_missed:  # replay_miss: error
                 raise self._miss_error(chosen_missed)
+        ctx.budget_enforce(gate, models)
         headers = {}
         meta: dict[str, Any] = {}
         if dec is not None:
@@ -146,11 +152,15 @@ class ChatProxy:
             if dec.get("affinity"):
                 meta["affinity"] = dec["affinity"]
                 headers["X-RLRouter-Affinity"] = dec["affinity"]["outcome"]
+        if gate is not None:
+            meta["budget"] = {"estimated_usd": sum(gate["estimates"].get(m, 0.0) for m in models),
+                              "accounts": [{k: a[k] for k in ("budget", "period", "limit_usd", "spent_usd",
+                                                              "remaining_usd", "resets_at")} for a in gate["accounts"]]}
         if end_user is not None:
             meta["end_user"] = end_user
         # the traffic log's record of this request: its id (a decision's, else a new one), who, what
         log = {"request_id": dec["request_id"] if dec is not None else f"chat-{uuid.uuid4().hex}", "user": user,
-               "endpoint": "chat", "prompt": query, "decision": ctx.decision_record(dec, models[0])}
+               "endpoint": "chat", "prompt": query, "decision": ctx.decision_record(dec, models[0]), "budget": gate}
         if len(models) > 1:
             data = await self._fan_out(dec, models, messages, params, meta, log)
             headers["X-RLRouter-Model"] = data["model"]

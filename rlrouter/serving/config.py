@@ -19,6 +19,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from rlrouter.serving.budgets import BudgetConfig, BudgetConfigError
 from rlrouter.serving.peer import client_address
 from rlrouter.serving.release import ReleaseRule
 from rlrouter.serving.traffic import TrafficConfig
@@ -119,6 +120,9 @@ class ServingConfig:
     release: Any = field(default_factory=dict)
     """The default rule of a served router's release (``rlrouter.serving.release.ReleaseRule``: canary_share,
     min_feedback, max_feedback, min_gain, level, cost_weight, auto); a release request may override it."""
+    budgets: Any = field(default_factory=dict)
+    """Spend limits per tenant (``rlrouter.serving.budgets.BudgetConfig``: limits, path, completion_tokens),
+    enforced when a request is routed; none by default."""
     release_journal: str | None = None
     """The release journal's file (``rlrouter.serving.release_journal``): every version loaded, canary decision,
     reward and verdict of the served routers' releases, fsynced before the reply and replayed on start, so a
@@ -136,6 +140,10 @@ class ServingConfig:
             except (ValueError, TypeError) as e:
                 where, _, why = str(e).partition(": ")
                 raise ServingConfigError(where if where.startswith("release") else "release", why or str(e)) from None
+        try:
+            self.budgets = BudgetConfig.from_dict(self.budgets)
+        except BudgetConfigError as e:
+            raise ServingConfigError(e.field, str(e).partition(": ")[2]) from None
         if not isinstance(self.traffic, TrafficConfig):
             if not isinstance(self.traffic, dict):
                 raise ServingConfigError("traffic", f"expected a mapping of traffic log settings, got {self.traffic!r}")

@@ -19,7 +19,8 @@ from typing import Any
 from rlrouter.pool.chat import last_user_text
 from rlrouter.selector.config import SelectorConfig
 from rlrouter.serving.config import ServingConfig
-from rlrouter.serving.errors import ApiError, context_length_exceeded
+from rlrouter.serving.budgets import estimate_cost
+from rlrouter.serving.errors import ApiError, budget_error, context_length_exceeded
 from rlrouter.serving.metrics import METRICS
 from rlrouter.serving.selector_client import SelectorClient
 from rlrouter.serving.traffic import TrafficLog, judge_prompt, parse_grade, prompt_fields
@@ -49,6 +50,12 @@ def session_key(user: str, session_id: str | None, messages: list[dict[str, Any]
         return None
     text = json.dumps([user, [[m.get("role"), m.get("content")] for m in opening]], sort_keys=True, default=str)
     return "p:" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _refused(account: dict[str, Any], estimate: float) -> ApiError:
+    """The 429 of a request ``account`` cannot pay for, counted on ``/metrics``."""
+    METRICS.budget_refusals.labels(str(account["budget"])).inc()
+    return budget_error(account, estimate)
 
 
 class CallCosts:
@@ -86,13 +93,16 @@ class ServiceContext:
     _explorations: set = field(default_factory=set, repr=False)
 
     async def log_request(self, request_id: str, user: str, endpoint: str, prompt: str, decision: dict[str, Any],
-                          calls: list[dict[str, Any]] = ()) -> None:
+                          calls: list[dict[str, Any]] = (), budget: dict[str, Any] | None = None) -> None:
         """Append a routed request to the traffic log (when on), fsynced before this returns, so before the
         reply goes out. ``decision``: ``decision_record``'s; ``calls``: each candidate called, with its reply,
-        tokens, cost and latency."""
+        tokens, cost and latency. ``budget``: the request's :meth:`budget_gate`, whose accounts are charged
+        what the calls cost (in the ledger, fsynced, before this returns)."""
         costs = [c.get("cost") for c in calls if isinstance(c.get("cost"), (int, float))]
         if costs:
             self.call_costs.put(request_id, float(sum(costs)))
+        if budget is not None:
+            await self._charge(budget, request_id, calls)
         if self.traffic is None:
             return
         cfg = self.traffic.cfg
@@ -102,6 +112,45 @@ class ServiceContext:
         rec = {"kind": "request", "id": request_id, "user": user, "endpoint": endpoint,
                **prompt_fields(prompt, cfg.store_prompts, emb), "decision": decision, "calls": list(calls)}
         await asyncio.to_thread(self.traffic.append, rec)
+
+    # ---- budgets (rlrouter.serving.budgets: the ledger is kept by the selector's replica)
+
+    async def budget_gate(self, user: str, end_user: str | None, prompt: str,
+                          candidates: list[str]) -> dict[str, Any] | None:
+        """Before a decision: the ``candidates`` this request's budgets leave (``fit``), with each one's
+        estimated cost; a 429 naming the budget when none is left. None when no budget is configured."""
+        cfg = self.serving.budgets
+        if not cfg.enabled or self.pool is None:
+            return None
+        est = {m: estimate_cost(self.pool.get(m).price_in, self.pool.get(m).price_out, prompt, cfg.completion_tokens)
+               for m in candidates}
+        res = await self.selector.call("budget_check", user=user, end_user=end_user, estimates=est)
+        if res["refused"] is not None:
+            raise _refused(res["refused"], min(est.values(), default=0.0))
+        return {**res, "estimates": est, "user": user, "end_user": end_user}
+
+    @staticmethod
+    def budget_enforce(gate: dict[str, Any] | None, models: list[str]) -> None:
+        """After a decision: a 429 when calling ``models`` is estimated to take an account over its limit (a
+        ``reject`` budget, or several candidates at once)."""
+        if gate is None:
+            return
+        total = sum(gate["estimates"].get(m, 0.0) for m in models)
+        for a in gate["accounts"]:
+            if total > a["remaining_usd"] and (a["on_exceed"] == "reject" or len(models) > 1):
+                raise _refused(a, total)
+
+    async def _charge(self, gate: dict[str, Any], request_id: str, calls: list[dict[str, Any]]) -> None:
+        usd = 0.0
+        for c in calls:
+            cost = c.get("cost")
+            if not isinstance(cost, (int, float)) and self.pool is not None and c.get("model") in self.pool:
+                cost = self.pool.get(c["model"]).cost(int(c.get("prompt_tokens") or 0),
+                                                      int(c.get("completion_tokens") or 0))
+            usd += float(cost or 0.0)
+        model = ",".join(str(c.get("model")) for c in calls)
+        await self.selector.call("budget_charge", user=gate["user"], end_user=gate["end_user"], usd=usd,
+                                 request_id=request_id, model=model)
 
     @staticmethod
     def decision_record(dec: dict[str, Any] | None, model: str) -> dict[str, Any]:

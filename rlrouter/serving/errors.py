@@ -32,6 +32,19 @@ class ApiError(Exception):
         super().__init__(message)
 
 
+def budget_error(account: dict, estimate: float) -> ApiError:
+    """429 for a request its budget cannot pay for (``rlrouter.serving.budgets``), in OpenAI's shape for a
+    spent quota (type ``insufficient_quota``), naming the budget, the account, what is spent and when it resets."""
+    from datetime import datetime, timezone
+
+    resets = datetime.fromtimestamp(account["resets_at"], tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return ApiError(429, f"field 'budget': budget '{account['budget']}' of {account['tenant']} has "
+                         f"{account['remaining_usd']:.6f} USD left this {account['period']} (spent "
+                         f"{account['spent_usd']:.6f} of {account['limit_usd']:g}); this request is estimated at "
+                         f"{estimate:.6f} USD. It resets at {resets}", "budget", type_="insufficient_quota",
+                    code="budget_exceeded")
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # Ray's task-error header: "ray::Class.method() (pid=1, ip=..., actor_id=..., repr=...)"
 _RAY_FRAME = re.compile(r"ray::\S+\(\)\s*(\(pid=.*)?")

@@ -65,6 +65,11 @@ class ServingMetrics:
                                       "latency, a decaying mean over its calls (selector.latency_half_life): ttft "
                                       "(to the first token) and total", ("model", "kind"), registry=r)
 
+        self.budget_spent = Gauge("rlrouter_budget_spent_usd", "USD charged to each account of a budget "
+                                  "(serving.budgets) in its current period", ("budget", "tenant"), registry=r)
+        self.budget_refusals = Counter("rlrouter_budget_refusals", "requests answered 429 because a budget could "
+                                       "not pay for them", ("budget",), registry=r)
+
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
         self.latency.labels(route).observe(seconds)
@@ -80,6 +85,9 @@ class ServingMetrics:
             if e.get("calls"):
                 self.expected_latency.labels(str(e["model"]), "ttft").set(e["ttft_ms"] / 1e3)
                 self.expected_latency.labels(str(e["model"]), "total").set(e["total_ms"] / 1e3)
+        elif method == "budget_charge":
+            for a in result[1]:
+                self.budget_spent.labels(str(a["budget"]), str(a["tenant"])).set(float(a["spent_usd"]))
         elif method == "stick":
             self.affinity_turns.labels(str(result[1]["outcome"])).inc()
             if result[1]["outcome"] == "moved":

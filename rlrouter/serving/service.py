@@ -100,6 +100,17 @@ class RouterService:
     async def stats(self, principal: Principal) -> dict[str, Any]:
         return await self.routing.stats(principal)
 
+    async def budgets(self, principal: Principal, end_user: str | None = None) -> dict[str, Any]:
+        """``GET /v1/budgets``."""
+        ctx = self.routing.ctx
+        if not ctx.serving.budgets.enabled:
+            return {"enabled": False, "accounts": []}
+        out = {"enabled": True, "accounts": await ctx.selector.call("budget_accounts", user=principal.user_id,
+                                                                   end_user=end_user)}
+        if principal.admin:
+            out["all"] = await ctx.selector.call("budget_summary")
+        return out
+
     async def feedback(self, body: FeedbackRequest, principal: Principal) -> FeedbackResponse:
         return await self.feedback_role.feedback(body, principal)
 
