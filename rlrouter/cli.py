@@ -87,6 +87,23 @@ def _env(_: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    import json
+
+    from rlrouter.eval.compare_single import compare_export, render
+
+    try:
+        r = compare_export(args.export, args.cost_weight, args.task_column, args.level)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(render(r))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=1)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlrouter", description="rlrouter command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     m.set_defaults(fn=_model)
     e = sub.add_parser("env", help="check the installed stack")
     e.set_defaults(fn=_env)
+    c = sub.add_parser("compare-to-single", help="the served router against the best single model (and the per-task "
+                                                 "rule), with intervals, from a traffic export (jobs/export_traffic.py)")
+    c.add_argument("export", help="the export folder: train.parquet (where the best single model is chosen) and "
+                                  "test.parquet (where it is reported)")
+    c.add_argument("--cost-weight", type=float, default=0.1,
+                   help="reward = score - w x 1000 x USD (default 0.1, traffic_knn's; use your router's)")
+    c.add_argument("--task-column", help="a column holding each request's task, for the per-task rule")
+    c.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
+    c.add_argument("--json", help="also write the figures to this file")
+    c.set_defaults(fn=_compare)
     args = parser.parse_args(argv)
     return args.fn(args)
 

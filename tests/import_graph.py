@@ -33,11 +33,11 @@ PACKAGES = ("rlrouter", "jobs", "serve", "benchmarks")
 # The house from the top floor down (docs/architecture.md): a room may import only rooms on a lower line;
 # rooms on one line do not import each other. Top-level modules of rlrouter/ are rooms of their own.
 LAYERS: list[tuple[str, ...]] = [
-    ("benchmarks", "jobs", "serve"),                                    # entry points, thin
+    ("benchmarks", "jobs", "serve", "rlrouter.cli"),                    # entry points, thin
     ("rlrouter.trainer", "rlrouter.serving"),                           # the controller; request -> decision
     ("rlrouter.learner", "rlrouter.eval"),                              # learner ranks; offline evaluation
     ("rlrouter.rollout",),                                              # router env, vLLM workers, policy
-    ("rlrouter.pool", "rlrouter.gmt", "rlrouter.intent", "rlrouter.cli"),
+    ("rlrouter.pool", "rlrouter.gmt", "rlrouter.intent"),
     ("rlrouter.data", "rlrouter.rewards", "rlrouter.engine", "rlrouter.embeddings", "rlrouter.jobkit"),
     ("rlrouter.algos", "rlrouter.sync", "rlrouter.distributed", "rlrouter.selector", "rlrouter.protocol",
      "rlrouter.models", "rlrouter.storage", "rlrouter.metrics", "rlrouter.progress", "rlrouter.paths",
