@@ -39,8 +39,8 @@ def _kept_index(t: TrafficTable, cost_weight: float) -> tuple[np.ndarray, np.nda
     return keep, r0
 
 
-def _logged(t: TrafficTable, cost_weight: float) -> tuple[TrafficTable, LoggedFeedback, np.ndarray, int]:
-    """The rows with a scored logged route, their bandit feedback, their on-policy rewards, and how many left out."""
+def _logged(t: TrafficTable, cost_weight: float) -> tuple[TrafficTable, LoggedFeedback, np.ndarray, np.ndarray]:
+    """The rows with a scored logged route, their bandit feedback, their on-policy rewards, and their indices."""
     keep, r0 = _kept_index(t, cost_weight)
     if len(keep) < 2:
         raise ValueError(f"compare-to-single: {len(keep)} requests with a scored route and its propensity; need >= 2 "
@@ -52,7 +52,7 @@ def _logged(t: TrafficTable, cost_weight: float) -> tuple[TrafficTable, LoggedFe
     fb = LoggedFeedback(s.logged, s.propensity, r0, explored=np.where(ex, s.explored, -1),
                         explored_propensities=np.where(ex, s.explored_propensity, 1.0),
                         explored_rewards=np.where(ex, rewards[rows, np.maximum(s.explored, 0)], 0.0))
-    return s, fb, r0, len(t) - len(keep)
+    return s, fb, r0, keep
 
 
 def _dr_terms(actions: np.ndarray, fb: LoggedFeedback, q_hat: np.ndarray) -> np.ndarray:
@@ -73,12 +73,9 @@ def _best_actions(t: TrafficTable, fb: LoggedFeedback, groups: np.ndarray) -> tu
     """On train: the candidate with the best DR value, and per group (task) the same."""
     m = len(t.names)
     q = crossfit_reward_model(list(groups), fb, m)
-    values = np.array([_dr_terms(np.full(len(fb.actions), a), fb, q).mean() for a in range(m)])
-    per_group = {}
-    for g in np.unique(groups):
-        sel = groups == g
-        per_group[str(g)] = int(np.argmax([_dr_terms(np.full(len(fb.actions), a), fb, q)[sel].mean() for a in range(m)]))
-    return int(values.argmax()), per_group
+    terms = np.stack([_dr_terms(np.full(len(fb.actions), a), fb, q) for a in range(m)], axis=1)  # (N, M)
+    per_group = {str(g): int(terms[groups == g].mean(axis=0).argmax()) for g in np.unique(groups)}
+    return int(terms.mean(axis=0).argmax()), per_group
 
 
 def compare_to_single(train: TrafficTable, test: TrafficTable, cost_weight: float, level: float = 0.95,
@@ -87,18 +84,18 @@ def compare_to_single(train: TrafficTable, test: TrafficTable, cost_weight: floa
     if train.names != test.names:
         raise ValueError(f"compare-to-single: train's candidates {train.names} are not test's {test.names}")
     names = test.names
-    tr, tr_fb, _, _ = _logged(train, cost_weight)
-    te, te_fb, served, left_out = _logged(test, cost_weight)
+    tr, tr_fb, _, tr_keep = _logged(train, cost_weight)
+    te, te_fb, served, te_keep = _logged(test, cost_weight)
+    left_out = len(test) - len(te_keep)
 
-    def labels(tasks: Sequence[str] | None, full: TrafficTable) -> np.ndarray:
-        keep, _ = _kept_index(full, cost_weight)
+    def labels(tasks: Sequence[str] | None, full: TrafficTable, keep: np.ndarray) -> np.ndarray:
         if tasks is None:
             return np.array(["all"] * len(keep), dtype=object)
         if len(tasks) != len(full):
             raise ValueError(f"compare-to-single: {len(tasks)} task labels for {len(full)} rows")
         return np.asarray(tasks, dtype=object)[keep]
 
-    tr_groups, te_groups = labels(train_tasks, train), labels(test_tasks, test)
+    tr_groups, te_groups = labels(train_tasks, train, tr_keep), labels(test_tasks, test, te_keep)
     best, per_task = _best_actions(tr, tr_fb, tr_groups)
     q = crossfit_reward_model(list(te_groups), te_fb, len(names))
     n = len(te_fb.actions)
