@@ -300,7 +300,8 @@ def parse_blocks(text: str) -> list[Block]:
         pos = end + len(end_tag)
 
 
-def check_format(text: str, candidates: Iterable[str] | None, calls: int | None = None) -> None:
+def check_format(text: str, candidates: Iterable[str] | None, calls: int | None = None,
+                 require_think: bool = True) -> None:
     """Raise :class:`FormatError` naming the first rule the trajectory breaks.
 
     Rules (after Router-R1's prompt and released reward): starts with ``<think>`` and ends
@@ -311,12 +312,13 @@ def check_format(text: str, candidates: Iterable[str] | None, calls: int | None 
     placeholder. Text between blocks is not judged: Router-R1's rules do not forbid it. ``calls`` (the
     number of calls the environment ran, when known): no more ``<search>`` blocks than that, so a turn
     that writes its own ``<search>`` and ``<information>`` (in the answer-only turn, where nothing is
-    called) does not pass as a call and its reply.
+    called) does not pass as a call and its reply. ``require_think=False`` (a trajectory answered by a
+    candidate's reply, ``rollout.env.answer: reply``): it need not start with ``<think>``.
     """
     s = text.strip()
     if not s:
         raise FormatError("empty output")
-    if not s.startswith("<think>"):
+    if require_think and not s.startswith("<think>"):
         raise FormatError("does not start with <think>")
     if not s.endswith("</answer>"):
         raise FormatError("does not end with </answer>")
@@ -359,7 +361,8 @@ FORMAT_CHECKS = ("starts with <think>", "a closed, non-empty <think>", "tags bal
                  "<information>", "every <information> right after a <search>")
 
 
-def format_progress(text: str, candidates: Iterable[str] | None, calls: int | None = None) -> float:
+def format_progress(text: str, candidates: Iterable[str] | None, calls: int | None = None,
+                    require_think: bool = True) -> float:
     """How far a trajectory is from the protocol, in [0, 1]: 1 exactly when :func:`check_format`
     passes, else the share of :data:`FORMAT_CHECKS` it passes over ``len(FORMAT_CHECKS) + 1`` (so an
     invalid trajectory never reaches 1).
@@ -369,7 +372,7 @@ def format_progress(text: str, candidates: Iterable[str] | None, calls: int | No
     before any cold start, still gets a graded signal (``RouterR1FormatReward(graded=True)``).
     """
     try:
-        check_format(text, candidates, calls)
+        check_format(text, candidates, calls, require_think)
         return 1.0
     except FormatError:
         pass
@@ -393,8 +396,8 @@ def format_progress(text: str, candidates: Iterable[str] | None, calls: int | No
     # the env writes <information> only after a call (or a failed turn): one the policy wrote itself,
     # copying the prompt's example instead of calling, must not pass (RL with no cold start learned to do that)
     infos_ok = all(s[:m.start()].rstrip().endswith("</search>") for m in _INFO_RE.finditer(s))
-    passed = [s.startswith("<think>"),
-              any(t.strip() and not _ONLY_DOTS.match(t) for t in _THINK_RE.findall(s)),
+    passed = [s.startswith("<think>") or not require_think,
+              any(t.strip() and not _ONLY_DOTS.match(t) for t in _THINK_RE.findall(s)) or not require_think,
               balanced,
               any(a.strip() for a in answers),
               len(answers) == 1,

@@ -196,6 +196,8 @@ class RouterR1FormatReward:
     ``candidates`` fixes the known candidate names; a ``candidates`` or ``candidate_models`` column
     overrides them per sample. With neither, any ``model`` before ':' is accepted.
     ``last_failures`` holds the reason of each failing sample of the last batch (``None`` if it passed).
+    A ``reply_answer`` column (the environment's ``Trajectory.reply_answer``) marks samples answered by a
+    candidate's reply: those need no ``<think>`` (``rollout.env.answer: reply``).
     """
 
     __name__ = "router_r1_format"
@@ -216,16 +218,18 @@ class RouterR1FormatReward:
         cands = self._candidates.per_sample(kwargs, n)
         # the calls the environment ran (the env's tool_calls column): a <search> beyond them was not run
         called = column(kwargs, "tool_calls", n, self.__name__, required=False) or [None] * n
+        by_reply = column(kwargs, "reply_answer", n, self.__name__, required=False) or [False] * n
         rewards: list[Reward] = []
         self.last_failures = []
-        for text, known, done in zip(completions, cands, called):
+        for text, known, done, reply in zip(completions, cands, called, by_reply):
             calls = None if done is None else len(done)
+            think = not bool(reply)
             try:
-                check_format(completion_text(text), known, calls)
+                check_format(completion_text(text), known, calls, think)
                 rewards.append(0.0)
                 self.last_failures.append(None)
             except FormatError as e:
-                share = format_progress(completion_text(text), known, calls) if self.graded else 0.0
+                share = format_progress(completion_text(text), known, calls, think) if self.graded else 0.0
                 rewards.append(self.penalty * (1.0 - share))
                 self.last_failures.append(str(e))
         self.last_metrics = {"reward/format": mean_of(rewards)}
@@ -571,6 +575,7 @@ def score_trajectories(reward: Any, trajs: Sequence[Any]) -> list[Any]:
                     route_costs=[t.cost for t in trajs], tool_calls=[[r.model for r in t.routes] for t in trajs],
                     call_outcomes=[call_outcomes(t) for t in trajs],
                     candidate_models=[t.item.get("candidate_models") or None for t in trajs],
+                    reply_answer=[getattr(t, "reply_answer", False) for t in trajs],
                     id=[t.item.get("id") for t in trajs])
     parts = router_r1_part(reward).last_scores
     return [replace(s, total=float(t if t is not None else s.total)) for s, t in zip(parts, totals)]

@@ -51,6 +51,15 @@ def search_turn(model: str, sub_query: str) -> str:
     return f"I will ask {model}.</think>\n<search>{model}: {sub_query}</search>"
 
 
+def compact_turn(model: str, prefill: str, first: bool = True) -> str:
+    """The demonstrated route of ``rollout.env.action: compact``, as the policy writes it after the prefill: a
+    prefill of ``<search>`` leaves only ``MODEL</search>``; one of ``<think>`` closes the think block first."""
+    if first and prefill.rstrip().endswith("<search>"):
+        return f"{model}</search>"
+    think = f"I will ask {model}.</think>\n" if (prefill.lstrip().startswith("<think>") or not first) else ""
+    return ("" if first else "<think>") + think + f"<search>{model}</search>"
+
+
 def answer_turn(answer: str) -> str:
     """The demonstrated last turn: state what the reply says and answer it."""
     return f"<think>The reply says {answer}.</think>\n<answer>{answer}</answer>"
@@ -171,16 +180,25 @@ def demo_tokens(demo: dict[str, Any], tokenizer: Any, candidates: Sequence[Candi
                 env_cfg: EnvConfig) -> TrajectoryTokens:
     """A demonstration in the policy's token space, masked like a rollout (information not trained on).
 
-    Each search turn is shortened to fit the rollout's turn budget (``fit_search_turn``)."""
+    Each search turn is shortened to fit the rollout's turn budget (``fit_search_turn``); with ``action:
+    compact`` it is the name alone (``compact_turn``). With ``answer: reply`` the demonstration ends at its
+    first route, as the rollout's trajectory does."""
     t = TrajectoryTokens(prompt_ids(tokenizer, demo["query"], candidates, env_cfg))
     budget = max(1, env_cfg.max_new_tokens - TURN_MARGIN)
     calls = list(demo.get("calls") or ([demo["model"]] if "model" in demo else []))
     searches = 0
     for i, (text, policy) in enumerate(demo["segments"]):
         if policy and searches < len(calls) and i == 2 * searches:  # search turns: segments 0, 2, ...
-            text = fit_search_turn(calls[searches], demo["sub_query"], tokenizer, budget,
-                                   prefix="<think>" if searches else "")
+            if env_cfg.action == "compact":
+                text = compact_turn(calls[searches], env_cfg.prefill, first=searches == 0)
+            else:
+                text = fit_search_turn(calls[searches], demo["sub_query"], tokenizer, budget,
+                                       prefix="<think>" if searches else "")
             searches += 1
+            if env_cfg.answer == "reply":
+                ids = tokenizer.encode(text, add_special_tokens=False)
+                t.add_policy(ids, [0.0] * len(ids))
+                return t
         ids = tokenizer.encode(text, add_special_tokens=False)
         if policy:
             t.add_policy(ids, [0.0] * len(ids))

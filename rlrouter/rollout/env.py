@@ -4,7 +4,8 @@ Pure logic: it takes a ``generate`` function (token ids in, token ids out; a vLL
 ``RolloutWorker``, a fake in unit tests) and a candidate pool, and turns a batch of prompts into
 trajectories. Each turn generates for every live trajectory at once, then sends every route call of
 the batch to the pool concurrently (the pool bounds the concurrency). After ``max_turns`` turns a final
-turn may only answer.
+turn may only answer. With ``answer: reply`` the first reply a trajectory gets is its answer: it ends there,
+and the policy's only decision is the route (a router's episode).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from rlrouter.pool.base import Candidate, CandidateResponse
-from rlrouter.protocol import extract_answer, failed_call_error, format_information, parse_turn
+from rlrouter.protocol import REPLY_GOLD, extract_answer, failed_call_error, format_information, parse_turn
 from rlrouter.rollout.parsing import TrajectoryTokens
 from rlrouter.rollout.prompt import ACTIONS, build_prompt, render_chat
-from rlrouter.selector.aggregate import states_answer
+from rlrouter.selector.aggregate import answer_key, states_answer
 
 NO_ROUTE_ERROR = "Error: this turn made no call."
 NO_ANSWER_NOTE = "(The reply above states no final answer.)"
@@ -36,6 +37,10 @@ def information_block(text_or_error: str, max_chars: int | None, mark_no_answer:
     marked = mark_no_answer and reply and not states_answer(text_or_error)
     notes = [NO_ANSWER_NOTE] * marked + [LAST_CALL_NOTE] * last_call
     return format_information(text_or_error, max_chars, note="\n".join(notes))
+
+
+ANSWERS = ("policy", "reply")
+"""``rollout.env.answer``: who writes a trajectory's answer (``EnvConfig.answer``)."""
 
 
 @dataclass
@@ -75,6 +80,14 @@ class EnvConfig:
     docs/experiments/). Sampled training turns never get it: the learner's log-probs are those of the plain
     tempered distribution."""
 
+    answer: str = "policy"
+    """Who answers: ``policy`` (Router-R1's: the policy reads the reply and writes ``<answer>``) or ``reply``
+    (a router's episode: the first reply is the answer and the trajectory ends at it). With ``reply`` the
+    reward sees ``<search>..</search><information>..</information><answer>..</answer>`` and no ``<think>`` is
+    required (``Trajectory.reply_answer``). A reply with a logged outcome (replay) is graded by that outcome
+    (the answer names the candidate, ``rlrouter.protocol.REPLY_GOLD``); a live reply by the answer it
+    states (``rlrouter.selector.aggregate.answer_key``) against the gold. The learner trains on the prompt
+    and the route only: no reply tokens, no answer turn. A failed call ends the trajectory unanswered."""
     mark_no_answer: bool = False
     """End a candidate's ``<information>`` with ``NO_ANSWER_NOTE`` when its reply states no final answer
     (``rlrouter.selector.aggregate.states_answer``: no "####", boxed answer or option letter). The
@@ -101,6 +114,11 @@ class EnvConfig:
                              f"non-negative), got {self.greedy_frequency_penalty}")
         if self.action not in ACTIONS:
             raise ValueError(f"rollout.env.action: expected one of {ACTIONS}, got {self.action!r}")
+        if self.answer not in ANSWERS:
+            raise ValueError(f"rollout.env.answer: expected one of {ANSWERS}, got {self.answer!r}")
+        if self.answer == "reply" and self.max_turns < 1:
+            raise ValueError("rollout.env.answer: 'reply' needs a call, so rollout.env.max_turns >= 1 "
+                             f"(got {self.max_turns})")
         if self.replay_query not in ("original", "subquery"):
             raise ValueError(f"rollout.env.replay_query: 'original' or 'subquery', got {self.replay_query!r}")
 
@@ -132,6 +150,8 @@ class Trajectory:
     turns: int = 0
     protocol_errors: int = 0
     done: bool = False
+    reply_answer: bool = False
+    """The answer is a candidate's reply (``rollout.env.answer: reply``), not text the policy wrote."""
 
     @property
     def cost(self) -> float:
@@ -327,7 +347,9 @@ class RouterEnv:
                     rec.prompt_tokens, rec.completion_tokens = resp.prompt_tokens, resp.completion_tokens
                     rec.cost = resp.cost * price[t.prompt_index].get(model, 1.0)
                     rec.correct, rec.error = resp.correct, resp.error
-                    if resp.ok:
+                    if self.cfg.answer == "reply":
+                        self._answer_with_reply(t, model, resp)
+                    elif resp.ok:
                         infos[id(t)] = resp.text
                         replied.add(id(t))
                     else:
@@ -344,6 +366,22 @@ class RouterEnv:
                 if len(t.tokens) >= self.cfg.max_total_tokens:
                     t.done = True
         return trajs
+
+    def _answer_with_reply(self, t: Trajectory, model: str, resp: CandidateResponse) -> None:
+        """``answer: reply``: the call's reply ends the trajectory as its answer (``EnvConfig.answer``). Its text
+        gets the information and answer blocks for the reward; its tokens stop at the route."""
+        t.done, t.reply_answer = True, True
+        if not resp.ok:
+            t.protocol_errors += 1
+            t.text += information_block(failed_call_error(model, resp.error or ""), self.cfg.info_max_chars,
+                                        reply=False)
+            return
+        if resp.correct is not None:  # a logged outcome grades the reply (by reference: the answer names it)
+            t.item["ground_truth"], answer = [REPLY_GOLD], model
+        else:
+            answer = answer_key(resp.text or "") or (resp.text or "").strip()
+        t.text += information_block(resp.text, self.cfg.info_max_chars) + f"<answer>{answer}</answer>"
+        t.answer = answer
 
     def _budget(self, t: Trajectory) -> int:
         return max(1, min(self.cfg.max_new_tokens, self.cfg.max_total_tokens - len(t.tokens)))

@@ -236,3 +236,30 @@ def test_per_task_demonstrations_follow_the_rule_and_answer_programs_by_referenc
     assert [outcome[i] for i in mbpp] == [float(logged[i]) for i in mbpp]
     with pytest.raises(ValueError, match="no route in the pool for task 'mbpp'"):
         build_demonstrations(items, pool, n=12, route="per_task", task_routes={"arc-challenge": "yi-34b"})
+
+
+def test_compact_reply_demonstrations_end_at_the_route_the_rollout_writes(shared_data):
+    """``action: compact`` with ``answer: reply`` and the turn opened by ``<search>``: a demonstration is the
+    prompt and ``MODEL</search>``, the tokens the rollout's policy writes, and nothing after; with a
+    ``<think>`` prefill it closes the think block first."""
+    from rlrouter.data.sources import gsm8k
+    from rlrouter.rollout.env import prompt_ids
+
+    class CharTok:
+        chat_template = None
+
+        def encode(self, text, add_special_tokens=False):
+            return [ord(c) for c in text]
+
+    pool = _pool()
+    cands = [pool.get(n) for n in pool.names]
+    items = [{"query": q.query, "ground_truth": q.ground_truth} for q in gsm8k(shared_data / "routellm" / "gsm8k")[:6]]
+    demos = build_demonstrations(items, pool, n=6, seed=0)
+    for prefill, written in (("<search>", "{m}</search>"), ("<think>\n", "I will ask {m}.</think>\n<search>{m}</search>")):
+        env = EnvConfig(prefill=prefill, action="compact", answer="reply", max_turns=1)
+        for d in demos:
+            t = demo_tokens(d, CharTok(), cands, env)
+            prompt = prompt_ids(CharTok(), d["query"], cands, env)
+            assert t.input_ids[:len(prompt)] == prompt
+            assert "".join(map(chr, t.input_ids[len(prompt):])) == written.format(m=d["model"])
+            assert t.num_policy_tokens == len(written.format(m=d["model"]))

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from rlrouter.pool.base import Candidate, CandidateResponse
+from rlrouter.protocol import REPLY_GOLD
 from rlrouter.rollout.env import LAST_CALL_NOTE, NO_ANSWER_NOTE, EnvConfig, RouterEnv, information_block, sample_seed
 
 
@@ -326,3 +327,52 @@ def test_a_compact_route_opened_by_the_prefill_asks_the_question_itself():
     assert stopped.done and stopped.text == "<search>small</search>" and stopped.tokens.num_policy_tokens == 14
     with pytest.raises(ValueError, match="rollout.env.action"):
         EnvConfig(action="short")
+
+
+class LoggedPool(FakePool):
+    """``big`` replays a logged reply with its logged outcome; ``small`` is live (no outcome)."""
+
+    async def route(self, calls, **kwargs):
+        out = await super().route(calls, **kwargs)
+        return [CandidateResponse(text="The answer is B", prompt_tokens=10, completion_tokens=4, cost=r.cost,
+                                  correct=False) if m == "big" and r.ok else r for (m, _), r in zip(calls, out)]
+
+
+def test_answer_reply_ends_at_the_first_reply_and_the_reward_grades_that_reply():
+    """``answer: reply``: the route is the policy's only turn. The reply is the answer: a logged one graded by
+    its logged outcome, a live one by the answer it states; the learner's tokens stop at the route; no
+    ``<think>`` is required by the format check; a failed call ends the trajectory unanswered."""
+    from rlrouter.rewards.router_r1 import RouterR1Reward, score_trajectories
+
+    pool = LoggedPool(fail={"none"})
+
+    def generate(prompts, specs):
+        assert all(s.stop == ["</search>", "</answer>"] for s in specs)  # never the answer-only turn
+        texts = ["".join(chr(i) for i in p) for p in prompts]
+        return [[ord(c) for c in ("big" if "6*8" in t else "small") + "</search>"] for t in texts]
+
+    env = RouterEnv(EnvConfig(prefill="<search>", action="compact", max_turns=2, answer="reply"), CharTokenizer(),
+                    pool, generate)
+    live, logged = env.run([{"query": "what is 6*7?", "id": "a", "ground_truth": ["42"]},
+                            {"query": "what is 6*8?", "id": "b", "ground_truth": ["B"]}])
+    for t in (live, logged):
+        assert t.done and t.reply_answer and t.turns == 1 and len(t.routes) == 1 and t.protocol_errors == 0
+        assert t.tokens.input_ids[-len("</search>"):] == [ord(c) for c in "</search>"]  # no reply tokens
+        assert t.text.endswith(f"<answer>{t.answer}</answer>")
+    assert live.answer == "42" and live.item["ground_truth"] == ["42"]
+    # the logged reply states B, the gold letter, but its logged outcome is wrong: the outcome grades it
+    assert logged.answer == "big" and logged.item["ground_truth"] == [REPLY_GOLD]
+    scores = score_trajectories(RouterR1Reward(alpha=0.0, candidates=["big", "small"]), [live, logged])
+    assert [(s.format, s.outcome) for s in scores] == [(0.0, 1.0), (0.0, 0.0)]
+    # the same texts without the flag fail the format (no <think>): the flag is what lets them pass
+    live.reply_answer = False
+    assert score_trajectories(RouterR1Reward(alpha=0.0, candidates=["big", "small"]), [live])[0].format == -1.0
+
+    failing = RouterEnv(EnvConfig(prefill="<search>", action="compact", max_turns=2, answer="reply"),
+                        CharTokenizer(), FakePool(fail={"small"}), generate)
+    (t,) = failing.run([{"query": "what is 6*7?", "id": "a", "ground_truth": ["42"]}])
+    assert t.done and t.answer is None and t.protocol_errors == 1 and "HTTP 503" in t.text
+    with pytest.raises(ValueError, match="rollout.env.answer"):
+        EnvConfig(answer="candidate")
+    with pytest.raises(ValueError, match="max_turns >= 1"):
+        EnvConfig(answer="reply", max_turns=0)
