@@ -391,6 +391,9 @@ class _PolicyWithValue(torch.nn.Module):
         self.autocast = autocast
         """bf16 autocast over fp32 weights (DDP / one rank); None under FSDP2, whose policy casts."""
         self.share_prefix_in_training = share_prefix_in_training
+        self.trained_tokens = 0
+        """Token positions run by forward passes with gradients (the shared prefix once), for the learner's
+        ``learner/tokens``: what its FLOPs scale with."""
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_values: bool,
                 start: int = 1) -> dict:
@@ -410,9 +413,13 @@ class _PolicyWithValue(torch.nn.Module):
             cache.batch_repeat_interleave(input_ids.shape[0])  # (1, ...) -> (B, ...), grads flow to row 0
             out = self.policy(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, past_key_values=cache,
                               use_cache=True, logits_to_keep=window, output_hidden_states=hidden)
+            run = prefix + input_ids.shape[0] * (input_ids.shape[1] - prefix)
         else:
             out = self.policy(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=window,
                               output_hidden_states=hidden)
+            run = input_ids.numel()
+        if torch.is_grad_enabled():
+            self.trained_tokens += int(run)
         res = {"logits": out.logits}  # (B, W, V)
         if hidden:
             res["values"] = self.value_head(out.hidden_states[-1][:, -window:])  # (B, W)

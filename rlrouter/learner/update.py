@@ -92,6 +92,8 @@ class UpdateStep:
         engine = batch.pop("old_logprobs")  # (B, T): the rollout engine's log-probs, NaN where unknown
         batch["engine_logp"] = engine
         gap = _GapMeter()
+        net = getattr(model.module, "module", model.module)  # under DDP, the wrapped _PolicyWithValue
+        run_before = getattr(net, "trained_tokens", 0)
         for epoch in range(self.cfg.update_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             mbs = self.micro_batches(batch)
@@ -129,6 +131,8 @@ class UpdateStep:
         metrics["learner/lr"] = self.optimizer.param_groups[0]["lr"]
         metrics.update(gap.metrics())
         metrics["learner/policy_tokens"] = float(total_tokens)
+        # positions the update's forward and backward passes ran (a group's shared prompt once): its FLOPs
+        metrics["learner/tokens"] = float(getattr(net, "trained_tokens", 0) - run_before)
         metrics["time/learn_s"] = time.perf_counter() - t0
         return {k: v for k, v in metrics.items() if math.isfinite(v)}
 

@@ -60,6 +60,24 @@ def test_equal_rewards_give_no_update(learner):
     assert abs(m["learner/pg_loss"]) < 1e-6
 
 
+def test_learner_tokens_count_a_groups_shared_prompt_once(learner):
+    """``learner/tokens``: the positions the update ran with gradients. A group of 2 routes after one prompt
+    runs the prompt once (up to the position before the first policy token) and each row's own tokens; the
+    reference and old-log-prob passes (no gradient) are not counted."""
+    tok = learner.tokenizer
+    prompt = tok.encode("Route the question to one candidate LLM. " * 4 + "Question: 2+2?", add_special_tokens=False)
+    trajs = []
+    for name in ("mixtral", "gpt-4"):
+        t = TrajectoryTokens(list(prompt))
+        ids = tok.encode(f"{name}</search>", add_special_tokens=False)
+        t.add_policy(ids, [0.0] * len(ids))
+        trajs.append(t)
+    m = learner.train_step(trajs, [1.0, 0.0])
+    width, shared = max(len(t) for t in trajs), len(prompt) - 1
+    assert m["learner/tokens"] == shared + 2 * (width - shared)
+    assert m["learner/tokens"] < 2 * width / 1.5  # the prompt is most of each row
+
+
 def test_checkpoint_round_trip_restores_weights_optimizer_and_rng(learner, tmp_path):
     save_checkpoint(tmp_path / "ck", learner, step=7, extra={"reward": {"window": [0.1]}})
     state = learner.trainable_state()
