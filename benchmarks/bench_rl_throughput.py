@@ -1,12 +1,13 @@
 """RL episodes per hour of the Router-R1 job on these cores: today's settings and the router's, side by side.
 
-    .venv/bin/python benchmarks/bench_rl_throughput.py [--steps 6] [--warmup 4] [--arms today,router_same_batch,router]
+    .venv/bin/python benchmarks/bench_rl_throughput.py [--steps 6] [--warmup 20] [--arms router_same_batch,router,today]
 
 Every arm is the main job itself (``rlrouter.trainer.job.run``: vLLM rollout worker, Ray Train LoRA learner,
 weight sync, reward) on RouterBench's 11 replayed LLMs and the same training questions (data seed, curriculum
-and draw are the job's), one arm after another in one invocation. Each runs a short cold start (``--warmup``
-supervised steps, so today's policy writes whole trajectories) and ``--steps`` RL steps, with no held-out
-evaluation inside the run. Episodes per hour is ``prompts_per_step x n_samples`` over the median RL step time
+and draw are the job's), one arm after another in one invocation. Each runs the job's cold start (``--warmup``
+supervised steps, 20 as the job's default: after 4, today's policy still wrote no valid trajectory, every turn ran
+to its token budget, and its steps took twice as long) and ``--steps`` RL steps, with no held-out evaluation inside
+the run. Episodes per hour is ``prompts_per_step x n_samples`` over the median RL step time
 (``time/step_s``: rollout + reward + update + sync; the first RL step is left out of the median).
 
 The arms (``ARMS``):
@@ -163,7 +164,7 @@ def plot(res: dict[str, Any], path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6, help="RL steps per arm (the first is not timed)")
-    ap.add_argument("--warmup", type=int, default=4, help="cold-start steps per arm")
+    ap.add_argument("--warmup", type=int, default=20, help="cold-start steps per arm (the job's default: a policy that writes whole trajectories)")
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--target", type=int, default=5000, help="episodes per hour the router arm must reach")
     args = ap.parse_args()
