@@ -840,6 +840,17 @@ BANDIT_FIGURES = [
            "router_r1: best fixed route"),
 ]
 
+def _throughput_learner_share(d: dict) -> str:
+    shares = [a["share"]["learn"] for n, a in d["arms"].items() if n.startswith("router")]
+    return f"the learner is {100 * min(shares):.0f}-{100 * max(shares):.0f}% of a router's step"
+
+
+THROUGHPUT_FIGURES = [
+    Figure("docs/router_r1.md", "rl_throughput.json", "", _throughput_learner_share, "router_r1: learner share"),
+    Figure("docs/router_r1.md", "rl_throughput.json", "arms.router.learner_tokens_per_episode",
+           lambda v: f"about {round(v, -1):.0f} learner tokens", "router_r1: learner tokens an episode"),
+]
+
 README_FIGURES = [
     Figure("README.md", "fresh_clone.json", "",
            lambda d: f"From a fresh clone on this 2-core machine: {d['passed']:,} passed, {d['skipped']} skipped in "
@@ -915,7 +926,8 @@ FLYWHEEL_FIGURES = [
 ]
 
 FIGURES = (FLYWHEEL_FIGURES + OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
-           + TRAINER_FIGURES + SERVE_FIGURES + INTENT_FIGURES + TWO_MODELS_FIGURES + README_FIGURES + BANDIT_FIGURES)
+           + TRAINER_FIGURES + SERVE_FIGURES + INTENT_FIGURES + TWO_MODELS_FIGURES + README_FIGURES + BANDIT_FIGURES
+           + THROUGHPUT_FIGURES)
 
 
 def test_a_failed_condition_cannot_pass() -> None:

@@ -248,6 +248,26 @@ def rl_bandit_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- docs/router_r1.md: episodes per hour (rl_throughput.json, bench_rl_throughput.py) -------------------------
+
+def rl_throughput_table(report: dict[str, Any]) -> str:
+    """Per arm: batch, median RL step, episodes per hour and over today's, where the step goes, the learner's
+    tokens an episode, its FLOP ceiling and the share of it reached."""
+    arms = report["arms"]
+    today = arms.get("today", {}).get("episodes_per_hour")
+    lines = ["| arm | prompts x samples | median RL step | episodes / hour | over today | rollout / learner share "
+             "| learner tokens / episode | learner FLOP ceiling | of ceiling |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, a in arms.items():
+        over = f"{a['episodes_per_hour'] / today:.2f}x" if today else "-"
+        lines.append(f"| `{name}` | {a['prompts_per_step']} x {a['n_samples']} | {a['median_step_s']:.1f} s "
+                     f"| {a['episodes_per_hour']:,.0f} | {over} | {a['share']['rollout']:.2f} / {a['share']['learn']:.2f} "
+                     f"| {a['learner_tokens_per_episode']:.0f} | {a['ceiling']['episodes_per_hour']:,.0f} "
+                     f"| {a['of_ceiling']:.2f} |")
+    return "\n".join(lines) + (f"\n\nfp32 matmul on these cores: {report['matmul_gflops']:.0f} GFLOP/s; target "
+                               f"{report['target_episodes_per_hour']:,} episodes an hour: "
+                               f"{'met' if report.get('target_met') else 'not met'}.")
+
+
 # -- docs/many_models.md and docs/gpu.md: rendered by their own modules ----------------------------------
 
 def many_models_table(report: dict[str, Any]) -> str:
@@ -326,6 +346,7 @@ TABLES = [
     Table("docs/retraining.md", "flywheel", ("flywheel.json",), flywheel_table),
     Table("docs/many_models.md", "many_models aiq", ("many_models.json",), many_models_table),
     Table("docs/router_r1.md", "rl bandit", ("rl_bandit.json",), rl_bandit_table),
+    Table("docs/router_r1.md", "rl throughput", ("rl_throughput.json",), rl_throughput_table),
     Table("docs/operations.md", "durability", ("durability.json",), durability_table),
     Table("docs/operations.md", "hostile input", ("fuzz_live.json", "fuzz.json"), fuzz_table),
     Table("docs/gpu.md", "gpu check", ("gpu_check_cpu.json", "gpu_check_cuda.json"), gpu_check_table, paths=True),

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rlrouter.eval.ope import LoggedFeedback, _terms, crossfit_reward_model
+from rlrouter.eval.ope import LoggedFeedback, crossfit_reward_model, estimator_terms
 from rlrouter.eval.traffic_router import TrafficTable, cell_rewards, read_logged_table
 
 
@@ -58,7 +58,7 @@ def _logged(t: TrafficTable, cost_weight: float) -> tuple[TrafficTable, LoggedFe
 def _dr_terms(actions: np.ndarray, fb: LoggedFeedback, q_hat: np.ndarray) -> np.ndarray:
     """Per-request DR terms of the deterministic policy that sends request i to ``actions[i]``."""
     probs = np.eye(q_hat.shape[1])[actions]
-    num, _ = _terms("dr", probs, fb, q_hat)
+    num, _ = estimator_terms("dr", probs, fb, q_hat)
     return num
 
 

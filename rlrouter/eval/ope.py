@@ -132,8 +132,8 @@ def crossfit_reward_model(groups: Sequence[str], logged: LoggedFeedback, num_act
     return q
 
 
-def _terms(estimator: str, target_probs: np.ndarray, logged: LoggedFeedback,
-           q_hat: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def estimator_terms(estimator: str, target_probs: np.ndarray, logged: LoggedFeedback,
+                    q_hat: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample numerators and weights: V = sum(num) / sum(den) (den = 1 except for SNIPS)."""
     rows = np.arange(len(logged.actions))
     w = target_probs[rows, logged.actions] / logged.propensities  # (N,)
@@ -170,7 +170,7 @@ def estimate(estimator: str, target_probs: np.ndarray, logged: LoggedFeedback, q
     target_probs = np.asarray(target_probs, dtype=np.float64)
     if target_probs.shape[0] != len(logged.actions):
         raise ValueError(f"target_probs: {target_probs.shape[0]} rows for {len(logged.actions)} logged prompts")
-    num, den = _terms(estimator, target_probs, logged, q_hat)
+    num, den = estimator_terms(estimator, target_probs, logged, q_hat)
     n = len(num)
     value = float(num.sum() / den.sum()) if den.sum() > 0 else float("nan")
     if ci == "clt":

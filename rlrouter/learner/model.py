@@ -19,6 +19,8 @@ PPO's critic is a value head on the policy's last hidden states (a shared trunk,
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -147,6 +149,9 @@ class LearnerModel:
         T = mb["input_ids"].shape[1]
         width = used_width(mb["attention_mask"])
         input_ids, attention_mask = mb["input_ids"][:, :width], mb["attention_mask"][:, :width]
+        groups = prompt_groups(input_ids, attention_mask, mb["loss_mask"][:, :width])
+        if groups is not None and (self.training_shares_prefix or not module.training):
+            return self._grouped(module, input_ids, attention_mask, groups, with_values, with_entropy, T)
         start = first_policy_position(mb["loss_mask"][:, :width])
         out = module(input_ids, attention_mask, with_values, start)
         ids = input_ids[:, start - 1:]  # (B, W): the window's tokens
@@ -156,6 +161,34 @@ class LearnerModel:
         entropy = entropy if with_entropy else None
         values = out.get("values")
         return tuple(None if x is None else F.pad(x, (start - 1, T - width), value=0.0) for x in (logp, entropy, values))
+
+    @property
+    def training_shares_prefix(self) -> bool:
+        """Whether training passes run shared prefixes once (off under gradient checkpointing and FSDP: ``_wrap``)."""
+        return not self.cfg.gradient_checkpointing and not self.fsdp
+
+    def _grouped(self, module: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 groups: PromptGroups, with_values: bool, with_entropy: bool, T: int):
+        """``forward`` over several prompt groups (``_PolicyWithValue._grouped_forward``): each row's window
+        scored, then placed at its own position in the (B, T) result."""
+        out = module(input_ids, attention_mask, with_values, 1, groups)
+        logits, offsets = out["logits"], out["offsets"].tolist()  # (B, W, V), (B,)
+        W = logits.shape[1]
+        cols = torch.tensor(offsets, device=input_ids.device)[:, None] + torch.arange(W, device=input_ids.device)
+        ids = input_ids.gather(1, cols.clamp(max=input_ids.shape[1] - 1))  # (B, W): the tokens at each window's positions
+        logp, entropy = chunked_logprobs_and_entropy(logits, ids, self.cfg.temperature,
+                                                     entropy_grad=with_entropy and getattr(self.algo, "entropy_coef", 0) > 0)
+        entropy = entropy if with_entropy else None
+        values = out.get("values")
+
+        def place(x: torch.Tensor | None) -> torch.Tensor | None:
+            # row b's window holds positions offsets[b] .. offsets[b] + W - 1; past the row's end it is padding
+            if x is None:
+                return None
+            rows = [F.pad(x[b, :T - o], (o, max(0, T - o - W)), value=0.0) for b, o in enumerate(offsets)]
+            return torch.stack(rows)
+
+        return place(logp), place(entropy), place(values)
 
     # -- the KL reference ---------------------------------------------------------------------------
     def set_reference_to_current(self) -> None:
@@ -370,6 +403,58 @@ def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     return limit if bool(same.all()) else int((~same).float().argmax())
 
 
+@dataclass(frozen=True)
+class PromptGroups:
+    """A micro-batch's rows as runs that share a prompt (GRPO groups, item-major), and the template every
+    run shares: ``first`` and ``sizes`` of each run, ``ends`` (each run's first policy position) and
+    ``template`` (the tokens every row holds alike before the earliest of them)."""
+
+    first: tuple[int, ...]
+    sizes: tuple[int, ...]
+    ends: tuple[int, ...]
+    template: int
+
+    def row_group(self) -> list[int]:
+        return [g for g, n in enumerate(self.sizes) for _ in range(n)]
+
+    def tokens(self, lens: Sequence[int]) -> int:
+        """Positions the grouped forward runs for rows of real lengths ``lens``."""
+        w2 = max(e - 1 - self.template for e in self.ends)
+        w3 = max(int(n) - (self.ends[g] - 1) for n, g in zip(lens, self.row_group()))
+        return self.template + len(self.first) * max(w2, 0) + len(lens) * w3
+
+
+def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  loss_mask: torch.Tensor) -> PromptGroups | None:
+    """The micro-batch's prompt groups when a grouped forward runs fewer positions than the one-prefix forward
+    (``_PolicyWithValue``), else None: at least two runs of rows with one prompt each (a row's prompt is
+    everything before its first policy token) and a template of at least ``MIN_SHARED_PREFIX`` tokens."""
+    B, T = input_ids.shape
+    if B < 2:
+        return None
+    has = loss_mask.bool()
+    starts = torch.where(has.any(dim=1), has.float().argmax(dim=1), torch.full((B,), T)).tolist()
+    first, sizes, ends = [], [], []
+    b = 0
+    while b < B:
+        end, e = max(1, int(starts[b])), b + 1
+        while e < B and int(starts[e]) == end and torch.equal(input_ids[e, :end], input_ids[b, :end]):
+            e += 1
+        first.append(b), sizes.append(e - b), ends.append(end)
+        b = e
+    if len(first) < 2:
+        return None
+    template = common_prefix_length(input_ids, attention_mask, min(ends) - 1)
+    if template < MIN_SHARED_PREFIX:
+        return None
+    groups = PromptGroups(tuple(first), tuple(sizes), tuple(ends), template)
+    start = first_policy_position(loss_mask)
+    shared = common_prefix_length(input_ids, attention_mask, start - 1)
+    lens = attention_mask.sum(dim=1).tolist()
+    one_prefix = shared + B * (used_width(attention_mask) - shared)
+    return groups if groups.tokens(lens) < one_prefix else None
+
+
 class _PolicyWithValue(torch.nn.Module):
     """One module for DDP: the policy's logits and, for PPO, the critic's values, over a window.
 
@@ -396,10 +481,64 @@ class _PolicyWithValue(torch.nn.Module):
         ``learner/tokens``: what its FLOPs scale with."""
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_values: bool,
-                start: int = 1) -> dict:
+                start: int = 1, groups: "PromptGroups | None" = None) -> dict:
         with torch.autocast(input_ids.device.type, dtype=self.autocast or torch.float32,
                             enabled=self.autocast is not None):
+            if groups is not None:  # the caller's choice (LearnerModel.forward: never where sharing is off)
+                return self._grouped_forward(input_ids, attention_mask, with_values, groups)
             return self._forward(input_ids, attention_mask, with_values, start)
+
+    def _grouped_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_values: bool,
+                         groups: "PromptGroups") -> dict:
+        """Several GRPO groups in one micro-batch, in three passes down a tree of KV caches: the template the
+        groups share (once), each group's own prompt (once per group), each row's own tokens. Returns
+        ``logits`` (B, W, V) of each row's own window, ``offsets`` (B,): row b's logits start at position
+        ``offsets[b]`` (its group's last prompt token). Positions are explicit, so a shorter group's padding
+        between its prompt and its rows' tokens is masked out, never seen."""
+        # input_ids, attention_mask: (B, T), right-padded
+        hidden = with_values and self.value_head is not None
+        dev = input_ids.device
+        B, P0, G = input_ids.shape[0], groups.template, len(groups.first)
+        row_group = torch.tensor(groups.row_group(), device=dev)  # (B,)
+        head = self.policy(input_ids=input_ids[:1, :P0], use_cache=True, logits_to_keep=1)
+        cache = head.past_key_values
+        ends = [e - 1 for e in groups.ends]  # each group's prompt up to its last token, which starts the rows
+        w2 = max(e - P0 for e in ends)
+        run = P0
+        if w2 > 0:
+            cache.batch_repeat_interleave(G)  # (1, ...) -> (G, ...)
+            seg = torch.zeros(G, w2, dtype=input_ids.dtype, device=dev)
+            m2 = torch.zeros(G, w2, dtype=attention_mask.dtype, device=dev)
+            for g, (first, e) in enumerate(zip(groups.first, ends)):
+                seg[g, :e - P0], m2[g, :e - P0] = input_ids[first, P0:e], 1
+            prev = torch.cat([torch.ones(G, P0, dtype=m2.dtype, device=dev), m2], dim=1)  # (G, P0 + w2)
+            pos = (P0 + torch.arange(w2, device=dev)).expand(G, w2)
+            self.policy(input_ids=seg, attention_mask=prev, position_ids=pos, past_key_values=cache, use_cache=True,
+                        logits_to_keep=1)
+            cache.reorder_cache(row_group)  # (G, ...) -> (B, ...): each row its group's cache
+            prev = prev[row_group]
+            run += G * w2
+        else:
+            cache.batch_repeat_interleave(B)
+            prev = torch.ones(B, P0, dtype=attention_mask.dtype, device=dev)
+        lens = attention_mask.sum(dim=1).tolist()
+        offsets = [ends[g] for g in groups.row_group()]
+        w3 = max(int(n) - o for n, o in zip(lens, offsets))
+        seg = torch.zeros(B, w3, dtype=input_ids.dtype, device=dev)
+        m3 = torch.zeros(B, w3, dtype=attention_mask.dtype, device=dev)
+        for b, (n, o) in enumerate(zip(lens, offsets)):
+            seg[b, :int(n) - o], m3[b, :int(n) - o] = input_ids[b, o:int(n)], 1
+        off = torch.tensor(offsets, device=dev)
+        pos = off[:, None] + torch.arange(w3, device=dev)[None, :]
+        out = self.policy(input_ids=seg, attention_mask=torch.cat([prev, m3], dim=1), position_ids=pos,
+                          past_key_values=cache, use_cache=True, output_hidden_states=hidden)
+        run += B * w3
+        if torch.is_grad_enabled():
+            self.trained_tokens += int(run)
+        res = {"logits": out.logits, "offsets": off}  # (B, w3, V), (B,)
+        if hidden:
+            res["values"] = self.value_head(out.hidden_states[-1])  # (B, w3)
+        return res
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_values: bool,
                  start: int) -> dict:

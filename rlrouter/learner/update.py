@@ -218,10 +218,17 @@ def gradient_sync(module: torch.nn.Module, world_size: int, sync: bool) -> Itera
 
 
 def micro_batches(batch: dict[str, torch.Tensor], size: int, group_size: int = 1) -> list[dict[str, torch.Tensor]]:
-    """Row chunks of at most ``size``. GRPO's item-major groups (``group_size`` rows each) are never mixed
-    in one chunk, so each chunk shares its prompt and runs it once (``model._PolicyWithValue``); the
-    number of chunks depends only on the batch size, the same on every DDP rank."""
+    """Row chunks of at most ``size``. GRPO's item-major groups (``group_size`` rows each) stay whole: a
+    ``size`` of at least one group gives chunks of as many whole groups as fit (the groups' shared template and
+    each group's prompt run once, ``model.prompt_groups``); a smaller one splits each group, never mixing
+    two. The number of chunks depends only on the batch size, the same on every DDP rank."""
     n = batch["input_ids"].shape[0]
+    if group_size > 1 and n % group_size == 0 and size >= group_size:
+        # whole groups, as many as fit: their prompts' shared template runs once (``model.prompt_groups``)
+        step = size // group_size * group_size
+        starts = list(range(0, n, step))
+        ends = [min(s + step, n) for s in starts]
+        return [{k: v[s:e] for k, v in batch.items()} for s, e in zip(starts, ends)]
     block = group_size if group_size > 1 and n % group_size == 0 else n
     starts = [b + i for b in range(0, n, block) for i in range(0, block, size)]
     ends = [min(s + size, (s // block + 1) * block) for s in starts]

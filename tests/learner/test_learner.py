@@ -179,6 +179,48 @@ def test_windowed_shared_prefix_forward_equals_the_full_forward(ppo_learner, cas
     lr.optimizer.zero_grad(set_to_none=True)
 
 
+@pytest.mark.parametrize("questions", [("Name a prime between 10 and 20.", "What is 2+2?"),
+                                       ("Capital of France?", "Name a prime between 10 and 20, and say why.")])
+def test_grouped_forward_of_several_prompt_groups_equals_the_full_forward(ppo_learner, questions):
+    """Two GRPO groups of two rows in one micro-batch, prompts of different lengths after a shared template:
+    the grouped forward (template once, each group's prompt once, each row's own tokens) gives a plain full
+    forward's log-probs, values and gradients, and runs fewer positions than the one-prefix forward would."""
+    from rlrouter.algos.common import token_logprobs
+    from rlrouter.learner.model import prompt_groups
+    from rlrouter.rollout.parsing import collate
+
+    lr = ppo_learner
+    prompts = [TEMPLATE + questions[0]] * 2 + [TEMPLATE + questions[1]] * 2
+    mb = collate(_group_rows(lr.tokenizer, prompts, ["<answer>13</answer>", "<search>gpt-4: primes?</search>",
+                                                     "<answer>4</answer>", "<think>sum</think><answer>4</answer>"]),
+                 lr.tokenizer.pad_token_id)
+    mb["loss_mask"] = mb["loss_mask"].float()
+    groups = prompt_groups(mb["input_ids"], mb["attention_mask"], mb["loss_mask"])
+    assert groups is not None and groups.sizes == (2, 2) and groups.template >= len(lr.tokenizer.encode(TEMPLATE)) - 2
+    before = lr.module.trained_tokens
+    logp, _, values = lr._forward(lr.module, mb, with_values=True, with_entropy=False)
+    (logp * mb["loss_mask"]).sum().backward()
+    ran = lr.module.trained_tokens - before
+    assert ran == groups.tokens(mb["attention_mask"].sum(1).tolist()) < mb["attention_mask"].sum()
+    grads = {n: p.grad.clone() for n, p in lr.policy.named_parameters() if p.grad is not None}
+    lr.optimizer.zero_grad(set_to_none=True)
+
+    full = lr.policy(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], output_hidden_states=True)
+    ref_logp = token_logprobs(full.logits, mb["input_ids"])
+    ref_values = lr.value_head(full.hidden_states[-1])
+    m = mb["loss_mask"].bool()
+    assert torch.allclose(logp[m], ref_logp[m], atol=1e-4)
+    assert torch.allclose(values[m], ref_values[m], atol=1e-5)
+    for b, e in enumerate(g for g, n in zip(groups.ends, groups.sizes) for _ in range(n)):
+        assert torch.equal(logp[b, :e], torch.zeros(e))  # the prompt: no logits formed, 0
+    (ref_logp * mb["loss_mask"]).sum().backward()
+    assert grads and len(grads) == sum(1 for p in lr.policy.parameters() if p.grad is not None)
+    for n, p in lr.policy.named_parameters():
+        if p.grad is not None:
+            assert torch.allclose(grads[n], p.grad, atol=1e-4, rtol=1e-3), n
+    lr.optimizer.zero_grad(set_to_none=True)
+
+
 def test_a_micro_batch_runs_only_its_own_columns(ppo_learner):
     """A batch is padded to its longest trajectory, which may sit in another micro-batch: the forward
     runs the micro-batch's own columns only, and gives the same log-probs, values and gradients as the
@@ -224,7 +266,9 @@ def _group_rows(tok, prompts: list[str], completions: list[str]) -> list[Traject
 
 
 @pytest.mark.parametrize("n,group,mbs,expected", [
-    (8, 4, 8, [(0, 4), (4, 8)]),          # a chunk never spans two GRPO groups
+    (8, 4, 8, [(0, 8)]),                  # whole GRPO groups, as many as fit
+    (12, 4, 8, [(0, 8), (8, 12)]),
+    (12, 4, 6, [(0, 4), (4, 8), (8, 12)]),  # one group fits: chunks never split or mix groups
     (8, 4, 3, [(0, 3), (3, 4), (4, 7), (7, 8)]),
     (8, 4, 2, [(0, 2), (2, 4), (4, 6), (6, 8)]),
     (6, 1, 4, [(0, 4), (4, 6)]),          # PPO (no groups): plain chunks
