@@ -845,7 +845,17 @@ def _throughput_learner_share(d: dict) -> str:
     return f"the learner is {100 * min(shares):.0f}-{100 * max(shares):.0f}% of a router's step"
 
 
+def _throughput_readme(d: dict) -> str:
+    r, t = d["arms"]["router"], d["arms"]["today"]
+    return (f"{t['episodes_per_hour']:,.0f} on today's settings, {r['episodes_per_hour']:,.0f} with a router's episode "
+            f"(`rollout.env.answer=reply`, compact action: the route is the only decision, the reply the answer; no KL pass; "
+            f"{r['prompts_per_step']} x {r['n_samples']} a step): {d['ratio']:.2f}x, "
+            f"{'above' if d['target_met'] else 'below'} the {d['target_episodes_per_hour']:,} target; the learner is "
+            f"{100 * r['share']['learn']:.0f}% of the step, at {r['of_ceiling']:.2f} of its FLOP ceiling")
+
+
 THROUGHPUT_FIGURES = [
+    Figure("README.md", "rl_throughput.json", "", _throughput_readme, "README: episodes per hour"),
     Figure("docs/router_r1.md", "rl_throughput.json", "", _throughput_learner_share, "router_r1: learner share"),
     Figure("docs/router_r1.md", "rl_throughput.json", "arms.router.learner_tokens_per_episode",
            lambda v: f"about {round(v, -1):.0f} learner tokens", "router_r1: learner tokens an episode"),
