@@ -139,11 +139,34 @@ def ppo_learner():
     return lr
 
 
+def _matches_the_full_forward(lr, mb):
+    """The learner's forward of ``mb`` against a plain full forward: the same log-probs, values and gradients
+    on the loss mask. Returns the learner's log-probs (B, T)."""
+    from rlrouter.algos.common import token_logprobs
+
+    logp, _, values = lr._forward(lr.module, mb, with_values=True, with_entropy=False)
+    (logp * mb["loss_mask"]).sum().backward()
+    grads = {n: p.grad.clone() for n, p in lr.policy.named_parameters() if p.grad is not None}
+    lr.optimizer.zero_grad(set_to_none=True)
+    full = lr.policy(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], output_hidden_states=True)
+    ref_logp = token_logprobs(full.logits, mb["input_ids"])
+    ref_values = lr.value_head(full.hidden_states[-1])
+    m = mb["loss_mask"].bool()
+    assert torch.allclose(logp[m], ref_logp[m], atol=1e-4)
+    assert torch.allclose(values[m], ref_values[m], atol=1e-5)
+    (ref_logp * mb["loss_mask"]).sum().backward()
+    assert grads and len(grads) == sum(1 for p in lr.policy.parameters() if p.grad is not None)
+    for n, p in lr.policy.named_parameters():
+        if p.grad is not None:
+            assert torch.allclose(grads[n], p.grad, atol=1e-4, rtol=1e-3), n
+    lr.optimizer.zero_grad(set_to_none=True)
+    return logp
+
+
 @pytest.mark.parametrize("case", ["one prompt", "shared template", "nothing shared"])
 def test_windowed_shared_prefix_forward_equals_the_full_forward(ppo_learner, case):
     """The learner's forward (logits from the first policy token on; the rows' common prefix run once
     through a repeated KV cache) gives a plain full forward's log-probs, values and gradients."""
-    from rlrouter.algos.common import token_logprobs
     from rlrouter.learner.model import MIN_SHARED_PREFIX, common_prefix_length, first_policy_position
     from rlrouter.rollout.parsing import collate
 
@@ -160,23 +183,7 @@ def test_windowed_shared_prefix_forward_equals_the_full_forward(ppo_learner, cas
     if case == "one prompt":
         assert shared == start - 1
 
-    logp, _, values = lr._forward(lr.module, mb, with_values=True, with_entropy=False)
-    (logp * mb["loss_mask"]).sum().backward()
-    grads = {n: p.grad.clone() for n, p in lr.policy.named_parameters() if p.grad is not None}
-    lr.optimizer.zero_grad(set_to_none=True)
-
-    full = lr.policy(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], output_hidden_states=True)
-    ref_logp = token_logprobs(full.logits, mb["input_ids"])
-    ref_values = lr.value_head(full.hidden_states[-1])
-    m = mb["loss_mask"].bool()
-    assert torch.allclose(logp[m], ref_logp[m], atol=1e-4)
-    assert torch.allclose(values[m], ref_values[m], atol=1e-5)
-    (ref_logp * mb["loss_mask"]).sum().backward()
-    assert grads and len(grads) == sum(1 for p in lr.policy.parameters() if p.grad is not None)
-    for n, p in lr.policy.named_parameters():
-        if p.grad is not None:
-            assert torch.allclose(grads[n], p.grad, atol=1e-4, rtol=1e-3), n
-    lr.optimizer.zero_grad(set_to_none=True)
+    logp = _matches_the_full_forward(lr, mb)
 
 
 @pytest.mark.parametrize("questions", [("Name a prime between 10 and 20.", "What is 2+2?"),
@@ -185,7 +192,6 @@ def test_grouped_forward_of_several_prompt_groups_equals_the_full_forward(ppo_le
     """Two GRPO groups of two rows in one micro-batch, prompts of different lengths after a shared template:
     the grouped forward (template once, each group's prompt once, each row's own tokens) gives a plain full
     forward's log-probs, values and gradients, and runs fewer positions than the one-prefix forward would."""
-    from rlrouter.algos.common import token_logprobs
     from rlrouter.learner.model import prompt_groups
     from rlrouter.rollout.parsing import collate
 
@@ -198,27 +204,11 @@ def test_grouped_forward_of_several_prompt_groups_equals_the_full_forward(ppo_le
     groups = prompt_groups(mb["input_ids"], mb["attention_mask"], mb["loss_mask"])
     assert groups is not None and groups.sizes == (2, 2) and groups.template >= len(lr.tokenizer.encode(TEMPLATE)) - 2
     before = lr.module.trained_tokens
-    logp, _, values = lr._forward(lr.module, mb, with_values=True, with_entropy=False)
-    (logp * mb["loss_mask"]).sum().backward()
-    ran = lr.module.trained_tokens - before
-    assert ran == groups.tokens(mb["attention_mask"].sum(1).tolist()) < mb["attention_mask"].sum()
-    grads = {n: p.grad.clone() for n, p in lr.policy.named_parameters() if p.grad is not None}
-    lr.optimizer.zero_grad(set_to_none=True)
-
-    full = lr.policy(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], output_hidden_states=True)
-    ref_logp = token_logprobs(full.logits, mb["input_ids"])
-    ref_values = lr.value_head(full.hidden_states[-1])
-    m = mb["loss_mask"].bool()
-    assert torch.allclose(logp[m], ref_logp[m], atol=1e-4)
-    assert torch.allclose(values[m], ref_values[m], atol=1e-5)
+    logp = _matches_the_full_forward(lr, mb)
+    assert lr.module.trained_tokens - before == groups.tokens(mb["attention_mask"].sum(1).tolist())
+    assert lr.module.trained_tokens - before < mb["attention_mask"].sum()
     for b, e in enumerate(g for g, n in zip(groups.ends, groups.sizes) for _ in range(n)):
         assert torch.equal(logp[b, :e], torch.zeros(e))  # the prompt: no logits formed, 0
-    (ref_logp * mb["loss_mask"]).sum().backward()
-    assert grads and len(grads) == sum(1 for p in lr.policy.parameters() if p.grad is not None)
-    for n, p in lr.policy.named_parameters():
-        if p.grad is not None:
-            assert torch.allclose(grads[n], p.grad, atol=1e-4, rtol=1e-3), n
-    lr.optimizer.zero_grad(set_to_none=True)
 
 
 def test_a_micro_batch_runs_only_its_own_columns(ppo_learner):
