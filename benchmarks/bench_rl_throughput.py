@@ -12,13 +12,16 @@ the run. Episodes per hour is ``prompts_per_step x n_samples`` over the median R
 
 The arms (``ARMS``):
 
-- ``today``: the job's defaults (``make run``'s settings): Router-R1's sub-query action with its worked example,
-  a ``<think>`` prefill, two calls and an answer turn the policy writes, KL to the start (a reference pass),
-  4 prompts x 4 samples;
+- ``today``: the job's defaults (``make run``'s settings) as they stood when issue 61 was filed: Router-R1's
+  sub-query action with its worked example, a ``<think>`` prefill, two calls and an answer turn the policy
+  writes, KL to the start (a reference pass), 4 prompts x 4 samples, and the template run in every micro-batch
+  (``learner.share_template=false``; the default since runs it once an update);
 - ``router_same_batch``: a router's episode (``rollout.env.answer: reply``: the first reply is the answer),
   the compact action (``<search>MODEL</search>``, the short prompt, turn opened by ``<search>``), no KL term
   (no reference pass), on today's 4 x 4 batch: the episode alone;
 - ``router``: the same with 16 prompts x 8 samples a step: the batch on top.
+
+The router arms run the template once an update (``learner.share_template``, the default).
 
 The ceiling: the learner's FLOPs an episode (``6 x N x tokens``, N the policy's non-embedding parameters, the tokens it runs
 with the group's prompt counted once per group, from the step's token counts) at this CPU's measured fp32
@@ -58,7 +61,7 @@ ROUTER = ["rollout.env.action=compact", "rollout.env.answer=reply", "rollout.env
           "rollout.env.max_turns=1", "rollout.env.max_new_tokens=16", "learner.grpo.kl.coef=0.0"]
 """A router's episode: one compact route, answered by the reply; no KL term."""
 ARMS: dict[str, list[str]] = {
-    "today": [],
+    "today": ["learner.share_template=false"],
     "router_same_batch": ROUTER,
     "router": ROUTER + ["train.prompts_per_step=16", "train.n_samples=8", "train.warmup_batch=16"],
 }

@@ -41,6 +41,10 @@ class LearnerConfig:
     micro_batch_size: int = 8
     """Most trajectories per forward/backward; gradients accumulate over the batch. GRPO chunks never
     mix two prompts' groups, so ``n_samples`` here lets a group's shared prompt run once."""
+    share_template: bool = True
+    """Run the tokens every row of an update's batch shares (Router-R1's rules and candidate list) once an
+    update, forward and backward, instead of once per micro-batch (``model.SharedTemplate``): the same
+    gradients. On one rank without gradient checkpointing or FSDP; elsewhere each micro-batch runs it."""
     update_epochs: int = 1
     """Passes over each rollout batch (PPO epochs)."""
     temperature: float = 1.0

@@ -138,22 +138,23 @@ class LearnerModel:
 
     # -- forward passes ---------------------------------------------------------------------------
     def forward(self, module: torch.nn.Module, mb: dict[str, torch.Tensor], with_values: bool,
-                with_entropy: bool = True):
+                with_entropy: bool = True, template: "SharedTemplate | None" = None):
         """Token log-probs (and entropy, values) of a micro-batch, (B, T) each, aligned with ``input_ids``.
 
         Only the window from the first policy token on is computed (see ``_PolicyWithValue``): the prompt
         carries no loss, so its logits are never formed; positions before the window are 0. Columns past
         the micro-batch's longest row are padding of other micro-batches (the batch is padded to its
-        longest trajectory): they are not run either, and come back as 0.
+        longest trajectory): they are not run either, and come back as 0. ``template``: the batch's shared
+        template, already run (``shared_template``); the micro-batch's passes start from its KV cache.
         """
         T = mb["input_ids"].shape[1]
         width = used_width(mb["attention_mask"])
         input_ids, attention_mask = mb["input_ids"][:, :width], mb["attention_mask"][:, :width]
         groups = prompt_groups(input_ids, attention_mask, mb["loss_mask"][:, :width])
         if groups is not None and (self.training_shares_prefix or not module.training):
-            return self._grouped(module, input_ids, attention_mask, groups, with_values, with_entropy, T)
+            return self._grouped(module, input_ids, attention_mask, groups, with_values, with_entropy, T, template)
         start = first_policy_position(mb["loss_mask"][:, :width])
-        out = module(input_ids, attention_mask, with_values, start)
+        out = module(input_ids, attention_mask, with_values, start, template=template)
         ids = input_ids[:, start - 1:]  # (B, W): the window's tokens
         # in chunks of positions: beyond the logits and their gradient, memory does not grow with window x vocab
         logp, entropy = chunked_logprobs_and_entropy(out["logits"], ids, self.cfg.temperature,
@@ -167,11 +168,29 @@ class LearnerModel:
         """Whether training passes run shared prefixes once (off under gradient checkpointing and FSDP: ``_wrap``)."""
         return not self.cfg.gradient_checkpointing and not self.fsdp
 
+    def shared_template(self, batch: dict[str, torch.Tensor]) -> "SharedTemplate | None":
+        """The tokens every row of an update's ``batch`` holds alike before its first policy token (Router-R1's
+        rules and candidate list), run once with gradients for all its micro-batches (``SharedTemplate``), or
+        None: ``learner.share_template`` off, fewer than ``MIN_SHARED_PREFIX`` shared tokens, or where the
+        template's backward would escape the gradient reduction (several ranks) or recomputation (gradient
+        checkpointing, FSDP)."""
+        if not self.cfg.share_template or not self.training_shares_prefix or self.world_size > 1:
+            return None
+        width = used_width(batch["attention_mask"])
+        input_ids, attention_mask = batch["input_ids"][:, :width], batch["attention_mask"][:, :width]
+        start = first_policy_position(batch["loss_mask"][:, :width])
+        length = common_prefix_length(input_ids, attention_mask, start - 1)
+        if length < MIN_SHARED_PREFIX:
+            return None
+        net = getattr(self.module, "module", self.module)  # _PolicyWithValue (unwrapped: one rank)
+        return net.run_template(input_ids[0, :length])
+
     def _grouped(self, module: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 groups: PromptGroups, with_values: bool, with_entropy: bool, T: int):
+                 groups: PromptGroups, with_values: bool, with_entropy: bool, T: int,
+                 template: "SharedTemplate | None" = None):
         """``forward`` over several prompt groups (``_PolicyWithValue._grouped_forward``): each row's window
         scored, then placed at its own position in the (B, T) result."""
-        out = module(input_ids, attention_mask, with_values, 1, groups)
+        out = module(input_ids, attention_mask, with_values, 1, groups, template=template)
         logits, offsets = out["logits"], out["offsets"].tolist()  # (B, W, V), (B,)
         W = logits.shape[1]
         cols = torch.tensor(offsets, device=input_ids.device)[:, None] + torch.arange(W, device=input_ids.device)
@@ -455,6 +474,49 @@ def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return groups if groups.tokens(lens) < one_prefix else None
 
 
+class SharedTemplate:
+    """An update's shared template run once: its KV cache as leaf tensors that each micro-batch's passes start
+    from, and the graph that made them.
+
+    Every row of a Router-R1 batch starts with the same rules and candidate list (~390 of a RouterBench
+    prompt's ~560 tokens). Run per micro-batch, they cost each micro-batch that many positions forward and
+    backward. Here they run once an update: each micro-batch's backward leaves its share of the gradient on
+    the leaves (``keys``, ``values``), and ``backward`` sends their sum through the template's graph once.
+    The gradients are the same as running the template in every micro-batch (tests/learner/test_learner.py).
+    """
+
+    def __init__(self, ids: torch.Tensor, cache: Any):
+        # ids: (L,) the template's tokens; cache: the DynamicCache its forward built (batch 1)
+        self.ids = ids
+        self.length = int(ids.shape[0])
+        self._made = [(layer.keys, layer.values) for layer in cache.layers]  # each (1, heads, L, d)
+        grad = torch.is_grad_enabled()
+        self.leaves = [(k.detach().requires_grad_(grad), v.detach().requires_grad_(grad)) for k, v in self._made]
+
+    def matches(self, input_ids: torch.Tensor) -> bool:
+        """Whether every row of ``input_ids`` (B, T) starts with this template."""
+        if input_ids.shape[1] < self.length:
+            return False
+        return bool((input_ids[:, :self.length] == self.ids.to(input_ids.device)).all())
+
+    def cache(self) -> Any:
+        """A fresh KV cache (batch 1) holding the template: passes append to it without touching the leaves."""
+        from transformers import DynamicCache
+
+        return DynamicCache(ddp_cache_data=self.leaves)
+
+    def backward(self) -> None:
+        """The micro-batches' gradients on the template's KV cache, back through its forward (once)."""
+        outs, grads = [], []
+        for made, leaf in zip(self._made, self.leaves):
+            for m, lf in zip(made, leaf):
+                if lf.grad is not None and m.requires_grad:
+                    outs.append(m), grads.append(lf.grad)
+        if outs:
+            torch.autograd.backward(outs, grads)
+        self._made, self.leaves = [], []  # the graph is spent
+
+
 class _PolicyWithValue(torch.nn.Module):
     """One module for DDP: the policy's logits and, for PPO, the critic's values, over a window.
 
@@ -481,15 +543,37 @@ class _PolicyWithValue(torch.nn.Module):
         ``learner/tokens``: what its FLOPs scale with."""
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_values: bool,
-                start: int = 1, groups: "PromptGroups | None" = None) -> dict:
+                start: int = 1, groups: "PromptGroups | None" = None,
+                template: SharedTemplate | None = None) -> dict:
         with torch.autocast(input_ids.device.type, dtype=self.autocast or torch.float32,
                             enabled=self.autocast is not None):
+            if template is not None and not template.matches(input_ids):
+                raise ValueError("learner: a micro-batch that does not start with its batch's shared template")
             if groups is not None:  # the caller's choice (LearnerModel.forward: never where sharing is off)
-                return self._grouped_forward(input_ids, attention_mask, with_values, groups)
-            return self._forward(input_ids, attention_mask, with_values, start)
+                return self._grouped_forward(input_ids, attention_mask, with_values, groups, template)
+            return self._forward(input_ids, attention_mask, with_values, start, template)
+
+    def run_template(self, ids: torch.Tensor) -> SharedTemplate:
+        """The template ``ids`` (L,) run once (``SharedTemplate``); counted in ``trained_tokens`` with gradients."""
+        with torch.autocast(ids.device.type, dtype=self.autocast or torch.float32, enabled=self.autocast is not None):
+            head = self.policy(input_ids=ids[None], use_cache=True, logits_to_keep=1)
+        if torch.is_grad_enabled():
+            self.trained_tokens += int(ids.shape[0])
+        return SharedTemplate(ids, head.past_key_values)
+
+    def _prefix_cache(self, ids: torch.Tensor, length: int, template: SharedTemplate | None) -> tuple[Any, int]:
+        """A KV cache (batch 1) of ``ids[:length]`` (ids: (T,)), from the template's when given: the cache and
+        the positions run to make it."""
+        if template is None:
+            return self.policy(input_ids=ids[None, :length], use_cache=True, logits_to_keep=1).past_key_values, length
+        cache = template.cache()
+        if length > template.length:
+            self.policy(input_ids=ids[None, template.length:length], past_key_values=cache, use_cache=True,
+                        logits_to_keep=1)
+        return cache, max(0, length - template.length)
 
     def _grouped_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_values: bool,
-                         groups: "PromptGroups") -> dict:
+                         groups: "PromptGroups", template: SharedTemplate | None = None) -> dict:
         """Several GRPO groups in one micro-batch, in three passes down a tree of KV caches: the template the
         groups share (once), each group's own prompt (once per group), each row's own tokens. Returns
         ``logits`` (B, W, V) of each row's own window, ``offsets`` (B,): row b's logits start at position
@@ -500,11 +584,11 @@ class _PolicyWithValue(torch.nn.Module):
         dev = input_ids.device
         B, P0, G = input_ids.shape[0], groups.template, len(groups.first)
         row_group = torch.tensor(groups.row_group(), device=dev)  # (B,)
-        head = self.policy(input_ids=input_ids[:1, :P0], use_cache=True, logits_to_keep=1)
-        cache = head.past_key_values
+        if template is not None:
+            P0 = max(P0, template.length)  # every row starts with the batch's template
+        cache, run = self._prefix_cache(input_ids[0], P0, template)
         ends = [e - 1 for e in groups.ends]  # each group's prompt up to its last token, which starts the rows
         w2 = max(e - P0 for e in ends)
-        run = P0
         if w2 > 0:
             cache.batch_repeat_interleave(G)  # (1, ...) -> (G, ...)
             seg = torch.zeros(G, w2, dtype=input_ids.dtype, device=dev)
@@ -541,18 +625,19 @@ class _PolicyWithValue(torch.nn.Module):
         return res
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_values: bool,
-                 start: int) -> dict:
+                 start: int, template: SharedTemplate | None = None) -> dict:
         # input_ids, attention_mask: (B, T); W = T - start + 1 positions come back
         hidden = with_values and self.value_head is not None
         window = input_ids.shape[1] - start + 1  # W
         prefix = common_prefix_length(input_ids, attention_mask, start - 1)
+        if template is not None:
+            prefix = max(prefix, template.length)  # every row starts with the batch's template (a row alone too)
         if prefix >= MIN_SHARED_PREFIX and (self.share_prefix_in_training or not self.training):
-            head = self.policy(input_ids=input_ids[:1, :prefix], use_cache=True, logits_to_keep=1)
-            cache = head.past_key_values
+            cache, run = self._prefix_cache(input_ids[0], prefix, template)
             cache.batch_repeat_interleave(input_ids.shape[0])  # (1, ...) -> (B, ...), grads flow to row 0
             out = self.policy(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, past_key_values=cache,
                               use_cache=True, logits_to_keep=window, output_hidden_states=hidden)
-            run = prefix + input_ids.shape[0] * (input_ids.shape[1] - prefix)
+            run += input_ids.shape[0] * (input_ids.shape[1] - prefix)
         else:
             out = self.policy(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=window,
                               output_hidden_states=hidden)

@@ -97,11 +97,14 @@ class UpdateStep:
         for epoch in range(self.cfg.update_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             mbs = self.micro_batches(batch)
+            # the template every row shares runs once an epoch; its gradient goes back after the last micro-batch
+            template = model.shared_template(batch) if len(mbs) > 1 else None
             for i, mb in enumerate(mbs):
                 # token-mean over the whole batch, not per micro-batch: weight each by its share of tokens
                 weight = mb["loss_mask"].sum() / total_tokens
                 with gradient_sync(model.module, model.world_size, sync=i == len(mbs) - 1):
-                    logp, entropy, values = model.forward(model.module, mb, model.value_head is not None)
+                    logp, entropy, values = model.forward(model.module, mb, model.value_head is not None,
+                                                          template=template)
                     old_mb = mb["old_logp"] if "old_logp" in mb else logp.detach()
                     if epoch == 0:
                         # the learner's policy before this update, token for token against the engine's
@@ -115,6 +118,8 @@ class UpdateStep:
                     (loss * weight).backward()
                 for k, v in m.items():
                     metrics_acc[k] = metrics_acc.get(k, 0.0) + float(v) * float(weight)
+            if template is not None:
+                template.backward()
             params = [p for g in self.optimizer.param_groups for p in g["params"]]
             grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
             if float(grad_norm) > 0.0:
@@ -153,12 +158,15 @@ class UpdateStep:
         self.optimizer.zero_grad(set_to_none=True)
         nll_sum = 0.0
         mbs = self.micro_batches(batch)
+        template = model.shared_template(batch) if len(mbs) > 1 else None
         for i, mb in enumerate(mbs):
             with gradient_sync(model.module, model.world_size, sync=i == len(mbs) - 1):
-                logp, _, _ = model.forward(model.module, mb, False, with_entropy=False)
+                logp, _, _ = model.forward(model.module, mb, False, with_entropy=False, template=template)
                 nll = -(logp * mb["loss_mask"]).sum() / total  # token-mean over the whole batch
                 nll.backward()
             nll_sum += float(nll.detach())
+        if template is not None:
+            template.backward()
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
         self.optimizer.step()

@@ -211,6 +211,68 @@ def test_grouped_forward_of_several_prompt_groups_equals_the_full_forward(ppo_le
         assert torch.equal(logp[b, :e], torch.zeros(e))  # the prompt: no logits formed, 0
 
 
+@pytest.mark.parametrize("chunks", [((0, 2), (2, 4), (4, 5)), ((0, 4), (4, 5))], ids=["one group each", "grouped"])
+def test_the_batch_template_run_once_gives_the_gradients_of_running_it_in_every_micro_batch(ppo_learner, chunks):
+    """``learner.share_template``: the template every row of the batch shares runs once, and each micro-batch
+    starts from its KV cache; the micro-batches' gradients go back through it once at the end. Log-probs,
+    values and the summed gradients equal those of micro-batches that each run the template, for micro-batches
+    of one group, of two groups (the grouped forward) and of a single row; the template's positions run once."""
+    from rlrouter.rollout.parsing import collate
+
+    lr = ppo_learner
+    questions = ["Name a prime between 10 and 20.", "What is 2+2?", "Capital of France, and why?"]
+    prompts = [TEMPLATE + questions[0]] * 2 + [TEMPLATE + questions[1]] * 2 + [TEMPLATE + questions[2]]
+    batch = collate(_group_rows(lr.tokenizer, prompts, ["<answer>13</answer>", "<search>gpt-4: primes?</search>",
+                                                        "<answer>4</answer>", "<think>sum</think><answer>4</answer>",
+                                                        "<answer>Paris</answer>"]), lr.tokenizer.pad_token_id)
+    batch["loss_mask"] = batch["loss_mask"].float()
+    mbs = [{k: v[a:b] for k, v in batch.items()} for a, b in chunks]
+
+    def run(template_of):
+        template = template_of(batch)
+        before = lr.module.trained_tokens
+        logps, values = [], []
+        for mb in mbs:
+            logp, _, v = lr._forward(lr.module, mb, with_values=True, with_entropy=False, template=template)
+            m = mb["loss_mask"].bool()
+            ((logp * mb["loss_mask"]).sum() + v[m].sum()).backward()
+            logps.append(logp.detach()), values.append(v.detach())
+        if template is not None:
+            template.backward()
+        grads = {n: p.grad.clone() for n, p in lr.policy.named_parameters() if p.grad is not None}
+        grads["value_head"] = next(lr.value_head.parameters()).grad.clone()
+        lr.optimizer.zero_grad(set_to_none=True)
+        return torch.cat(logps), torch.cat(values), grads, lr.module.trained_tokens - before
+
+    shared = lr.model.shared_template(batch)
+    assert shared is not None and shared.length >= len(lr.tokenizer.encode(TEMPLATE)) - 2
+    shared.backward()  # (this one only measured the length)
+    logp, values, grads, tokens = run(lr.model.shared_template)
+    ref_logp, ref_values, ref_grads, ref_tokens = run(lambda _: None)
+    m = batch["loss_mask"].bool()
+    assert torch.allclose(logp[m], ref_logp[m], atol=1e-5) and torch.allclose(values[m], ref_values[m], atol=1e-5)
+    assert grads.keys() == ref_grads.keys() and len(grads) > 1
+    for n, g in grads.items():
+        assert torch.allclose(g, ref_grads[n], atol=1e-4, rtol=1e-3), n
+    # the template ran once instead of once per micro-batch (the lone row ran it in full without the template)
+    assert ref_tokens - tokens >= (len(chunks) - 2) * shared.length + shared.length // 2
+
+
+def test_a_micro_batch_that_misses_the_template_is_refused(ppo_learner):
+    from rlrouter.rollout.parsing import collate
+
+    lr = ppo_learner
+    batch = collate(_group_rows(lr.tokenizer, [TEMPLATE + "What is 2+2?"] * 2, COMPLETIONS[:2]), lr.tokenizer.pad_token_id)
+    batch["loss_mask"] = batch["loss_mask"].float()
+    with torch.no_grad():
+        template = lr.model.shared_template(batch)
+        other = collate(_group_rows(lr.tokenizer, ["Another template entirely. " * 4 + "2+2?"] * 2, COMPLETIONS[:2]),
+                        lr.tokenizer.pad_token_id)
+        other["loss_mask"] = other["loss_mask"].float()
+        with pytest.raises(ValueError, match="shared template"):
+            lr._forward(lr.module, other, with_values=False, template=template)
+
+
 def test_a_micro_batch_runs_only_its_own_columns(ppo_learner):
     """A batch is padded to its longest trajectory, which may sit in another micro-batch: the forward
     runs the micro-batch's own columns only, and gives the same log-probs, values and gradients as the
@@ -224,9 +286,9 @@ def test_a_micro_batch_runs_only_its_own_columns(ppo_learner):
     wide = collate(rows, lr.tokenizer.pad_token_id, pad_to=T + 40)
     seen: list[int] = []
 
-    def module(input_ids, attention_mask, with_values, start):
+    def module(input_ids, attention_mask, with_values, start, **kw):
         seen.append(input_ids.shape[1])
-        return lr.module(input_ids, attention_mask, with_values, start)
+        return lr.module(input_ids, attention_mask, with_values, start, **kw)
 
     out = {}
     for name, mb in (("tight", tight), ("wide", wide)):
