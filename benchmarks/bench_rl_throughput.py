@@ -12,7 +12,7 @@ the run. Episodes per hour is ``prompts_per_step x n_samples`` over the median R
 
 The arms (``ARMS``):
 
-- ``today``: the job's defaults (``make run``'s settings) as they stood when issue 61 was filed: Router-R1's
+- ``today``: the job's defaults (``make run``'s settings) as they stood before the router's episode: Router-R1's
   sub-query action with its worked example, a ``<think>`` prefill, two calls and an answer turn the policy
   writes, KL to the start (a reference pass), 4 prompts x 4 samples, and the template run in every micro-batch
   (``learner.share_template=false``; the default since runs it once an update);

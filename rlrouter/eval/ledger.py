@@ -19,7 +19,7 @@ import datetime
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from rlrouter.data.io import read_jsonl
 
@@ -66,6 +66,20 @@ def earlier_readings(path: str | Path | None, **match: Any) -> list[dict[str, An
     if not path or not Path(path).exists():
         return []
     return [rec for _, rec in read_jsonl(Path(path)) if all(rec.get(k) == v for k, v in match.items())]
+
+
+def read_by(path: str | Path | None, router_types: Iterable[str]) -> set[str]:
+    """The question digests (:func:`question_digests`) that any reading of the ledger at ``path`` by one of
+    ``router_types`` read: what a lockbox for those routers must leave out."""
+    wanted = set(router_types)
+    return {d for rec in earlier_readings(path) if wanted & set(rec.get("router_types") or [])
+            for d in rec.get("question_digests") or []}
+
+
+def unread(path: str | Path | None, ids: Sequence[Any], router_types: Iterable[str]) -> list[bool]:
+    """Per question id of ``ids``: whether no reading of the ledger at ``path`` by one of ``router_types`` read it."""
+    seen = read_by(path, router_types)
+    return [question_digests([i])[0] not in seen for i in ids]
 
 
 def record_reading(path: str | Path | None, question_ids: Iterable[Any] | None = None,

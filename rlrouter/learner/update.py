@@ -69,9 +69,10 @@ class UpdateStep:
             ref_logp = torch.cat([model.reference_logprobs(mb) for mb in mbs]) if model.kl_needed else None
             if reuse_old:
                 old_logp, old_values = None, None
-            else:
-                old = [model.forward(model.module, mb, model.value_head is not None, with_entropy=False)
-                       for mb in mbs]
+            else:  # (the shared template once here too: no gradient, so nothing goes back through it)
+                template = model.shared_template(batch) if len(mbs) > 1 else None
+                old = [model.forward(model.module, mb, model.value_head is not None, with_entropy=False,
+                                     template=template) for mb in mbs]
                 old_logp = torch.cat([o[0] for o in old])  # (B, T)
                 old_values = torch.cat([o[2] for o in old]) if model.value_head is not None else None
         mask = batch["loss_mask"]

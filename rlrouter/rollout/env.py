@@ -87,7 +87,8 @@ class EnvConfig:
     required (``Trajectory.reply_answer``). A reply with a logged outcome (replay) is graded by that outcome
     (the answer names the candidate, ``rlrouter.protocol.REPLY_GOLD``); a live reply by the answer it
     states (``rlrouter.selector.aggregate.answer_key``) against the gold. The learner trains on the prompt
-    and the route only: no reply tokens, no answer turn. A failed call ends the trajectory unanswered."""
+    and the route only: no reply tokens, no answer turn. A failed call or a malformed route ends the trajectory
+    unanswered (no error block, no second turn)."""
     mark_no_answer: bool = False
     """End a candidate's ``<information>`` with ``NO_ANSWER_NOTE`` when its reply states no final answer
     (``rlrouter.selector.aggregate.states_answer``: no "####", boxed answer or option letter). The
@@ -337,6 +338,12 @@ class RouterEnv:
                         t.done = True  # the route is what was asked for: this call is not sent
                     else:
                         pending.append((t, model, query))
+                elif self.cfg.answer == "reply":
+                    # a router's episode is its one route: a malformed one ends it unanswered, with no error
+                    # block and no second turn to learn on (they cost a second rollout round and the learner
+                    # ~100 positions a row, padded across the row's group)
+                    t.protocol_errors += 1
+                    t.done = True
                 else:
                     t.protocol_errors += 1
                     infos[id(t)] = parsed.error or NO_ROUTE_ERROR

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +21,7 @@ from rlrouter.data.job import ensure_data, logged_source
 from rlrouter.data.question import task_of
 from rlrouter.distributed.cluster import connect
 from rlrouter.distributed.resources import ResourceSpec
-from rlrouter.eval.ledger import record_reading
+from rlrouter.eval.ledger import record_reading, unread
 from rlrouter.eval.route_scores import cost_bounds, per_task_rule, route_table, scoreboard
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.group import LearnerGroup
@@ -73,6 +73,23 @@ class HeldOutConfig:
     """A test-readings ledger (``rlrouter.eval.ledger``, e.g. ``benchmarks/results/test_ledger.jsonl``): the run
     appends one reading of its held-out questions there, with how many evaluations read them. None: no record
     (a user's own run)."""
+    dev_questions: int = 0
+    """Training questions kept out of training, taken from the end of the training file (``per_task`` as the
+    held-out's): the untrained and cold-start levels and the curve (``train.eval_every``) score these, and
+    the held-out (test) questions are read once, by the trained policy after the last step. 0: the held-out
+    questions serve all of them (a quick run)."""
+    unread_by: list[str] = field(default_factory=list)
+    """Router types (e.g. ``[router_r1]``): held-out questions that any reading in ``ledger`` by one of them
+    read are left out before ``num_questions`` are taken, so the held-out set is a lockbox those routers have
+    never read. Needs ``ledger``."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dev_questions, bool) or not isinstance(self.dev_questions, int) or self.dev_questions < 0:
+            raise ValueError(f"eval.dev_questions: an int >= 0, got {self.dev_questions!r}")
+        if isinstance(self.unread_by, str) or not all(isinstance(t, str) for t in self.unread_by):
+            raise ValueError(f"eval.unread_by: a list of router types, got {self.unread_by!r}")
+        if self.unread_by and not self.ledger:
+            raise ValueError("eval.unread_by: needs eval.ledger (the readings that say what was read)")
 
 
 @dataclass
@@ -211,6 +228,36 @@ def held_out_items(items: list[dict[str, Any]], n: int, per_task: bool = False) 
     return [it for v in by_task.values() for it in v[:each]]
 
 
+def item_id(item: dict[str, Any]) -> str:
+    """The id a question is ledgered by (``rlrouter.eval.ledger``): the data's own id, else its query."""
+    return str(item.get("id") or item["query"])
+
+
+def unread_items(items: list[dict[str, Any]], ledger: str | None, router_types: list[str]) -> list[dict[str, Any]]:
+    """``items`` that no reading in ``ledger`` by one of ``router_types`` read (``eval.unread_by``), in order."""
+    if not router_types:
+        return items
+    keep = unread(ledger, [item_id(it) for it in items], router_types)
+    kept = [it for it, k in zip(items, keep) if k]
+    print(f"held-out: {len(items) - len(kept)} of {len(items)} questions were read before by {router_types} "
+          f"({ledger}); {len(kept)} unread remain (eval.unread_by)")
+    return kept
+
+
+def split_dev(items: list[dict[str, Any]], n: int, per_task: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(training questions, dev questions): the last ``n`` of ``items`` kept out of training, or with ``per_task``
+    the last ``n // tasks`` of each task (``eval.dev_questions``). A split that would leave no training
+    question fails, naming the field."""
+    if not n:
+        return items, []
+    picked = {id(it) for it in held_out_items(items[::-1], n, per_task)}
+    train = [it for it in items if id(it) not in picked]
+    dev = [it for it in items if id(it) in picked]
+    if not train:
+        raise ValueError(f"eval.dev_questions: {n} would leave none of the {len(items)} training questions to train on")
+    return train, dev
+
+
 def set_reference(train: RouterR1TrainConfig, pool: Any, items: list[dict[str, Any]]) -> Any:
     """Fix the run's reference cost scale on ``train`` (``eval_reference``): every candidate's call on the
     training questions (``rlrouter.eval.route_scores``). Every held-out evaluation scores on it, and so
@@ -255,8 +302,12 @@ def run(cfg: Any) -> dict[str, Any]:
     print(f"paths: project {plain['paths']['root_dir']} (shared data {plain['paths']['shared_data']})")
     train_path, test_path = ensure_data(plain)
     print(f"data: {train_path}, {test_path.name}; logged outcomes {logged_source(plain)}")
-    train_items = load_router_r1_split(train_path)
-    test_items = held_out_items(load_router_r1_split(test_path), job.eval.num_questions, job.eval.per_task)
+    train_items, dev_items = split_dev(load_router_r1_split(train_path), job.eval.dev_questions, job.eval.per_task)
+    test_items = unread_items(load_router_r1_split(test_path), job.eval.ledger, job.eval.unread_by)
+    test_items = held_out_items(test_items, job.eval.num_questions, job.eval.per_task)
+    if dev_items:
+        print(f"dev: {len(dev_items)} training questions kept out of training score the curve; the {len(test_items)} "
+              f"held-out questions are read once, after training (eval.dev_questions)")
     pool = CandidatePool.from_config(job.pool)
     candidates = pool.names
     train.out_dir, train.train_path = str(out), str(train_path)
@@ -272,6 +323,7 @@ def run(cfg: Any) -> dict[str, Any]:
             raise ValueError("eval.first_call_written=true needs a replay pool (logged replies to write the first "
                              "call from); set it to false")
         test_items = [with_first_turn(it, reference_table.cheap, job.demos.query_words) for it in test_items]
+        dev_items = [with_first_turn(it, reference_table.cheap, job.demos.query_words) for it in dev_items]
         print(f"held-out: every question starts after the call to {reference_table.cheap} (eval.first_call_written)")
     if curriculum.first_call:
         print(f"first call written: {len(curriculum.first_call)} of {len(train_items)} training questions start "
@@ -290,14 +342,17 @@ def run(cfg: Any) -> dict[str, Any]:
     print(f"rollout: {len(group)} vLLM worker(s) ready in {group.ready_s:.1f}s")
     report: dict[str, Any] = {"config": plain, "cluster": cluster, "results": {}}
     eval_seed = job.eval.seed
+    curve_items = dev_items or test_items  # what every evaluation before the last scores
     if not train.resume_from and job.eval.untrained:
-        base = held_out_rollout(group, test_items, eval_seed, "held-out, untrained", train.progress)
+        base = held_out_rollout(group, curve_items, eval_seed, "dev, untrained" if dev_items else "held-out, untrained",
+                                train.progress)
         report["results"]["policy_untrained"] = held_out_summary(base, candidates, **scoring)
+        report["results"]["policy_untrained"]["scored_on"] = "dev" if dev_items else "held-out"
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
     demos = demonstrations(job, pool, train_items, reference_table) if not (train.resume_from or train.init_from) else []
     t0 = time.perf_counter()
     with LearnerGroup(train, job.resources, max_failures=plain["learner_failures"]) as learners:
-        RouterR1Trainer(train, group, learners, candidates, train_items, demos, eval_items=test_items,
+        RouterR1Trainer(train, group, learners, candidates, train_items, demos, eval_items=curve_items,
                         curriculum=curriculum).fit()
     result = learners.result
     report["train_s"] = time.perf_counter() - t0
@@ -319,9 +374,10 @@ def run(cfg: Any) -> dict[str, Any]:
     report["results"].update({k: v for k, v in board["routes"].items() if k != "policy"})
     print("routing:", json.dumps({k: board[k] for k in ("best_fixed", "per_task", "policy_minus_best_fixed")}))
     if job.eval.ledger:  # held-out questions read by this run's evaluations: one record in the ledger
-        ids = [str(it.get("id") or it["query"]) for it in test_items]
-        evaluations = (sum(1 for m in read_jsonl_rows(out / "metrics.jsonl") if "eval/mean_reward" in m)
-                       + 1 + ("policy_untrained" in report["results"]))  # the curve's, the trained, the untrained
+        ids = [item_id(it) for it in test_items]
+        evaluations = 1 if dev_items else (  # with a dev set only the trained policy read the held-out questions
+            sum(1 for m in read_jsonl_rows(out / "metrics.jsonl") if "eval/mean_reward" in m)
+            + 1 + ("policy_untrained" in report["results"]))  # the curve's, the trained, the untrained
         report["ledger"] = record_reading(
             job.eval.ledger, question_ids=ids, test_sources=[str(test_path)], router_types=["router_r1"],
             command="jobs/train_router_r1.py", run=plain["run_name"], evaluations=evaluations,
@@ -335,8 +391,14 @@ def run(cfg: Any) -> dict[str, Any]:
                                 for m in metrics if "eval/format_valid" in m]
     train_rows = [m for m in metrics if "reward/total" in m]
     report["plots"] = plot_run(train_rows, report["results"], out)
-    held = plot_held_out(metrics, out, {k: v for k, v in report["results"].items()
-                                        if k.startswith("always_") or k == "per_task_rule"})
+    lines = {k: v for k, v in report["results"].items() if k.startswith("always_") or k == "per_task_rule"}
+    if dev_items:  # the curve scored the dev questions: so do its reference lines and the dev summary
+        dev_table = route_table(pool, dev_items, metric)
+        dev_board = scoreboard(dev_table, reference_table or dev_table, scoring["alpha"], seed=eval_seed, metric=metric)
+        lines = {k: v for k, v in dev_board["routes"].items() if k.startswith("always_") or k == "per_task_rule"}
+        report["dev"] = {"questions": len(dev_items), "best_fixed": dev_board["best_fixed"],
+                         "routes": {k: v["mean_reward"] for k, v in dev_board["routes"].items()}}
+    held = plot_held_out(metrics, out, lines)
     if held:
         report["plots"].append(held)
     report["wall_s"] = time.perf_counter() - t_start

@@ -69,3 +69,17 @@ def test_router_r1_and_the_pool_evaluation_spell_routerbench_questions_alike(sha
     r1 = {q.id for q in routerbench(table)}
     pool = set(ledger_question_ids(read_eval_set(table, blank_scores="drop")))
     assert r1 and r1 <= pool, sorted(r1 - pool)[:3]
+
+
+def test_a_lockbox_leaves_out_what_the_named_routers_read(tmp_path):
+    """``unread``: questions any reading by one of the named router types read are out; other routers' readings
+    and other questions do not count (what ``eval.unread_by`` keeps for a Router-R1 lockbox)."""
+    from rlrouter.eval.ledger import read_by, unread
+
+    ledger = tmp_path / "ledger.jsonl"
+    record_reading(ledger, question_ids=["q1", "q2"], router_types=["router_r1"], command="a run")
+    record_reading(ledger, question_ids=["q3", "q4"], router_types=["knn", "fixed"], command="the pool evaluation")
+    assert len(read_by(ledger, ["router_r1"])) == 2 and read_by(ledger, ["mf"]) == set()
+    assert unread(ledger, ["q1", "q3", "q5"], ["router_r1"]) == [False, True, True]
+    assert unread(ledger, ["q1", "q3", "q5"], ["router_r1", "knn"]) == [False, False, True]
+    assert unread(tmp_path / "none.jsonl", ["q1"], ["router_r1"]) == [True]

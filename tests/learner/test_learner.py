@@ -413,3 +413,31 @@ def test_a_step_without_gradient_leaves_the_weights_and_a_reset_forgets_the_mome
     assert all(torch.equal(before[k], v) for k, v in lr.trainable_state().items())
     lr.reset_moments()
     assert not lr.optimizer.state
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_an_update_with_the_template_run_once_moves_the_weights_as_one_without(algo):
+    """The whole update (``train_step``: GRPO's one pass, PPO's old-log-prob pass and critic) with
+    ``learner.share_template`` on and off, from the same weights on the same batch of three prompt groups:
+    the same gradients (the update leaves them on the parameters), and fewer positions run."""
+    prompts = [TEMPLATE + q for q in ("Name a prime between 10 and 20.", "What is 2+2?", "Capital of France?")
+               for _ in range(2)]
+    completions = ["<answer>13</answer>", "<search>gpt-4: primes?</search>", "<answer>4</answer>",
+                   "<think>sum</think><answer>4</answer>", "<answer>Paris</answer>", "<answer>Lyon</answer>"]
+    rewards = [1.0, 0.2, 0.9, 0.0, 1.0, -0.5]
+    knobs = {"grpo": {"kl": {"coef": 0.0}}} if algo == "grpo" else {"ppo": {"kl": {"coef": 0.0}}}
+    out = {}
+    for share in (True, False):
+        torch.manual_seed(0)
+        cfg = LearnerConfig(algo=algo, lr=1e-2, micro_batch_size=2, share_template=share,
+                            **({"grpo": {"group_size": 2, **knobs["grpo"]}} if algo == "grpo" else knobs))
+        lr = Learner(cfg)
+        m = lr.train_step(_group_rows(lr.tokenizer, prompts, completions), rewards)
+        grads = {n: p.grad.clone() for n, p in lr.model.module.named_parameters() if p.grad is not None}
+        out[share] = (grads, m["learner/tokens"])
+    (on, tokens_on), (off, tokens_off) = out[True], out[False]
+    assert on.keys() == off.keys() and any(float(g.abs().max()) > 0 for k, g in on.items() if "lora_B" in k)
+    assert any("value_head" in k for k in on) == (algo == "ppo")
+    for k in on:
+        assert torch.allclose(on[k], off[k], atol=1e-6, rtol=1e-3), k
+    assert tokens_on < tokens_off

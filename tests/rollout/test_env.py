@@ -376,3 +376,28 @@ def test_answer_reply_ends_at_the_first_reply_and_the_reward_grades_that_reply()
         EnvConfig(answer="candidate")
     with pytest.raises(ValueError, match="max_turns >= 1"):
         EnvConfig(answer="reply", max_turns=0)
+
+
+def test_answer_reply_ends_a_malformed_route_at_once():
+    """``answer: reply``: a route that names no candidate ends the trajectory unanswered in the same turn: no
+    error block, no second turn (one rollout round for the batch, and the learner's rows stop at the route),
+    while ``answer: policy`` keeps Router-R1's error block and a turn to recover."""
+    rounds: list[int] = []
+
+    def generate(prompts, specs):
+        rounds.append(len(prompts))
+        return [[ord(c) for c in ("nobody" if "6*7" in "".join(chr(i) for i in p) else "small") + "</search>"]
+                for p in prompts]
+
+    items = [{"query": "what is 6*7?", "id": "a", "ground_truth": ["42"]},
+             {"query": "what is 6*8?", "id": "b", "ground_truth": ["48"]}]
+    bad, good = RouterEnv(EnvConfig(prefill="<search>", action="compact", max_turns=1, answer="reply"),
+                          CharTokenizer(), FakePool(), generate).run(items)
+    assert rounds == [2]
+    assert bad.done and bad.answer is None and bad.protocol_errors == 1 and bad.turns == 1 and not bad.routes
+    assert "<information>" not in bad.text and bad.tokens.input_ids[-len("</search>"):] == [ord(c) for c in "</search>"]
+    assert good.routes and good.answer is not None and good.protocol_errors == 0
+    rounds.clear()
+    policy = RouterEnv(EnvConfig(prefill="<search>", action="compact", max_turns=1), CharTokenizer(), FakePool(),
+                       generate).run(items[:1])[0]
+    assert rounds == [1, 1] and "<information>" in policy.text and policy.turns == 2

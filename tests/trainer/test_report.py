@@ -117,3 +117,34 @@ def test_call_share_table_lists_each_task_and_the_candidates_called():
                              {"yi": 0.6, "gpt-4": 0.4, "x": 0.0})
     assert "| task | yi | gpt-4 |" in lines and "| mbpp | 0.25 | 0.75 |" in lines and "| all | 0.60 | 0.40 |" in lines
     assert call_share_table({}, {}) == []
+
+
+def test_dev_questions_are_kept_out_of_training_per_task_and_a_split_that_leaves_none_fails():
+    from rlrouter.trainer.job import split_dev
+
+    items = [{"id": i, "source": s} for i, s in enumerate(["a"] * 6 + ["b"] * 4)]
+    train, dev = split_dev(items, 4, per_task=True)
+    assert sorted(it["id"] for it in dev) == [4, 5, 8, 9]  # the last 2 of each task
+    assert [it["id"] for it in train] == [0, 1, 2, 3, 6, 7] and not {id(x) for x in train} & {id(x) for x in dev}
+    assert split_dev(items, 0) == (items, [])
+    assert [it["id"] for it in split_dev(items, 3)[1]] == [7, 8, 9]
+    with pytest.raises(ValueError, match="eval.dev_questions"):
+        split_dev(items, 10)
+
+
+def test_unread_by_drops_the_held_out_questions_a_router_r1_run_read(tmp_path, capsys):
+    from rlrouter.eval.ledger import record_reading
+    from rlrouter.trainer.job import HeldOutConfig, item_id, unread_items
+
+    ledger = tmp_path / "ledger.jsonl"
+    items = [{"id": f"rb:{i}", "query": f"q{i}?"} for i in range(5)] + [{"query": "no id?"}]
+    record_reading(ledger, question_ids=[item_id(it) for it in items[:2]] + ["no id?"], router_types=["router_r1"])
+    record_reading(ledger, question_ids=[item_id(items[2])], router_types=["knn"])
+    kept = unread_items(items, str(ledger), ["router_r1"])
+    assert [item_id(it) for it in kept] == ["rb:2", "rb:3", "rb:4"]
+    assert "3 of 6 questions were read before" in capsys.readouterr().out
+    assert unread_items(items, None, []) is items
+    with pytest.raises(ValueError, match="eval.unread_by: needs eval.ledger"):
+        HeldOutConfig(unread_by=["router_r1"])
+    with pytest.raises(ValueError, match="eval.dev_questions"):
+        HeldOutConfig(dev_questions=-1)

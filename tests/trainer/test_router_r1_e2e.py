@@ -154,7 +154,8 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train_router_r1", overrides=[
             "debug=cpu", f"paths.root_dir={tmp_path}", f"paths.shared_data={shared_data}", "run_name=e2e",
-            "eval.num_questions=2", "ray.num_cpus=6", "train.sync=nccl", f"eval.ledger={tmp_path / 'ledger.jsonl'}"])
+            "eval.num_questions=2", "ray.num_cpus=6", "train.sync=nccl", f"eval.ledger={tmp_path / 'ledger.jsonl'}",
+            "eval.dev_questions=3", "eval.unread_by=[router_r1]"])
     report = run(cfg)
     out = tmp_path / "outputs" / "e2e"
     steps = [row for _, row in read_jsonl(out / "metrics.jsonl")]
@@ -186,7 +187,17 @@ def test_two_steps_of_the_job_on_ray_train(ray_cluster, tmp_path, shared_data):
     for name in ("reward_curve.png", "route_shares.png", "accuracy_vs_cost.png", "held_out_curve.png"):
         assert (out / name).stat().st_size > 1000
     assert report["wall_s"] > 0
-    # the held-out questions it read, in the ledger: the untrained, the cold start's (step 0), step 2's, the trained
+    # eval.dev_questions: the untrained, cold-start (step 0) and step-2 levels scored 3 training questions kept
+    # out of training; the held-out questions were read once, by the trained policy, and ledgered so
+    assert saved["dev"]["questions"] == 3 and saved["results"]["policy_untrained"]["scored_on"] == "dev"
     (reading,) = [row for _, row in read_jsonl(tmp_path / "ledger.jsonl")]
-    assert reading["run"] == "e2e" and reading["questions"] == 2 and reading["evaluations"] == 4
+    assert reading["run"] == "e2e" and reading["questions"] == 2 and reading["evaluations"] == 1
     assert reading["policy_minus_best_fixed"] == routing["policy_minus_best_fixed"]
+    # eval.unread_by: a later run's lockbox leaves out the two questions this run read
+    from rlrouter.data.build import load_router_r1_split
+    from rlrouter.trainer.job import item_id, unread_items
+
+    test = load_router_r1_split(next((tmp_path / "outputs" / "data").glob("*/test.parquet")))
+    read = {item_id(it) for it in test} - {item_id(it) for it in unread_items(test, str(tmp_path / "ledger.jsonl"),
+                                                                          ["router_r1"])}
+    assert len(read) == 2
