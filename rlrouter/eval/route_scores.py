@@ -30,10 +30,10 @@ import numpy as np
 from rlrouter.data.question import task_of
 from rlrouter.eval.bootstrap import Interval, _interval
 from rlrouter.rewards.router_r1 import (
-    RouterR1FormatReward,
     answer_score,
     call_outcomes,
     combine,
+    format_scores,
     outcome_score,
     scale_cost,
 )
@@ -327,7 +327,7 @@ def trajectory_outcome(t: Any, metric: str = "em") -> float:
 def policy_rows(trajs: Sequence[Any], candidates: Sequence[str], strong: str, alpha: float,
                 bounds: tuple[float, float], metric: str = "em") -> Rows:
     """The policy's trajectories (one per question) under the same reward and cost scale as the routes."""
-    fmt = RouterR1FormatReward(list(candidates))([t.item["query"] for t in trajs], [t.text for t in trajs])
+    fmt = format_scores(trajs, candidates)
     outcome_a = np.asarray([trajectory_outcome(t, metric) for t in trajs], dtype=np.float64)
     fmt_a = np.asarray(fmt, dtype=np.float64)
     cost = np.asarray([t.cost for t in trajs], dtype=np.float64)

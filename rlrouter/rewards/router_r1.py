@@ -565,6 +565,13 @@ class RouterR1Reward:
         self.cost_reward.load_state_dict(state)
 
 
+def format_scores(trajs: Sequence[Any], candidates: Sequence[str]) -> list[float]:
+    """Each trajectory's Router-R1 format score (0 valid, -1 not) as the training reward checks it: a
+    trajectory answered by a candidate's reply (``rollout.env.answer: reply``) needs no ``<think>``."""
+    return RouterR1FormatReward(list(candidates))([t.item["query"] for t in trajs], [t.text for t in trajs],
+                                                  reply_answer=[getattr(t, "reply_answer", False) for t in trajs])
+
+
 def score_trajectories(reward: Any, trajs: Sequence[Any]) -> list[Any]:
     """Each trajectory's ``RouterR1Score`` (trajectories as ``rlrouter.rollout.env`` makes them): the
     Router-R1 components (format, outcome, cost) and, as ``total``, what the whole reward config gives

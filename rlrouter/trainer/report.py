@@ -15,12 +15,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlrouter.eval.route_scores import policy_rows, summarize, task_of
-from rlrouter.rewards.router_r1 import (RouterR1FormatReward, RouterR1Reward, call_outcomes, outcome_score,
+from rlrouter.rewards.router_r1 import (RouterR1Reward, call_outcomes, format_scores, outcome_score,
                                        score_trajectories)
 
 
 def policy_summary(trajs: Sequence[Any], candidates: Sequence[str]) -> dict[str, Any]:
-    fmt = RouterR1FormatReward(list(candidates))([t.item["query"] for t in trajs], [t.text for t in trajs])
+    fmt = format_scores(trajs, candidates)
     em = [outcome_score(t.answer, list(t.item["ground_truth"]), "em", call_outcomes(t)) for t in trajs]
     calls = Counter(r.model for t in trajs for r in t.routes)
     total = sum(calls.values())
