@@ -16,6 +16,7 @@ question, with its options and answer instruction, last).
 from __future__ import annotations
 
 import ast
+import csv
 import math
 import re
 from dataclasses import dataclass, field
@@ -208,13 +209,53 @@ class RouterBenchTable:
         return [question_text(p, rule) for p in self.prompts]
 
 
+META_COLUMNS = ("prompt", "eval_name", "sample_id", "oracle_model_to_route_to")
+"""Columns of a RouterBench table that are never candidates (besides an unnamed index column)."""
+
+
+def _score_column(values: Sequence[Any]) -> bool:
+    """Every non-blank cell a number in [0, 1], and at least one: a column of logged scores."""
+    seen = False
+    for v in values:
+        if _blank(v):
+            continue
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            return False
+        if not 0.0 <= x <= 1.0:
+            return False
+        seen = True
+    return seen
+
+
+def table_candidates(df: Any, priced: Sequence[str] = ()) -> tuple[list[str], str]:
+    """The candidate columns of a table whose candidates are not listed, and how they were found: the
+    columns with a ``<model>|model_response`` or ``<model>|total_cost`` sibling; else the columns that
+    ``priced`` (``eval.prices``) names; else every column of scores (numbers in [0, 1]) that is not a
+    known metadata column, as in a table of scores only."""
+    cols = [str(c) for c in df.columns]
+    found = sorted({c.split("|", 1)[0] for c in cols if c.endswith(ROUTERBENCH_RESPONSE) or c.endswith(ROUTERBENCH_COST)})
+    found = [c for c in found if c in cols]
+    if found:
+        return found, "columns with a <model>|model_response or <model>|total_cost sibling"
+    named = [c for c in cols if c in set(priced)]
+    if named:
+        return named, "the columns eval.prices names"
+    meta = set(META_COLUMNS)
+    scores = [c for c in cols if "|" not in c and c not in meta and c and not c.startswith("Unnamed:")
+              and _score_column(df[c].tolist())]
+    return scores, "the columns of scores in [0, 1]"
+
+
 def read_routerbench_table(path: str | Path, candidates: Sequence[str] | None = None, blank_scores: str = "error",
-                           repeated_ids: str = "keep", allow_pickle: bool = False) -> RouterBenchTable:
+                           repeated_ids: str = "keep", allow_pickle: bool = False,
+                           priced: Sequence[str] = ()) -> RouterBenchTable:
     """Read a RouterBench-style wide table: CSV as RouterBench publishes it (prompts and replies as Python
     list literals), parquet, or a pickle behind ``allow_pickle``.
 
-    Candidates are the columns with a ``<model>|model_response`` or ``<model>|total_cost`` sibling, or
-    ``candidates`` when given. Blank correctness cells and repeated ``sample_id``s are handled by
+    Candidates are ``candidates`` when given, else found by :func:`table_candidates` (``priced``: the
+    models ``eval.prices`` names). Blank correctness cells and repeated ``sample_id``s are handled by
     ``blank_scores`` / ``repeated_ids`` and counted in the table's :class:`TableReport`. Errors name the
     file, the data row (0-based, as pandas numbers it) and the column.
     """
@@ -227,16 +268,16 @@ def read_routerbench_table(path: str | Path, candidates: Sequence[str] | None = 
     cols = [str(c) for c in df.columns]
     if "prompt" not in cols:
         raise DataFileError(path, "row 0", "prompt", f"missing column (columns: {cols[:8]}...)")
+    how = "eval.candidates"
     if candidates is None:
-        candidates = sorted({c.split("|", 1)[0] for c in cols if c.endswith(ROUTERBENCH_RESPONSE)
-                             or c.endswith(ROUTERBENCH_COST)})
-        candidates = [c for c in candidates if c in cols]
+        candidates, how = table_candidates(df, priced)
     candidates = list(candidates)
     for c in candidates:
         if c not in cols:
             raise DataFileError(path, "row 0", c, f"candidate column missing (eval.candidates; columns: {cols[:8]}...)")
     if len(candidates) < 2:
-        raise DataFileError(path, "row 0", None, f"found {len(candidates)} candidate columns, need >= 2")
+        raise DataFileError(path, "row 0", None, f"found {len(candidates)} candidate columns ({how}), need >= 2: "
+                            "list the score columns in eval.candidates, or price each candidate in eval.prices")
     n, m = len(df), len(candidates)
     full = []
     for i, v in enumerate(df["prompt"].tolist()):
@@ -305,7 +346,8 @@ def read_routerbench_table(path: str | Path, candidates: Sequence[str] | None = 
 
 def is_routerbench_table(path: str | Path) -> bool:
     """A parquet file, or a local CSV whose header names a ``<model>|model_response`` or ``<model>|total_cost``
-    column: RouterBench's layout rather than RouteLLM's."""
+    column or an ``eval_name`` column (a table of scores only): RouterBench's layout rather than RouteLLM's
+    (``prompt`` and one score column per model, one file per task)."""
     p = Path(path)
     if p.suffix.lower() == ".parquet":
         return True
@@ -313,7 +355,8 @@ def is_routerbench_table(path: str | Path) -> bool:
         return False
     with p.open(encoding="utf-8", errors="replace") as f:
         header = f.readline()
-    return ROUTERBENCH_RESPONSE in header or ROUTERBENCH_COST in header
+    names = {c.strip() for c in next(csv.reader([header]), [])}
+    return ROUTERBENCH_RESPONSE in header or ROUTERBENCH_COST in header or "eval_name" in names
 
 
 def routerbench_files(path: str | Path, split: str | None = None) -> list[Path]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -37,6 +38,8 @@ from rlrouter.eval.wtp import (Sweep, aiq_by_task, aiq_minus_reference, cost_ran
 
 OVERLAP = ("drop", "keep")
 ZERO = "zero_router"
+
+log = logging.getLogger(__name__)
 
 
 def run_evaluation(cfg: Any) -> dict[str, Any]:
@@ -180,6 +183,26 @@ def at_prices(sweep: Sweep, lams: Sequence[float], test: EvalSet, by_task: Mappi
     return out
 
 
+def _evaluate_router(name: str, spec: Mapping[str, Any], train: EvalSet, test: EvalSet, embed, folds: np.ndarray,
+                     num_w: int, ws: np.ndarray, lams: Sequence[float], seed: int,
+                     convention: str) -> tuple[Sweep, dict[float, int], dict[str, Any]]:
+    """One router: its settings picked on train, fitted, swept on test. (test sweep, setting per price weight,
+    its report entry before the test figures)."""
+    t = time.perf_counter()
+    chosen, table = select_settings(name, spec, train, embed, folds, num_w, seed, convention)
+    t_select = time.perf_counter() - t
+    router: PoolRouter = build_pool_router(name, chosen, embed, seed)
+    router.fit(train)
+    at_price = settings_for_prices(router.sweep(train, ws), lams)
+    t_fit = time.perf_counter() - t - t_select  # with the train sweep that picks the price settings
+    sweep = router.sweep(test, ws)
+    entry = {"type": chosen.get("type"), "params": {k: v for k, v in chosen.items() if k != "type"},
+             "cv": table, "reads_outcomes": router.reads_outcomes, "seconds": round(time.perf_counter() - t, 2),
+             "seconds_by_stage": {"select_on_train": round(t_select, 2), "fit": round(t_fit, 2),
+                                  "sweep_test": round(time.perf_counter() - t - t_select - t_fit, 2)}}
+    return sweep, at_price, entry
+
+
 def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Evaluate every configured router over the pool; write report.json, report.md and one PNG per task."""
     ev = cfg["eval"]
@@ -213,22 +236,24 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
         if unknown:
             raise ValueError(f"eval.only: {unknown} are not configured routers ({sorted(specs)})")
         specs = {k: v for k, v in specs.items() if k in only}
-    with tqdm(total=len(specs), desc="evaluate_router", unit="router") as bar:
+    # before any router runs: a bad router config stops here; a router that cannot apply to these tables is
+    # skipped with its reason in the report
+    skipped = {name: why for name, spec in specs.items()
+               if (why := build_pool_router(name, {k: v for k, v in spec.items() if k != "select"}, embed,
+                                            seed).cannot_apply(train, test))}
+    for name, why in skipped.items():
+        print(f"evaluate_router: skipping {name}: {why}")
+    with tqdm(total=len(specs) - len(skipped), desc="evaluate_router", unit="router") as bar:
         for name, spec in specs.items():
+            if name in skipped:
+                continue
             bar.set_postfix_str(name)
-            t = time.perf_counter()
-            chosen, table = select_settings(name, spec, train, embed, folds, num_w, seed, convention)
-            t_select = time.perf_counter() - t
-            router: PoolRouter = build_pool_router(name, chosen, embed, seed)
-            router.fit(train)
-            at_price_setting[name] = settings_for_prices(router.sweep(train, ws), lams)
-            t_fit = time.perf_counter() - t - t_select  # with the train sweep that picks the price settings
-            sweeps[name] = router.sweep(test, ws)
-            routers[name] = {"type": chosen.get("type"), "params": {k: v for k, v in chosen.items() if k != "type"},
-                             "cv": table, "reads_outcomes": router.reads_outcomes,
-                             "seconds": round(time.perf_counter() - t, 2),
-                             "seconds_by_stage": {"select_on_train": round(t_select, 2), "fit": round(t_fit, 2),
-                                                  "sweep_test": round(time.perf_counter() - t - t_select - t_fit, 2)}}
+            try:  # one router's failure costs its row, never the others' results
+                sweeps[name], at_price_setting[name], routers[name] = _evaluate_router(
+                    name, spec, train, test, embed, folds, num_w, ws, lams, seed, convention)
+            except Exception as e:  # noqa: BLE001 - reported by name, the run goes on
+                log.exception("evaluate_router: %s failed; the other routers go on", name)
+                skipped[name] = f"failed: {type(e).__name__}: {e}"
             bar.update(1)
 
     boot_cfg = dict(ev.get("bootstrap") or {})
@@ -253,6 +278,7 @@ def run_pool(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "best_fixed_on_train": {f"{lam:g}": test.names[j] for lam, j in at_price_setting[ZERO].items()},
         "single_models": singles,
         "routers": routers,
+        "skipped": skipped,
         "bootstrap": {"reference": ZERO, "n_boot": int(boot_cfg.get("n_boot", 1000)),
                       "level": float(boot_cfg.get("level", 0.95)), "stratified_by": "task"},
         "seconds": round(time.perf_counter() - t0, 2),

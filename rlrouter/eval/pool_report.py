@@ -48,6 +48,8 @@ def pool_markdown(report: dict[str, Any]) -> str:
              f"({report['bootstrap']['n_boot']} resamples, stratified by task), AIQ minus the zero router's.", ""]
     if data.get("quirks"):
         lines += ["Data:", *[f"- {q}" for q in data["quirks"]], ""]
+    if report.get("skipped"):
+        lines += ["Not in the tables below:", *[f"- {n}: {why}" for n, why in report["skipped"].items()], ""]
     lines += ["## AIQ", "", aiq_table(report), ""]
     for lam in report["price_weights"]:
         key = f"{lam:g}"

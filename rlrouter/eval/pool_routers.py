@@ -75,6 +75,16 @@ class PoolRouter(abc.ABC):
 
     name: str = "router"
     reads_outcomes: bool = False  # the oracle: an upper bound, kept out of "best router" comparisons
+    reads_replies: bool = False  # the cascades: they read the logged replies (<model>|model_response)
+
+    def cannot_apply(self, train: EvalSet, test: EvalSet) -> str | None:
+        """Why this router cannot run on these tables (None when it can): checked before any router runs."""
+        if self.reads_replies:
+            missing = [n for es, n in ((train, "train"), (test, "test")) if not es.responses]
+            if missing:
+                return (f"it reads logged replies and the {' and '.join(missing)} tables log none "
+                        "(<model>|model_response)")
+        return None
 
     def fit(self, train: EvalSet) -> None:  # noqa: B027 - the oracle and loaded checkpoints learn nothing
         """Learn from the training tables' logged outcomes."""
@@ -503,6 +513,7 @@ class CascadeRouter(PoolRouter):
     """Cheapest first; stop at the first reply the scorer trusts (see the module docstring)."""
 
     name = "cascade"
+    reads_replies = True
 
     def __init__(self, embed: Embed, chain: Sequence[str] | str = "hull", features: Sequence[str] = ("agreement",),
                  l2: float = 1.0, thresholds: int = 41):

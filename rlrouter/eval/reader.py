@@ -224,7 +224,7 @@ def read_routerbench(path: str | Path, prices: Mapping[str, Mapping[str, float]]
     if question not in QUESTION_RULES:
         raise ValueError(f"eval.question: expected one of {QUESTION_RULES}, got '{question}'")
     t = read_routerbench_table(path, candidates, blank_scores=blank_scores, repeated_ids=repeated_ids,
-                               allow_pickle=allow_pickle)
+                               allow_pickle=allow_pickle, priced=list(prices or ()))
     if report is not None:
         report.append(t.report)
     # prices matter only where no cost was logged; zero prices keep Candidate valid there

@@ -163,3 +163,30 @@ def test_one_table_is_split_by_question_and_only_names_known_routers(tmp_path, t
     cfg = _cfg(tmp_path, train, train, {"knn": {"type": "knn", "k": 3}}, only=["knn", "nope"], overlap="keep")
     with pytest.raises(ValueError, match=r"eval.only: \['nope'\] are not configured routers"):
         run_pool(cfg)
+
+
+def test_a_router_that_cannot_apply_is_skipped_first_and_a_failing_one_loses_no_other(tmp_path, tables, caplog):
+    """A user's tables of scores only (no replies, no costs; eval.prices prices them): the cascade, which reads
+    replies, is skipped before any router runs; a router that fails while it runs costs only its own row."""
+    train, test = tables
+    for path in (train, test):
+        df = pd.read_csv(path, index_col=0)
+        df[["sample_id", "prompt", "eval_name", *MODELS]].to_csv(path)
+    prices = {m: {"input": 1e3 * c, "output": 1e3 * c} for m, c in MODELS.items()}
+    routers = {"per_task": {"type": "per_task"}, "cascade": {"type": "cascade"},
+               "knn": {"type": "knn", "k": 5}}
+    report = run_pool(_cfg(tmp_path, train, test, routers, prices=prices))
+    assert report["data"]["candidates"] == list(MODELS)
+    assert set(report["routers"]) == {"zero_router", "per_task", "knn"}
+    assert "reads logged replies" in report["skipped"]["cascade"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "- cascade: it reads logged replies" in md
+    # a router that fails as it fits (a chain naming no candidate): the others' results stay
+    routers["cascade"] = {"type": "per_task"}
+    routers["bad_chain"] = {"type": "escalate", "chain": ["cheap", "absent"]}
+    _table(train, 60, 0, 0), _table(test, 30, 58, 1)  # the full tables again: replies logged
+    report = run_pool(_cfg(tmp_path, train, test, routers))
+    assert set(report["routers"]) == {"zero_router", "per_task", "cascade", "knn"}
+    assert list(report["skipped"]) == ["bad_chain"]
+    assert report["skipped"]["bad_chain"].startswith("failed: ValueError: cascade.chain: ['absent'] not among")
+    assert "bad_chain failed" in caplog.text

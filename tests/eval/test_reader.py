@@ -264,3 +264,37 @@ def test_the_question_rule_on_routerbench_three_tasks(shared_data):
             # one question with its options: the few-shot examples' answers are gone
             assert all(p.count("Answer:") == 1 and p.rstrip().endswith("Answer:") for p in es.prompts)
             assert all("A) " in p and "B) " in p for p in es.prompts)
+
+
+def _scores_only(tmp_path, suffix: str) -> Path:
+    """A user's logged table of scores only: prompt, eval_name, one score column per model (and an index)."""
+    df = _table()[["sample_id", "prompt", "eval_name", "big", "small"]]
+    path = tmp_path / f"scores{suffix}"
+    if suffix == ".csv":
+        df.to_csv(path)  # pandas writes its index as an unnamed first column
+    else:
+        df.to_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_table_of_scores_only_reads_its_score_columns_as_candidates(tmp_path, suffix):
+    path = _scores_only(tmp_path, suffix)
+    tokens = TokenEstimate(chars_per_token=4.0)
+    es = read_eval_set(path, prices=PRICES, tokens=tokens)
+    assert es.names == ["big", "small"] and es.scores.tolist() == [[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]
+    # priced from eval.prices: 3 prompt tokens, and the estimate's reply length where no reply is logged
+    assert es.prompt_tokens[0] == 3
+    assert es.costs[0, 0] == pytest.approx((3 * 10 + es.completion_tokens[0, 0] * 30) / 1e6)
+    # the models eval.prices names are the candidates when it names some of the columns
+    es = read_eval_set(path, prices={"big": PRICES["big"], "small": PRICES["small"], "absent": PRICES["big"]},
+                       tokens=tokens)
+    assert es.names == ["big", "small"]
+
+
+def test_a_table_with_one_score_column_names_the_settings_that_fix_it(tmp_path):
+    path = tmp_path / "one.parquet"
+    _table()[["prompt", "eval_name", "big"]].assign(note=["x", "y", "z"]).to_parquet(path)
+    for prices, how in [(None, "the columns of scores in"), (PRICES, "the columns eval.prices names")]:
+        with pytest.raises(DataFileError, match=rf"found 1 candidate columns \({how}.*eval.candidates.*eval.prices"):
+            read_eval_set(path, prices=prices)
