@@ -75,7 +75,7 @@ def references(task, starts: list[str], seeds: int = 5) -> dict:
 
 
 def real_stack(task, estimators: list[str], starts: list[str], steps: int, lr: float, work: Path,
-               entropy_coef: float = 0.0) -> dict:
+               entropy_coef: float = 0.0, kl_coef: float = 0.0) -> dict:
     import ray
 
     from rlrouter.distributed.resources import ResourceSpec
@@ -91,10 +91,12 @@ def real_stack(task, estimators: list[str], starts: list[str], steps: int, lr: f
         for start in starts:
             for est in estimators:
                 t0 = time.perf_counter()
-                # an entropy bonus is the algorithm's own knob: GRPO's and PPO's configs both carry entropy_coef
-                extra = {} if not entropy_coef else {
-                    ESTIMATOR_LEARNER[est]["algo"]: {**ESTIMATOR_LEARNER[est].get(ESTIMATOR_LEARNER[est]["algo"], {}),
-                                                     "entropy_coef": entropy_coef}}
+                # an entropy bonus and a KL term to the cold start (k3, in the loss) are the algorithm's own knobs:
+                # GRPO's and PPO's configs both carry them
+                algo = ESTIMATOR_LEARNER[est]["algo"]
+                knobs = {**({"entropy_coef": entropy_coef} if entropy_coef else {}),
+                         **({"kl": {"coef": kl_coef, "estimator": "k3", "in_reward": False}} if kl_coef else {})}
+                extra = {algo: {**ESTIMATOR_LEARNER[est].get(algo, {}), **knobs}} if knobs else {}
                 r = run_bandit(task, est, start, group, res, work / f"{est}_{start}", steps=steps, lr=lr, learner=extra)
                 out.setdefault(start, {})[est] = r
                 print(f"{start:8s} {est:10s} final p_optimal {[round(x, 3) for x in r['final_p_optimal']]} "
@@ -155,6 +157,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--lr", type=float, default=None, help="the LoRA learning rate (default: the bandit run's)")
     ap.add_argument("--entropy", type=float, default=0.0, help="the real stack's algo entropy_coef (default 0: none)")
+    ap.add_argument("--kl", type=float, default=0.0,
+                    help="the real stack's KL coefficient to the cold-start policy (k3, in the loss; default 0: none)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--work", default=str(ROOT / "outputs" / "bench_rl_bandit"))
     ap.add_argument("--out", default=str(RESULTS / "rl_bandit.json"))
@@ -178,11 +182,12 @@ def main() -> None:
                  "optimal": task.optimal.tolist(), "traps": list(task.traps),
                  "trap_wins": task.trap_wins().round(4).tolist(),
                  "best_fixed_route": float(task.means.mean(axis=0).max()), "optimum": float(task.means.max(axis=1).mean())},
-        "settings": {"steps": steps, "lr": lr, "entropy_coef": args.entropy, "prompts_per_step": 6, "n_samples": 8,
+        "settings": {"steps": steps, "lr": lr, "entropy_coef": args.entropy, "kl_coef": args.kl, "prompts_per_step": 6, "n_samples": 8,
                      "tabular_steps": TABULAR_STEPS},
         "references": references(task, starts),
     }
-    result["real_stack"] = real_stack(task, estimators, starts, steps, lr, Path(args.work).resolve(), args.entropy)
+    result["real_stack"] = real_stack(task, estimators, starts, steps, lr, Path(args.work).resolve(), args.entropy,
+                                      args.kl)
     result["wall_s"] = time.perf_counter() - t0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
