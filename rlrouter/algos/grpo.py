@@ -28,6 +28,9 @@ from rlrouter.algos.common import (
 from rlrouter.algos.registry import register_adv_est, register_algo, register_policy_loss
 
 
+BASELINES: tuple[str, ...] = ("group", "well_formed")
+
+
 @register_algo("grpo")
 @dataclass
 class GRPOConfig:
@@ -41,6 +44,13 @@ class GRPOConfig:
     candidate): with the division, a group whose two samples differ by a 0.04 cost gap gets the same
     advantage as one that differs by a 0.9 right/wrong gap, and the policy learns how often a candidate
     beats its group-mates, not its mean reward (the trap of ``benchmarks/bench_rl_bandit.py``)."""
+    baseline: str = "group"
+    """Each group's baseline: ``group``, the mean reward of all its samples (GRPO's); ``well_formed``, the mean
+    of the samples that passed the format check (all of them when none did). With ``well_formed`` a format
+    failure's penalty is the failing sample's own advantage, not a bonus shared by every well-formed sample of
+    its group: on RouterBench's logged pool that bonus went to whichever candidate each task's groups were
+    already calling, and with 88% of the training prompts on two tasks it lifted their candidate everywhere
+    (docs/router_r1.md, "At scale on RouterBench"). Estimator ``grpo`` only."""
     eps: float = 1e-6
     """Added to the group std so a group with equal rewards yields 0, not 0/0."""
     clip_eps_low: float = 0.2
@@ -68,6 +78,10 @@ class GRPOConfig:
             raise ValueError(f"group_size: GRPO needs >= 2 samples per prompt, got {self.group_size!r}")
         if self.eps <= 0:
             raise ValueError(f"eps: must be > 0, got {self.eps!r}")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline: one of {BASELINES}, got {self.baseline!r}")
+        if self.baseline == "well_formed" and self.adv_estimator != "grpo":
+            raise ValueError(f"baseline=well_formed: supported by adv_estimator grpo, not {self.adv_estimator!r}")
         check_clip(self.clip_eps_low, self.clip_eps_high, self.loss_agg_mode, self.entropy_coef)
 
 
@@ -75,25 +89,33 @@ class GRPOConfig:
 
 
 def grpo_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool = True,
-                    eps: float = 1e-6) -> torch.Tensor:
+                    eps: float = 1e-6, well_formed: torch.Tensor | None = None) -> torch.Tensor:
     """``(r - mean_group) / (std_group + eps)`` per trajectory; groups are contiguous runs of ``group_size``.
 
     The rollout lays out sample ``j`` of prompt ``i`` at row ``i * G + j``. The std is Bessel-corrected,
     as in TRL and verl. A group whose rewards are all equal carries no signal: its advantages are 0.
+    ``well_formed`` (B,) bool: the baseline is the mean over a group's well-formed samples (all of them when
+    none is); the std stays the whole group's.
     """
     # rewards: (B,) with B = P * G
     if rewards.dim() != 1 or rewards.numel() % group_size != 0:
         raise ValueError(f"rewards: expected shape (P * {group_size},), got {tuple(rewards.shape)}")
     grouped = rewards.float().reshape(-1, group_size)  # (P, G)
-    advantages = grouped - grouped.mean(-1, keepdim=True)  # (P, G)
+    baseline = grouped.mean(-1, keepdim=True)  # (P, 1)
+    if well_formed is not None:
+        formed = well_formed.reshape(-1, group_size).to(grouped.dtype)  # (P, G)
+        count = formed.sum(-1, keepdim=True)  # (P, 1)
+        formed_mean = (grouped * formed).sum(-1, keepdim=True) / count.clamp(min=1)  # (P, 1)
+        baseline = torch.where(count > 0, formed_mean, baseline)
+    advantages = grouped - baseline  # (P, G)
     if scale_by_std:
         advantages = advantages / (grouped.std(-1, keepdim=True) + eps)  # (P, G)
     return advantages.reshape(-1)  # (B,)
 
 
 def compute_grpo_advantages(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfig,
-                            old_logp: torch.Tensor | None = None,
-                            ref_logp: torch.Tensor | None = None) -> torch.Tensor:
+                            old_logp: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None,
+                            well_formed: torch.Tensor | None = None) -> torch.Tensor:
     """Token-level advantages ``(B, T)``: each trajectory's group advantage on its policy tokens, 0 elsewhere.
 
     With ``cfg.kl.in_reward`` the trajectory's reward is first reduced by ``beta * sum_t kl_t`` (its
@@ -106,16 +128,20 @@ def compute_grpo_advantages(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPO
         token_rewards, _ = kl_penalized_rewards(sparse_rewards(rewards.float(), mask), old_logp, ref_logp,
                                                 mask, cfg.kl)  # (B, T)
         rewards = token_rewards.sum(-1)  # (B,)
-    advantages = grpo_advantages(rewards, cfg.group_size, cfg.scale_by_std, cfg.eps)  # (B,)
+    if cfg.baseline == "well_formed" and well_formed is None:
+        raise ValueError("learner.grpo.baseline=well_formed: the learner was not told which samples are well-formed")
+    advantages = grpo_advantages(rewards, cfg.group_size, cfg.scale_by_std, cfg.eps,
+                                 well_formed if cfg.baseline == "well_formed" else None)  # (B,)
     return _token_advantages(advantages, mask)  # (B, T)
 
 
 @register_adv_est("grpo")
 def grpo_adv_estimator(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfig, *,
                        values: torch.Tensor | None = None, old_logp: torch.Tensor | None = None,
-                       ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+                       ref_logp: torch.Tensor | None = None,
+                       well_formed: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
     """``compute_grpo_advantages`` in the registry's form: no critic, so no ``values`` and no returns."""
-    return compute_grpo_advantages(rewards, mask, cfg, old_logp, ref_logp), None
+    return compute_grpo_advantages(rewards, mask, cfg, old_logp, ref_logp, well_formed), None
 
 
 def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -151,7 +177,8 @@ def _kl_free_rewards(rewards: torch.Tensor, cfg: GRPOConfig, estimator: str) -> 
 @register_adv_est("rloo")
 def rloo_adv_estimator(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfig, *,
                        values: torch.Tensor | None = None, old_logp: torch.Tensor | None = None,
-                       ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+                       ref_logp: torch.Tensor | None = None,
+                       well_formed: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
     """``rloo_advantages`` on every policy token of each trajectory."""
     rewards = _kl_free_rewards(rewards, cfg, "rloo")
     return _token_advantages(rloo_advantages(rewards, cfg.group_size), mask), None
@@ -160,7 +187,8 @@ def rloo_adv_estimator(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfi
 @register_adv_est("batch_std")
 def batch_std_adv_estimator(rewards: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfig, *,
                             values: torch.Tensor | None = None, old_logp: torch.Tensor | None = None,
-                            ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+                            ref_logp: torch.Tensor | None = None,
+                            well_formed: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
     """``batch_std_advantages`` on every policy token of each trajectory."""
     rewards = _kl_free_rewards(rewards, cfg, "batch_std")
     return _token_advantages(batch_std_advantages(rewards, cfg.group_size, cfg.eps), mask), None

@@ -168,7 +168,8 @@ def compute_ppo_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: to
 @register_adv_est("gae", critic=True)
 def gae_adv_estimator(rewards: torch.Tensor, mask: torch.Tensor, cfg: PPOConfig, *,
                       values: torch.Tensor | None = None, old_logp: torch.Tensor | None = None,
-                      ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      ref_logp: torch.Tensor | None = None,
+                      well_formed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``compute_ppo_advantages`` in the registry's form; ``values`` (the critic's, rollout-time) are required."""
     if values is None:
         raise ValueError("adv_estimator 'gae': needs the critic's values (the learner builds a value head)")

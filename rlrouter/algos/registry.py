@@ -6,9 +6,9 @@ The learner never asks which algorithm it runs. It builds the config registered 
 
 Every estimator and loss takes the same arguments, so the learner calls them all one way:
 
-- advantage estimator: ``(rewards (B,), mask (B, T), cfg, *, values, old_logp, ref_logp)`` ->
+- advantage estimator: ``(rewards (B,), mask (B, T), cfg, *, values, old_logp, ref_logp, well_formed)`` ->
   ``(advantages (B, T), returns (B, T) or None)``; ``values`` are the rollout-time critic values
-  (None without a critic);
+  (None without a critic), ``well_formed`` (B,) which samples passed the format check (or None);
 - policy loss: ``(logp, old_logp, advantages, mask, cfg, *, values, old_values, returns, ref_logp,
   entropy)`` -> ``(loss, metrics)``, all ``(B, T)``.
 

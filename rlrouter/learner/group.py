@@ -83,8 +83,9 @@ class LearnerRank:
     def sft_step(self, shard: list[Any], lr: float | None) -> dict[str, float]:
         return self.learner.sft_step(shard, lr=lr)
 
-    def train_step(self, shard: list[Any], rewards: list[float], pad_to: int) -> dict[str, float]:
-        return self.learner.train_step(shard, rewards, pad_to=pad_to)
+    def train_step(self, shard: list[Any], rewards: list[float], pad_to: int,
+                   well_formed: list[bool] | None = None) -> dict[str, float]:
+        return self.learner.train_step(shard, rewards, pad_to=pad_to, well_formed=well_formed)
 
     def reset_reference(self) -> None:
         """RL starts here: the KL reference is the current policy and the optimizer's moments start fresh."""
@@ -156,8 +157,9 @@ class LocalLearners:
     def sft_step(self, shards: list[list[Any]], lr: float | None) -> dict[str, float]:
         return self.rank.sft_step(shards[0], lr)
 
-    def train_step(self, shards: list[list[Any]], rewards: list[list[float]], pad_to: int) -> dict[str, float]:
-        return self.rank.train_step(shards[0], rewards[0], pad_to)
+    def train_step(self, shards: list[list[Any]], rewards: list[list[float]], pad_to: int,
+                   well_formed: list[list[bool]] | None = None) -> dict[str, float]:
+        return self.rank.train_step(shards[0], rewards[0], pad_to, well_formed[0] if well_formed else None)
 
     def reset_reference(self) -> None:
         self.rank.reset_reference()
@@ -231,8 +233,10 @@ class LearnerGroup:
     def sft_step(self, shards: list[list[Any]], lr: float | None) -> dict[str, float]:
         return mean_metrics(self._all("sft_step", shards, [lr] * self.world_size))
 
-    def train_step(self, shards: list[list[Any]], rewards: list[list[float]], pad_to: int) -> dict[str, float]:
-        return mean_metrics(self._all("train_step", shards, rewards, [pad_to] * self.world_size))
+    def train_step(self, shards: list[list[Any]], rewards: list[list[float]], pad_to: int,
+                   well_formed: list[list[bool]] | None = None) -> dict[str, float]:
+        return mean_metrics(self._all("train_step", shards, rewards, [pad_to] * self.world_size,
+                                      well_formed or [None] * self.world_size))
 
     def reset_reference(self) -> None:
         self._workers.call([("reset_reference",)] * self.world_size)

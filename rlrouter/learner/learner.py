@@ -79,9 +79,10 @@ class Learner:
     reset_moments = _part("update", "reset_moments")
 
     def train_step(self, trajectories: Sequence[TrajectoryTokens], rewards: Sequence[float],
-                   pad_to: int | None = None) -> dict[str, float]:
-        """One policy update on this rank's trajectories (item-major groups for GRPO)."""
-        return self.update.train_step(trajectories, rewards, pad_to=pad_to)
+                   pad_to: int | None = None, well_formed: Sequence[bool] | None = None) -> dict[str, float]:
+        """One policy update on this rank's trajectories (item-major groups for GRPO); ``well_formed``: which
+        passed the format check (the group baselines of ``learner.grpo.baseline: well_formed``)."""
+        return self.update.train_step(trajectories, rewards, pad_to=pad_to, well_formed=well_formed)
 
     def sft_step(self, trajectories: Sequence[TrajectoryTokens], lr: float | None = None) -> dict[str, float]:
         """One supervised step (cold start) on demonstrations."""

@@ -49,7 +49,7 @@ class UpdateStep:
 
     # -- the update -------------------------------------------------------------------------------
     def train_step(self, trajectories: Sequence[TrajectoryTokens], rewards: Sequence[float],
-                   pad_to: int | None = None) -> dict[str, float]:
+                   pad_to: int | None = None, well_formed: Sequence[bool] | None = None) -> dict[str, float]:
         """One policy update on this rank's trajectories (item-major groups for GRPO)."""
         t0 = time.perf_counter()
         model = self.model
@@ -57,6 +57,8 @@ class UpdateStep:
         batch = {k: v.to(model.device) for k, v in batch.items()}
         batch["loss_mask"] = batch["loss_mask"].float()
         rewards_t = torch.tensor(list(rewards), dtype=torch.float32, device=model.device)  # (B,)
+        formed_t = (torch.tensor(list(well_formed), dtype=torch.bool, device=model.device)  # (B,)
+                    if well_formed is not None else None)
         mbs = self.micro_batches(batch)
         # old log-probs are recomputed here (verl does the same): vLLM's sampled log-probs are raw and
         # differ slightly from the learner's numerics, so the first ratio would not be exactly 1
@@ -78,7 +80,7 @@ class UpdateStep:
         mask = batch["loss_mask"]
         self._warm_up_lr()
         advantages, returns = self.adv_estimator(rewards_t, mask, self.algo, values=old_values, old_logp=old_logp,
-                                                 ref_logp=ref_logp)
+                                                 ref_logp=ref_logp, well_formed=formed_t)
         batch["advantages"] = advantages
         if old_logp is not None:
             batch["old_logp"] = old_logp

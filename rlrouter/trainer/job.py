@@ -65,6 +65,8 @@ class HeldOutConfig:
     """``eval``: the held-out questions every evaluation of the run scores."""
 
     num_questions: int = 32
+    """Held-out questions read after training; 0 (with ``dev_questions``): a pilot that reads none, so a
+    lockbox stays unread while settings are chosen on the dev curve."""
     per_task: bool = False
     seed: int = 1234
     untrained: bool = True
@@ -90,6 +92,9 @@ class HeldOutConfig:
             raise ValueError(f"eval.unread_by: a list of router types, got {self.unread_by!r}")
         if self.unread_by and not self.ledger:
             raise ValueError("eval.unread_by: needs eval.ledger (the readings that say what was read)")
+        if self.num_questions == 0 and not self.dev_questions:
+            raise ValueError("eval.num_questions: 0 (read no held-out question) needs eval.dev_questions > 0 for the "
+                             "curve to score something")
 
 
 @dataclass
@@ -215,7 +220,9 @@ def demonstrations(job: RouterR1JobConfig, pool: Any, items: list[dict[str, Any]
 def held_out_items(items: list[dict[str, Any]], n: int, per_task: bool = False) -> list[dict[str, Any]]:
     """The held-out questions: the file's first ``n``, or with ``per_task`` the first ``n // tasks`` of each
     task (``task_of``) in file order, tasks in order of first appearance. A task with fewer questions gives
-    all it has, and the run says so."""
+    all it has, and the run says so. ``n`` 0: none (a pilot)."""
+    if n <= 0:
+        return []
     if not per_task:
         return items[:n]
     by_task: dict[str, list[dict[str, Any]]] = {}
@@ -306,8 +313,9 @@ def run(cfg: Any) -> dict[str, Any]:
     test_items = unread_items(load_router_r1_split(test_path), job.eval.ledger, job.eval.unread_by)
     test_items = held_out_items(test_items, job.eval.num_questions, job.eval.per_task)
     if dev_items:
-        print(f"dev: {len(dev_items)} training questions kept out of training score the curve; the {len(test_items)} "
-              f"held-out questions are read once, after training (eval.dev_questions)")
+        print(f"dev: {len(dev_items)} training questions kept out of training score the curve; "
+              + (f"the {len(test_items)} held-out questions are read once, after training (eval.dev_questions)"
+                 if test_items else "no held-out question is read (eval.num_questions=0: a pilot)"))
     pool = CandidatePool.from_config(job.pool)
     candidates = pool.names
     train.out_dir, train.train_path = str(out), str(train_path)
@@ -358,30 +366,34 @@ def run(cfg: Any) -> dict[str, Any]:
     report["train_s"] = time.perf_counter() - t0
     if getattr(result, "error", None):
         raise RuntimeError(f"training failed: {result.error}")
-    trained = held_out_rollout(group, test_items, eval_seed, "held-out, trained", train.progress)
-    report["results"]["policy_trained"] = held_out_summary(trained, candidates, **scoring)
-    print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
-    write_jsonl(out / "held_out.jsonl", held_out_records(trained, candidates, **scoring))
-    test_table = route_table(pool, test_items, metric)
-    board = scoreboard(test_table, reference_table or test_table, scoring["alpha"],
-                       trajs=trained, seed=eval_seed, metric=metric)
-    board["reference"] = "training questions" if reference_table is not None else "held-out questions (live pool)"
-    if reference_table is None:  # the policy's row on the board's scale too, not on its own window's
-        report["results"]["policy_trained"].update(
-            {k: board["routes"]["policy"][k] for k in ("mean_reward", "strong_share", "strong_share_by_task",
-                                                       "mean_reward_by_task")})
-    report["routing"] = board
-    report["results"].update({k: v for k, v in board["routes"].items() if k != "policy"})
-    print("routing:", json.dumps({k: board[k] for k in ("best_fixed", "per_task", "policy_minus_best_fixed")}))
-    if job.eval.ledger:  # held-out questions read by this run's evaluations: one record in the ledger
-        ids = [item_id(it) for it in test_items]
-        evaluations = 1 if dev_items else (  # with a dev set only the trained policy read the held-out questions
-            sum(1 for m in read_jsonl_rows(out / "metrics.jsonl") if "eval/mean_reward" in m)
-            + 1 + ("policy_untrained" in report["results"]))  # the curve's, the trained, the untrained
-        report["ledger"] = record_reading(
-            job.eval.ledger, question_ids=ids, test_sources=[str(test_path)], router_types=["router_r1"],
-            command="jobs/train_router_r1.py", run=plain["run_name"], evaluations=evaluations,
-            policy_minus_best_fixed=board.get("policy_minus_best_fixed"))
+    trained: list[Any] = []
+    if test_items:
+        trained = held_out_rollout(group, test_items, eval_seed, "held-out, trained", train.progress)
+        report["results"]["policy_trained"] = held_out_summary(trained, candidates, **scoring)
+        print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
+        write_jsonl(out / "held_out.jsonl", held_out_records(trained, candidates, **scoring))
+        test_table = route_table(pool, test_items, metric)
+        board = scoreboard(test_table, reference_table or test_table, scoring["alpha"],
+                           trajs=trained, seed=eval_seed, metric=metric)
+        board["reference"] = "training questions" if reference_table is not None else "held-out questions (live pool)"
+        if reference_table is None:  # the policy's row on the board's scale too, not on its own window's
+            report["results"]["policy_trained"].update(
+                {k: board["routes"]["policy"][k] for k in ("mean_reward", "strong_share", "strong_share_by_task",
+                                                           "mean_reward_by_task")})
+        report["routing"] = board
+        report["results"].update({k: v for k, v in board["routes"].items() if k != "policy"})
+        print("routing:", json.dumps({k: board[k] for k in ("best_fixed", "per_task", "policy_minus_best_fixed")}))
+        if job.eval.ledger:  # held-out questions read by this run's evaluations: one record in the ledger
+            ids = [item_id(it) for it in test_items]
+            evaluations = 1 if dev_items else (  # with a dev set only the trained policy read the held-out questions
+                sum(1 for m in read_jsonl_rows(out / "metrics.jsonl") if "eval/mean_reward" in m)
+                + 1 + ("policy_untrained" in report["results"]))  # the curve's, the trained, the untrained
+            report["ledger"] = record_reading(
+                job.eval.ledger, question_ids=ids, test_sources=[str(test_path)], router_types=["router_r1"],
+                command="jobs/train_router_r1.py", run=plain["run_name"], evaluations=evaluations,
+                policy_minus_best_fixed=board.get("policy_minus_best_fixed"))
+    else:  # a pilot (eval.num_questions=0): the curve on the dev questions only, the held-out set stays unread
+        print("held-out: none read (eval.num_questions=0); the dev curve is the run's only evaluation")
     metrics = read_jsonl_rows(out / "metrics.jsonl")
     report["steps"] = metrics
     report["checkpoint"] = latest_checkpoint(train.checkpoints)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rlrouter.eval.route_scores import policy_rows, summarize, task_of
+from rlrouter.eval.route_scores import policy_rows, summarize, task_of, trajectory_share
 from rlrouter.rewards.router_r1 import (RouterR1Reward, call_outcomes, format_scores, outcome_score,
                                        score_trajectories)
 
@@ -22,13 +22,15 @@ from rlrouter.rewards.router_r1 import (RouterR1Reward, call_outcomes, format_sc
 def policy_summary(trajs: Sequence[Any], candidates: Sequence[str]) -> dict[str, Any]:
     fmt = format_scores(trajs, candidates)
     em = [outcome_score(t.answer, list(t.item["ground_truth"]), "em", call_outcomes(t)) for t in trajs]
-    calls = Counter(r.model for t in trajs for r in t.routes)
-    total = sum(calls.values())
+    by_task: dict[str, list[Any]] = {}
+    for t in trajs:
+        by_task.setdefault(task_of(t.item), []).append(t)
     return {"n": len(trajs), "accuracy": float(np.mean(em)) if em else 0.0,
             "format_valid": float(np.mean([f == 0 for f in fmt])) if fmt else 0.0,
             "cost_per_query": float(np.mean([t.cost for t in trajs])) if trajs else 0.0,
-            "calls_per_query": total / max(1, len(trajs)),
-            "route_share": {c: calls.get(c, 0) / total if total else 0.0 for c in candidates}}
+            "calls_per_query": sum(len(t.routes) for t in trajs) / max(1, len(trajs)),
+            "route_share": trajectory_share(trajs, candidates),
+            "route_share_by_task": {task: trajectory_share(ts, candidates) for task, ts in by_task.items()}}
 
 
 def held_out_summary(trajs: Sequence[Any], candidates: Sequence[str], alpha: float, cost_window: int = 512,

@@ -313,7 +313,9 @@ class RouterR1Trainer:
         n = per_rank * group
         shards = [[t.tokens for t, _ in used[r * n:(r + 1) * n]] for r in range(world)]
         rewards = [[s.total for _, s in used[r * n:(r + 1) * n]] for r in range(world)]
-        learn = self.learners.train_step(shards, rewards, pad_to=max(len(t.tokens) for t, _ in used))
+        formed = [[s.format == 0 for _, s in used[r * n:(r + 1) * n]] for r in range(world)]
+        learn = self.learners.train_step(shards, rewards, pad_to=max(len(t.tokens) for t, _ in used),
+                                         well_formed=formed)
         # the rollout metrics describe the policy: round 0, the batch an unfiltered step draws
         trajs, scores = rounds[0]
         metrics = {**trajectory_metrics(trajs, scores, self.candidates), **learn}
@@ -351,6 +353,8 @@ class RouterR1Trainer:
         if s["format_failures"]:
             log.info("held-out format failures (most common): %s", s["format_failures"])
         shares = {f"eval/strong_share/{task}": v for task, v in s.get("strong_share_by_task", {}).items()}
+        shares.update({f"eval/share/{task}/{c}": v for task, row in s["route_share_by_task"].items()
+                       for c, v in row.items() if v})  # the calls per task, the candidates it called
         return {"eval/format_valid": s["format_valid"], "eval/mean_reward": s["mean_reward"],
                 "eval/accuracy": s["accuracy"], "eval/cost_per_query": s["cost_per_query"],
                 "eval/calls_per_query": s["calls_per_query"], **shares, "time/eval_s": time.perf_counter() - t0}

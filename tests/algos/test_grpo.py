@@ -220,3 +220,26 @@ def test_the_default_advantage_is_the_reward_minus_the_group_mean():
     with_std = GRPOConfig(group_size=4, scale_by_std=True)
     assert close(compute_grpo_advantages(T([0.90, 0.86, 0.90, 0.86]), mask, with_std),
                  compute_grpo_advantages(T([0.90, 0.00, 0.90, 0.00]), mask, with_std), atol=1e-3)
+
+
+def test_a_well_formed_baseline_keeps_a_format_failure_from_lifting_its_group():
+    """Two well-formed samples that score alike and one failure: with the group's mean as baseline both
+    well-formed samples gain from the failure; with the well-formed mean only the failure moves."""
+    from rlrouter.algos.grpo import GRPOConfig, compute_grpo_advantages, grpo_advantages
+
+    r = torch.tensor([0.8, 0.8, -1.0, 0.5, 0.3, 0.1])
+    formed = torch.tensor([True, True, False, False, False, False])
+    plain = grpo_advantages(r, 3, scale_by_std=False)
+    assert plain[0] > 0.5 and plain[1] > 0.5
+    adv = grpo_advantages(r, 3, scale_by_std=False, well_formed=formed)
+    assert torch.allclose(adv[:3], torch.tensor([0.0, 0.0, -1.8]))
+    assert torch.allclose(adv[3:], plain[3:])  # a group with no well-formed sample: its own mean
+    cfg = GRPOConfig(group_size=3, scale_by_std=False, baseline="well_formed")
+    tok = compute_grpo_advantages(r, torch.ones(6, 2), cfg, well_formed=formed)
+    assert torch.allclose(tok[:, 0], adv)
+    with pytest.raises(ValueError, match="not told which samples"):
+        compute_grpo_advantages(r, torch.ones(6, 2), cfg)
+    with pytest.raises(ValueError, match="baseline"):
+        GRPOConfig(baseline="valid")
+    with pytest.raises(ValueError, match="adv_estimator grpo"):
+        GRPOConfig(baseline="well_formed", adv_estimator="rloo")

@@ -441,3 +441,18 @@ def test_an_update_with_the_template_run_once_moves_the_weights_as_one_without(a
     for k in on:
         assert torch.allclose(on[k], off[k], atol=1e-6, rtol=1e-3), k
     assert tokens_on < tokens_off
+
+
+def test_the_learner_takes_the_well_formed_baseline_from_the_driver():
+    """``learner.grpo.baseline: well_formed``: the flags the driver passes set each group's baseline. A
+    failure (-1) beside a well-formed 0.5: with the group's mean the two get +-0.75 (pg_loss ~0); with the
+    well-formed mean the failure alone carries -1.5 (pg_loss > 0)."""
+    cfg = LearnerConfig(lr=1e-5, micro_batch_size=4, grpo={"group_size": 2, "kl": {"coef": 0.0},
+                                                           "baseline": "well_formed"})
+    lrn = Learner(cfg)
+    trajs = _trajs(lrn.tokenizer)
+    rewards, formed = [0.5, -1.0, 0.5, -1.0], [True, False, True, False]
+    m = lrn.train_step(trajs, rewards, well_formed=formed)
+    assert m["learner/pg_loss"] > 0.5
+    with pytest.raises(ValueError, match="not told which samples"):
+        lrn.train_step(trajs, rewards)

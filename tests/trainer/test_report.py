@@ -148,3 +148,13 @@ def test_unread_by_drops_the_held_out_questions_a_router_r1_run_read(tmp_path, c
         HeldOutConfig(unread_by=["router_r1"])
     with pytest.raises(ValueError, match="eval.dev_questions"):
         HeldOutConfig(dev_questions=-1)
+
+
+def test_a_pilot_reads_no_held_out_question_only_with_a_dev_curve():
+    from rlrouter.trainer.job import HeldOutConfig, held_out_items
+
+    assert HeldOutConfig(num_questions=0, dev_questions=30).num_questions == 0
+    with pytest.raises(ValueError, match="eval.num_questions: 0 .* needs eval.dev_questions"):
+        HeldOutConfig(num_questions=0)
+    items = [{"id": i, "query": f"q{i}?"} for i in range(4)]
+    assert held_out_items(items, 0) == [] and held_out_items(items, 0, per_task=True) == []
