@@ -399,10 +399,12 @@ def paired_diff(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, level: float =
 
 def scoreboard(table: RouteTable, reference: RouteTable, alpha: float, trajs: Sequence[Any] | None = None,
                seed: int = 0, metric: str = "em", n_boot: int = 2000,
-               percentiles: Sequence[float] = PERCENTILES) -> dict[str, Any]:
+               percentiles: Sequence[float] = PERCENTILES, sampled: Sequence[Any] | None = None) -> dict[str, Any]:
     """Every route on ``table``'s questions under one reward: each fixed route, random, the per-task rule and
     the best fixed route (both chosen on ``reference``), the oracle and, given its trajectories, the policy,
-    with paired bootstrap intervals of the policy against the best fixed route and the per-task rule."""
+    with paired bootstrap intervals of the policy against the best fixed route and the per-task rule.
+    ``sampled``: k sampled trajectories a question (item-major), scored as ``policy_sampled`` (the mean over
+    each question's k, paired with the routes on that question)."""
     bounds = cost_bounds(reference.cost, percentiles)
     rng = random.Random(seed)
     rule = per_task_rule(reference, alpha, bounds)
@@ -439,11 +441,37 @@ def scoreboard(table: RouteTable, reference: RouteTable, alpha: float, trajs: Se
         out["policy_minus_cascade"] = paired_diff(p, routes["cascade"].reward, n_boot, seed=seed).to_dict()
         out["policy_escalation"] = escalation(trajs, table, metric)
         out["policy_signal"] = escalation_signal(trajs, table, alpha, bounds, n_boot, seed=seed)
+    if sampled is not None:
+        out["policy_sampled"] = sampled_policy(sampled, table, alpha, bounds, metric, routes[best].reward,
+                                               routes["per_task_rule"].reward, n_boot, seed)
     out["per_task_minus_best_fixed"] = paired_diff(routes["per_task_rule"].reward, routes[best].reward, n_boot,
                                                    seed=seed).to_dict()
     out["cascade_minus_best_fixed"] = paired_diff(routes["cascade"].reward, routes[best].reward, n_boot,
                                                   seed=seed).to_dict()
     return out
+
+
+def sampled_policy(sampled: Sequence[Any], table: RouteTable, alpha: float, bounds: tuple[float, float], metric: str,
+                   best_fixed_reward: np.ndarray, per_task_reward: np.ndarray, n_boot: int = 2000,
+                   seed: int = 0) -> dict[str, Any]:
+    """The sampled policy on ``table``'s questions: ``sampled`` holds k trajectories a question, item-major.
+    Each question's reward is the mean of its k (the policy's expected reward there), so the intervals
+    against the best fixed route and the per-task rule pair the same questions as the greedy policy's."""
+    n = len(table)
+    if n == 0 or len(sampled) % n:
+        raise ValueError(f"sampled: {len(sampled)} trajectories are not k a question for {n} questions")
+    k = len(sampled) // n
+    rows = policy_rows(sampled, table.candidates, table.strong, alpha, bounds, metric)
+    per_q = rows.reward.reshape(n, k).mean(1)  # (n,)
+    tasks = np.repeat(np.asarray(table.tasks), k)
+    return {"samples": k, "n": n, "mean_reward": float(per_q.mean()), "accuracy": float(rows.outcome.mean()),
+            "format_valid": float(rows.format_valid.mean()), "calls_per_query": float(rows.calls.mean()),
+            "mean_reward_by_task": {t: float(per_q[np.asarray(table.tasks) == t].mean()) for t in sorted(set(table.tasks))},
+            "route_share": trajectory_share(sampled, table.candidates),
+            "route_share_by_task": {t: trajectory_share([s for s, x in zip(sampled, tasks) if x == t], table.candidates)
+                                    for t in sorted(set(table.tasks))},
+            "minus_best_fixed": paired_diff(per_q, best_fixed_reward, n_boot, seed=seed).to_dict(),
+            "minus_per_task_rule": paired_diff(per_q, per_task_reward, n_boot, seed=seed).to_dict()}
 
 
 def loss_breakdown(trajs: Sequence[Any], table: RouteTable, policy: Rows, best_fixed_reward: np.ndarray,

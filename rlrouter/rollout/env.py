@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol, Sequence
 
 from rlrouter.pool.base import Candidate, CandidateResponse
@@ -64,6 +64,12 @@ class EnvConfig:
     ``COMPACT_TEMPLATE``). Compact puts the whole gradient of a route on the candidate's name: with replay
     candidates answering the original question, a sub-query's 60-odd tokens change nothing the reward sees.
     A compact route is valid in either mode."""
+    constrain_route: bool = False
+    """With ``action: compact`` and a ``prefill`` ending in ``<search>``: the first turn may write only a
+    candidate's name and ``</search>`` (the engine's structured outputs, a choice over the item's candidates),
+    so no route is malformed. The learner's log-probs stay the unconstrained model's: with a group-mean
+    baseline the normaliser the constraint adds at the first token is the same for every sample of a group
+    and cancels (``docs/router_r1.md``, "What to set"). vLLM rollouts only."""
     replay_query: str = "original"
     """Replay candidates answer the trajectory's original question ("original"; logged outcomes exist only
     for it) or the policy's sub-query ("subquery", fuzzy-matched)."""
@@ -120,6 +126,12 @@ class EnvConfig:
         if self.answer == "reply" and self.max_turns < 1:
             raise ValueError("rollout.env.answer: 'reply' needs a call, so rollout.env.max_turns >= 1 "
                              f"(got {self.max_turns})")
+        if not isinstance(self.constrain_route, bool):
+            raise ValueError(f"rollout.env.constrain_route: true or false, got {self.constrain_route!r}")
+        if self.constrain_route and not (self.action == "compact" and self.prefill.rstrip().endswith("<search>")):
+            raise ValueError("rollout.env.constrain_route: needs rollout.env.action=compact and a rollout.env.prefill "
+                             f"ending in '<search>' (the turn is then only a name), got action={self.action!r}, "
+                             f"prefill={self.prefill!r}")
         if self.replay_query not in ("original", "subquery"):
             raise ValueError(f"rollout.env.replay_query: 'original' or 'subquery', got {self.replay_query!r}")
 
@@ -180,6 +192,8 @@ class SamplingSpec:
     seed: int
     frequency_penalty: float = 0.0
     """Subtracted from a token's logit once per time this generation already produced it."""
+    choices: tuple[str, ...] | None = None
+    """The only texts the generation may be (``rollout.env.constrain_route``: ``NAME</search>`` per candidate)."""
 
 
 class SampledTokens(list):
@@ -196,6 +210,17 @@ class SampledTokens(list):
 
     def __reduce__(self):  # pickles (Ray) with its log-probs
         return (SampledTokens, (list(self), self.logprobs))
+
+
+def constrained(spec: SamplingSpec, names: Sequence[str], cfg: EnvConfig) -> SamplingSpec:
+    """``spec`` limited to one ``NAME</search>`` per candidate of ``names`` when ``rollout.env.constrain_route``
+    is on (unchanged otherwise, or without names). The engine may spell a choice in any tokens it allows,
+    down to one character a token, so the turn's budget covers the longest choice's bytes: a route cut short
+    would be malformed after all."""
+    if not (cfg.constrain_route and names):
+        return spec
+    choices = tuple(f"{n}</search>" for n in names)
+    return replace(spec, choices=choices, max_tokens=max(spec.max_tokens, max(len(c.encode()) for c in choices)))
 
 
 GenerateFn = Callable[[list[list[int]], list[SamplingSpec]], list[list[int]]]
@@ -297,10 +322,11 @@ class RouterEnv:
             given = {id(t): self.tokenizer.encode(t.item["first_turn"], add_special_tokens=False)
                      for t in live if turn == 0 and t.item.get("first_turn")}
             sampled = [t for t in live if id(t) not in given]
-            specs = [SamplingSpec(max_tokens=self._budget(t), stop=stop, temperature=temp,
-                                  top_p=self.cfg.top_p,
-                                  seed=sample_seed(seed, step, t.prompt_index, t.sample_index, turn),
-                                  frequency_penalty=self.cfg.greedy_frequency_penalty if temp == 0 else 0.0)
+            specs = [constrained(SamplingSpec(max_tokens=self._budget(t), stop=stop, temperature=temp,
+                                              top_p=self.cfg.top_p,
+                                              seed=sample_seed(seed, step, t.prompt_index, t.sample_index, turn),
+                                              frequency_penalty=self.cfg.greedy_frequency_penalty if temp == 0 else 0.0),
+                                 allowed[t.prompt_index] if turn == 0 else (), self.cfg)
                      for t in sampled]
             outs = iter(self.generate([t.tokens.input_ids for t in sampled], specs) if sampled else [])
             pending: list[tuple[Trajectory, str, str]] = []

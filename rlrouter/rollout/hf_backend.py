@@ -71,6 +71,9 @@ class HFGenerator:
 
         if len(prompts) != len(specs):
             raise ValueError(f"specs: {len(specs)} sampling specs for {len(prompts)} prompts")
+        if any(s.choices for s in specs):
+            raise ValueError("rollout.env.constrain_route: the HF generate backend cannot constrain a route; use a "
+                             "vLLM rollout or set rollout.env.constrain_route=false")
         if self.batched and prompts:
             return self._generate_batch(prompts, specs)
         t0 = time.perf_counter()

@@ -25,7 +25,7 @@ from rlrouter.models import cache_dir, resolve_model
 from rlrouter.pool.base import Candidate
 from rlrouter.protocol import last_thinking
 from rlrouter.rollout.demos import answer_turn, search_turn, with_first_turn
-from rlrouter.rollout.env import EnvConfig, SamplingSpec, prompt_ids
+from rlrouter.rollout.env import EnvConfig, SamplingSpec, constrained, prompt_ids
 from rlrouter.rollout.parsing import parse_turn
 from rlrouter.rollout.worker import RolloutWorker
 
@@ -223,10 +223,11 @@ class RouterR1Policy:
             return self.cascade_batch(queries)
         tok = self.worker.tokenizer
         ids = [prompt_ids(tok, q, self.candidates, self.env_cfg) for q in queries]
-        spec = SamplingSpec(max_tokens=self.env_cfg.max_new_tokens, stop=["</search>", "</answer>"],
-                            temperature=0.0, top_p=1.0, seed=0,
-                            frequency_penalty=self.env_cfg.greedy_frequency_penalty)
         names = [c.name for c in self.candidates]
+        spec = constrained(SamplingSpec(max_tokens=self.env_cfg.max_new_tokens, stop=["</search>", "</answer>"],
+                                        temperature=0.0, top_p=1.0, seed=0,
+                                        frequency_penalty=self.env_cfg.greedy_frequency_penalty),
+                           names, self.env_cfg)
         out = []
         for gen in self.worker.generate_ids(ids, [spec] * len(ids)):
             text = self.env_cfg.prefill + tok.decode(gen, skip_special_tokens=True)

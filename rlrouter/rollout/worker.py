@@ -71,12 +71,16 @@ class RolloutWorker:
         engine's log-prob of every sampled token (``SampledTokens.logprobs``)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import StructuredOutputsParams
 
         # logprobs=0: the sampled token's own log-prob, at almost no cost. With
         # logprobs_mode=processed_logprobs (set in __init__) it is taken after temperature, as the learner's is.
+        # choices (rollout.env.constrain_route): structured outputs; the engine's log-probs are then the
+        # constrained distribution's (rollout/logprob_gap grows), the learner's the model's own
         params = [SamplingParams(max_tokens=s.max_tokens, stop=s.stop, temperature=s.temperature, top_p=s.top_p,
                                  seed=s.seed, include_stop_str_in_output=True, skip_special_tokens=True,
-                                 logprobs=0, frequency_penalty=s.frequency_penalty)
+                                 logprobs=0, frequency_penalty=s.frequency_penalty,
+                                 structured_outputs=StructuredOutputsParams(choice=list(s.choices)) if s.choices else None)
                   for s in specs]
         t0 = time.perf_counter()
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,

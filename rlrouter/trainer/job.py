@@ -68,6 +68,9 @@ class HeldOutConfig:
     """Held-out questions read after training; 0 (with ``dev_questions``): a pilot that reads none, so a
     lockbox stays unread while settings are chosen on the dev curve."""
     per_task: bool = False
+    samples: int = 0
+    """k > 0: the trained policy is also read sampled, k trajectories a held-out question at the training
+    temperature (the policy RL trained), beside the greedy read; each question's reward is the mean of its k."""
     seed: int = 1234
     untrained: bool = True
     first_call_written: bool = False
@@ -92,6 +95,8 @@ class HeldOutConfig:
             raise ValueError(f"eval.unread_by: a list of router types, got {self.unread_by!r}")
         if self.unread_by and not self.ledger:
             raise ValueError("eval.unread_by: needs eval.ledger (the readings that say what was read)")
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 0:
+            raise ValueError(f"eval.samples: an int >= 0 (samples a held-out question), got {self.samples!r}")
         if self.num_questions == 0 and not self.dev_questions:
             raise ValueError("eval.num_questions: 0 (read no held-out question) needs eval.dev_questions > 0 for the "
                              "curve to score something")
@@ -372,9 +377,11 @@ def run(cfg: Any) -> dict[str, Any]:
         report["results"]["policy_trained"] = held_out_summary(trained, candidates, **scoring)
         print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
         write_jsonl(out / "held_out.jsonl", held_out_records(trained, candidates, **scoring))
+        sampled = (held_out_rollout(group, test_items, eval_seed, "held-out, sampled", train.progress,
+                                    samples=job.eval.samples) if job.eval.samples else None)
         test_table = route_table(pool, test_items, metric)
         board = scoreboard(test_table, reference_table or test_table, scoring["alpha"],
-                           trajs=trained, seed=eval_seed, metric=metric)
+                           trajs=trained, seed=eval_seed, metric=metric, sampled=sampled)
         board["reference"] = "training questions" if reference_table is not None else "held-out questions (live pool)"
         if reference_table is None:  # the policy's row on the board's scale too, not on its own window's
             report["results"]["policy_trained"].update(
@@ -385,9 +392,10 @@ def run(cfg: Any) -> dict[str, Any]:
         print("routing:", json.dumps({k: board[k] for k in ("best_fixed", "per_task", "policy_minus_best_fixed")}))
         if job.eval.ledger:  # held-out questions read by this run's evaluations: one record in the ledger
             ids = [item_id(it) for it in test_items]
-            evaluations = 1 if dev_items else (  # with a dev set only the trained policy read the held-out questions
+            evaluations = (1 if dev_items else (  # with a dev set only the trained policy read the held-out questions
                 sum(1 for m in read_jsonl_rows(out / "metrics.jsonl") if "eval/mean_reward" in m)
                 + 1 + ("policy_untrained" in report["results"]))  # the curve's, the trained, the untrained
+                + (sampled is not None))  # and its sampled read
             report["ledger"] = record_reading(
                 job.eval.ledger, question_ids=ids, test_sources=[str(test_path)], router_types=["router_r1"],
                 command="jobs/train_router_r1.py", run=plain["run_name"], evaluations=evaluations,

@@ -266,6 +266,14 @@ def results_table(report: dict[str, Any]) -> str:
                   f"{loss['format']:+.3f}, copying the reply {loss['copy']:+.3f}."]
         lines += call_share_table(routing["routes"]["policy"].get("route_share_by_task") or {},
                                   routing["routes"]["policy"].get("route_share") or {})
+        samp = routing.get("policy_sampled")
+        if samp:
+            b, t = samp["minus_best_fixed"], samp["minus_per_task_rule"]
+            lines += ["", f"Sampled as in training ({samp['samples']} routes a question): mean reward "
+                      f"{samp['mean_reward']:.3f}, format valid {samp['format_valid']:.3f}; minus best fixed route "
+                      f"{b['value']:+.3f} [{b['lo']:+.3f}, {b['hi']:+.3f}], minus per-task rule {t['value']:+.3f} "
+                      f"[{t['lo']:+.3f}, {t['hi']:+.3f}]."]
+            lines += call_share_table(samp.get("route_share_by_task") or {}, samp.get("route_share") or {})
         esc = routing.get("policy_escalation")
         if esc:
             lines += ["", "After a first call to the cheapest candidate, the policy called the strongest too on "

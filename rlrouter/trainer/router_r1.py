@@ -154,19 +154,21 @@ EVAL_CHUNK = 256  # held-out questions per greedy rollout call when there are mo
 
 
 def held_out_rollout(rollout: Any, items: Sequence[dict[str, Any]], seed: int, desc: str = "held-out",
-                     enabled: bool = True, chunk: int = EVAL_CHUNK) -> list[Any]:
-    """Greedy trajectories of ``items``, one each, in order. Up to ``chunk`` questions go in one call (``make
-    run``'s evaluations, unchanged); more go ``chunk`` at a time with a progress line after each (a
-    1,600-question evaluation takes half an hour on CPU)."""
+                     enabled: bool = True, chunk: int = EVAL_CHUNK, samples: int = 0) -> list[Any]:
+    """Greedy trajectories of ``items``, one each, in order; ``samples`` k > 0: k trajectories a question
+    (item-major) sampled as in training (the rollout's temperature), the sampled policy. Up to ``chunk``
+    questions go in one call (``make run``'s evaluations, unchanged); more go ``chunk`` at a time with a
+    progress line after each (a 1,600-question evaluation takes half an hour on CPU)."""
     items = list(items)
+    n, temperature = (samples, None) if samples > 0 else (1, 0.0)
     if len(items) <= chunk:
-        return rollout.rollout(items, 1, seed, -1, temperature=0.0)
+        return rollout.rollout(items, n, seed, -1, temperature=temperature)
     out: list[Any] = []
     with Progress(len(items), desc, unit="question", enabled=enabled) as bar:
         for a in range(0, len(items), chunk):
-            part = rollout.rollout(items[a:a + chunk], 1, seed, -1, temperature=0.0)
+            part = rollout.rollout(items[a:a + chunk], n, seed, -1, temperature=temperature)
             out.extend(part)
-            bar.update(len(part))
+            bar.update(len(part) // n)
     return out
 
 

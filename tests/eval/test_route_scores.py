@@ -314,3 +314,35 @@ def test_alpha_sweep_scores_the_cascade():
         want = cascade_rows(t, r["alpha"], bounds)
         assert r["cascade_reward"] == pytest.approx(want.reward.mean())
         assert r["cascade_reward_by_task"]["math"] == pytest.approx(want.reward[:3].mean())
+
+
+def test_the_sampled_policy_is_each_questions_mean_over_its_k_routes(monkeypatch):
+    """``scoreboard(sampled=...)``: k trajectories a question, item-major; each question's reward is the mean
+    of its k, paired with the fixed routes on that question; call shares count every sampled route."""
+    import rlrouter.eval.route_scores as rs
+
+    monkeypatch.setattr(rs, "cost_bounds", lambda costs, percentiles=None: BOUNDS)
+    alpha = 0.5
+
+    def traj(i, model, answer, cost):
+        text = (f"<think>x</think><search>{model}: q</search><information>r</information>"
+                f"<think>y</think><answer>{answer}</answer>")
+        return SimpleNamespace(item={"query": f"q{i}", "ground_truth": ["7"], "source": ROWS[i][0]}, text=text,
+                               answer=answer, cost=cost, routes=[SimpleNamespace(model=model)])
+
+    cost = {"big": (0.04, 0.04, 0.04, 0.0009, 0.0009, 0.0009), "small": (0.0001,) * 6}
+    right = {"big": [r[1][0] for r in ROWS], "small": [r[1][1] for r in ROWS]}
+    # question i: one route to big, one to small (k = 2)
+    sampled = [traj(i, m, "7" if right[m][i] else "5", cost[m][i]) for i in range(6) for m in ("big", "small")]
+    board = scoreboard(table(), table(), alpha, seed=0, n_boot=200, sampled=sampled)
+    s = board["policy_sampled"]
+    per_q = [(by_hand(right["big"][i], cost["big"][i], alpha) + by_hand(right["small"][i], cost["small"][i], alpha)) / 2
+             for i in range(6)]
+    assert s["samples"] == 2 and s["n"] == 6
+    assert s["mean_reward"] == pytest.approx(np.mean(per_q))
+    assert s["route_share_by_task"]["math"] == pytest.approx({"big": 0.5, "small": 0.5})
+    best = board["routes"][board["best_fixed"]]["mean_reward"]
+    assert s["minus_best_fixed"]["value"] == pytest.approx(np.mean(per_q) - best)
+    assert s["minus_per_task_rule"]["value"] == pytest.approx(np.mean(per_q) - board["routes"]["per_task_rule"]["mean_reward"])
+    with pytest.raises(ValueError, match="not k a question"):
+        scoreboard(table(), table(), alpha, n_boot=10, sampled=sampled[:-1])

@@ -408,3 +408,26 @@ def test_answer_reply_ends_a_malformed_route_at_once():
     policy = RouterEnv(EnvConfig(prefill="<search>", action="compact", max_turns=1), CharTokenizer(), FakePool(),
                        generate).run(items[:1])[0]
     assert rounds == [1, 1] and "<information>" in policy.text and policy.turns == 2
+
+
+def test_a_constrained_route_asks_the_engine_for_the_candidates_names_only():
+    """``rollout.env.constrain_route``: the first turn's spec lists ``NAME</search>`` for each of the item's
+    candidates; later turns and unconstrained runs list none; the config refuses it outside a compact route."""
+    seen = []
+
+    def generate(prompts, specs):
+        seen.extend(s.choices for s in specs)
+        assert all(s.max_tokens >= len("small</search>") for s in specs if s.choices)  # any spelling fits
+        return [[ord(c) for c in "small</search>"] for _ in prompts]
+
+    items = [{"query": "what is 6*7?", "id": "a", "ground_truth": ["42"]}]
+    for constrain in (True, False):
+        env = RouterEnv(EnvConfig(prefill="<search>", action="compact", max_turns=2, answer="reply", max_new_tokens=4,
+                                  constrain_route=constrain), CharTokenizer(), LoggedPool(fail={"none"}), generate)
+        (t,) = env.run(items)
+        assert t.routes[0].model == "small"
+    assert seen == [("big</search>", "small</search>"), None]
+    with pytest.raises(ValueError, match="rollout.env.constrain_route: needs rollout.env.action=compact"):
+        EnvConfig(constrain_route=True)
+    with pytest.raises(ValueError, match="constrain_route"):
+        EnvConfig(action="compact", prefill="<think>", constrain_route=True)

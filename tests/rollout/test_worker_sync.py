@@ -66,3 +66,20 @@ def test_push_into_a_subprocess_engine_changes_generation_like_hf():
     (h_pen,) = HFGenerator(model, tok).generate_ids([ids], [penalised])
     assert list(v_pen) != list(v_plain)
     assert list(v_pen) == list(h_pen), (tok.decode(v_pen), tok.decode(h_pen))
+
+    # a constrained route (rollout.env.constrain_route): sampled at temperature 1, every generation is one of
+    # the choices, and the engine's log-probs are the constrained distribution's (a forced token: ~0)
+    from rlrouter.rollout.env import EnvConfig, constrained
+
+    names = ["gpt-4", "claude-2", "yi-34b", "gpt-3.5", "mistral-7b"]
+    choices = tuple(f"{n}</search>" for n in names)
+    route = tok.encode("Pick a model for: what is 2+2?\n<search>", add_special_tokens=False)
+    env_cfg = EnvConfig(action="compact", prefill="<search>", constrain_route=True)
+    specs = [constrained(SamplingSpec(max_tokens=8, stop=["</search>"], temperature=1.0, top_p=1.0, seed=s), names,
+                         env_cfg) for s in range(16)]
+    assert all(s.choices == choices for s in specs)
+    outs = worker.generate_ids([route] * 16, specs)
+    assert {tok.decode(o) for o in outs} <= set(choices), {tok.decode(o) for o in outs} - set(choices)
+    assert all(o.logprobs is not None and o.logprobs[-1] > -0.01 for o in outs)  # the closing tag is forced
+    with pytest.raises(ValueError, match="constrain_route"):
+        HFGenerator(model, tok).generate_ids([route], specs[:1])

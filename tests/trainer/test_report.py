@@ -156,5 +156,7 @@ def test_a_pilot_reads_no_held_out_question_only_with_a_dev_curve():
     assert HeldOutConfig(num_questions=0, dev_questions=30).num_questions == 0
     with pytest.raises(ValueError, match="eval.num_questions: 0 .* needs eval.dev_questions"):
         HeldOutConfig(num_questions=0)
+    with pytest.raises(ValueError, match="eval.samples"):
+        HeldOutConfig(samples=-2)
     items = [{"id": i, "query": f"q{i}?"} for i in range(4)]
     assert held_out_items(items, 0) == [] and held_out_items(items, 0, per_task=True) == []

@@ -155,6 +155,9 @@ def test_held_out_rollout_goes_in_chunks_in_order_with_a_progress_line_each(caps
     assert [ln.split(" [")[0] for ln in lines] == [f"held-out: question {n}/7" for n in (3, 6, 7)]
     held_out_rollout(Rollout(), items, 5, chunk=3, enabled=False)
     assert capsys.readouterr().out == ""
+    calls.clear()  # the sampled policy: k a question at the rollout's own (training) temperature
+    held_out_rollout(Rollout(), items, 5, chunk=3, enabled=False, samples=4)
+    assert [c[0] for c in calls] == [3, 3, 1] and all(c[1:] == (4, 5, -1, None) for c in calls)
 
 
 def test_a_step_draws_its_prompts_from_the_curriculum_and_reports_its_strata(monkeypatch, tmp_path):
