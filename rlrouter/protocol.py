@@ -319,6 +319,10 @@ def check_format(text: str, candidates: Iterable[str] | None, calls: int | None 
     if not s:
         raise FormatError("empty output")
     if require_think and not s.startswith("<think>"):
+        # a compact route to no candidate ran no call, so nothing answered it: name the route, not the <think>
+        m = _LEADING_ROUTE.match(s)
+        if m and candidates is not None and ":" not in m.group(1) and compact_name(m.group(1), list(candidates)) is None:
+            raise FormatError(f"unknown candidate '{m.group(1).strip()[:40]}'")
         raise FormatError("does not start with <think>")
     if not s.endswith("</answer>"):
         raise FormatError("does not end with </answer>")
@@ -348,6 +352,7 @@ def check_format(text: str, candidates: Iterable[str] | None, calls: int | None 
 
 
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_LEADING_ROUTE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 
 
 def last_thinking(text: str) -> str:

@@ -45,6 +45,8 @@ def test_valid_trajectories_score_zero(text):
     ("", "empty output"),
     ("   \n ", "empty output"),
     ("<answer>Paris</answer>", "does not start with <think>"),
+    ("<search>claude-2-70b</search>", "unknown candidate 'claude-2-70b'"),  # a compact route no call answered
+    ("<search>gpt-4</search>", "does not start with <think>"),  # a known one that is not a reply's answer
     ("<think>a</think><answer>Paris</answer> thanks!", "does not end with </answer>"),
     ("<think>a</think></think><answer>x</answer>", "unbalanced"),
     ("<think>a</think><search>gpt-4: q</answer>", "unbalanced"),
