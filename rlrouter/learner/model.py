@@ -478,9 +478,8 @@ class SharedTemplate:
     """An update's shared template run once: its KV cache as leaf tensors that each micro-batch's passes start
     from, and the graph that made them.
 
-    Every row of a Router-R1 batch starts with the same rules and candidate list (~390 of a RouterBench
-    prompt's ~560 tokens). Run per micro-batch, they cost each micro-batch that many positions forward and
-    backward. Here they run once an update: each micro-batch's backward leaves its share of the gradient on
+    Every row of a Router-R1 batch starts with the same rules and candidate list, most of a RouterBench
+    prompt. Run per micro-batch, they cost each micro-batch those positions forward and backward. Here they run once an update: each micro-batch's backward leaves its share of the gradient on
     the leaves (``keys``, ``values``), and ``backward`` sends their sum through the template's graph once.
     The gradients are the same as running the template in every micro-batch (tests/learner/test_learner.py).
     """
