@@ -74,6 +74,16 @@ def test_results_table_has_reward_and_strong_share_columns_for_every_row():
                                 "escalated on and 0.750 of the 18 it kept: +0.250 [-0.200, +0.600]")
     report["routing"]["policy_signal"]["escalated"]["n"] = 0  # nothing escalated: no sentence
     assert results_table(report).splitlines()[-1].startswith("After a first call")
+    # the sampled policy (eval.samples): its reward, intervals and call shares after the greedy policy's
+    report["routing"]["policy_sampled"] = {
+        "samples": 4, "mean_reward": 0.612, "format_valid": 1.0,
+        "minus_best_fixed": {"value": 0.031, "lo": 0.004, "hi": 0.058},
+        "minus_per_task_rule": {"value": -0.012, "lo": -0.04, "hi": 0.015},
+        "route_share_by_task": {"gsm8k": {"m": 0.75, "g": 0.25}}, "route_share": {"m": 0.75, "g": 0.25}}
+    text = results_table(report)
+    assert ("Sampled as in training (4 routes a question): mean reward 0.612, format valid 1.000; minus best fixed "
+            "route +0.031 [+0.004, +0.058], minus per-task rule -0.012 [-0.040, +0.015].") in text
+    assert "| gsm8k | 0.75 | 0.25 |" in text
 
 
 def test_held_out_records_keep_each_trajectory_and_why_its_format_failed():
