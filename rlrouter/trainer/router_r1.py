@@ -23,7 +23,9 @@ import numpy as np
 
 from rlrouter.config import to_plain
 from rlrouter.data.io import read_jsonl, write_jsonl
+from rlrouter.data.question import task_of
 from rlrouter.distributed.commanded import WorkersRestarted
+from rlrouter.eval.route_scores import trajectory_share
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.metrics import MetricsLogger
 from rlrouter.progress import Progress
@@ -112,6 +114,12 @@ def trajectory_metrics(trajs: Sequence[Trajectory], scores: Sequence[Any], candi
     }
     for c in candidates:
         m[f"rollout/share/{c}"] = calls.get(c, 0) / total_calls if total_calls else 0.0
+    by_task: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        by_task.setdefault(task_of(t.item), []).append(t)
+    if len(by_task) > 1:  # the sampled policy's calls per task: does it route by task, and where
+        for task, ts in by_task.items():
+            m.update({f"rollout/share/{task}/{c}": v for c, v in trajectory_share(ts, candidates).items() if v})
     return m
 
 

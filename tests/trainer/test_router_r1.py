@@ -191,3 +191,19 @@ def test_rollout_rows_name_each_trajectorys_question_and_stratum():
     assert [(r["question"], r["sample"], r["stratum"]) for r in rows] == [
         (7, 0, "states_answer"), (7, 1, "states_answer"), (2, 0, "no_answer"), (2, 1, "no_answer")]
     assert rows[1]["calls"] == ["a", "b"] and rows[0]["step"] == 3 and rows[0]["failure"] is None
+
+
+def test_step_metrics_give_the_sampled_calls_per_task():
+    from rlrouter.trainer.router_r1 import trajectory_metrics
+
+    def traj(task, model):
+        return SimpleNamespace(item={"source": task}, routes=[SimpleNamespace(model=model)], cost=0.0, turns=1,
+                               answer="x", tokens=SimpleNamespace(num_policy_tokens=3))
+
+    trajs = [traj("arc", "yi"), traj("arc", "yi"), traj("mbpp", "gpt"), traj("mbpp", "yi")]
+    scores = [SimpleNamespace(total=1.0, format=0, outcome=1.0, cost=None)] * 4
+    m = trajectory_metrics(trajs, scores, ["yi", "gpt"])
+    assert m["rollout/share/yi"] == 0.75
+    assert m["rollout/share/arc/yi"] == 1.0 and "rollout/share/arc/gpt" not in m  # only candidates it called
+    assert m["rollout/share/mbpp/gpt"] == 0.5 and m["rollout/share/mbpp/yi"] == 0.5
+    assert not any(k.count("/") == 3 for k in trajectory_metrics(trajs[:2], scores[:2], ["yi", "gpt"]))  # one task: none
