@@ -69,7 +69,8 @@ class EnvConfig:
     candidate's name and ``</search>`` (the engine's structured outputs, a choice over the item's candidates),
     so no route is malformed. The learner's log-probs stay the unconstrained model's: with a group-mean
     baseline the normaliser the constraint adds at the first token is the same for every sample of a group
-    and cancels (``docs/router_r1.md``, "What to set"). vLLM rollouts only."""
+    and cancels; at later tokens it does not (an approximation: ``docs/router_r1.md``, "What to set"). vLLM
+    rollouts only."""
     replay_query: str = "original"
     """Replay candidates answer the trajectory's original question ("original"; logged outcomes exist only
     for it) or the policy's sub-query ("subquery", fuzzy-matched)."""
