@@ -4,6 +4,7 @@
     python benchmarks/bench_many_models.py --quick    # two routers, 100 resamples: a smoke run
     python benchmarks/bench_many_models.py --only knn,escalate   # these routers only, merged into many_models.json
     python benchmarks/bench_many_models.py --render   # docs/many_models.md's table from the committed JSON
+    python benchmarks/bench_many_models.py --router-r1 outputs/rb_scale_grpo_v3/report.json   # a Router-R1 run's row
 
 Runs ``jobs/evaluate_router.py eval=routerbench``'s job (``rlrouter.eval.pool_job.run_pool``): every router's
 settings are chosen by cross-validation on the train tables, then the test tables are read once and the
@@ -13,6 +14,10 @@ and their cross-validation scores), ``many_models.md`` and ``many_models.png`` (
 writes ``many_models_quick.*`` and never replaces the full result. A run with ``--only`` reads the test tables for
 those routers (a ledger entry of its own) and merges their entries into the committed ``many_models.json``,
 keeping every other router's, then renders the Markdown, the PNG and the doc's table from the merged file.
+``--router-r1 REPORT`` reads nothing: it copies a trained Router-R1 run's held-out routing figures
+(``rlrouter.trainer.report.routing_summary``: policy minus best fixed route and minus per-task rule, call shares
+per task, episodes) from its ``report.json`` into ``many_models.json``'s ``router_r1`` section, under the run's
+name. Those figures are on the run's own held-out questions and on Router-R1's reward at the run's alpha, not AIQ.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from hydra import compose, initialize_config_dir
 from rlrouter.config import to_plain_dict
 from rlrouter.eval.pool_job import run_pool
 from rlrouter.eval.pool_report import aiq_table, pool_markdown, replace_doc_block
+from rlrouter.trainer.report import routing_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,6 +116,16 @@ def merge_routers(committed: dict, run: dict) -> dict:
     return merged
 
 
+def router_r1_entry(path: Path) -> tuple[str, dict]:
+    """A trained Router-R1 run's ``report.json`` as (its run name, its ``router_r1`` entry): the routing summary,
+    where it came from and the run's own provenance (command, date, commit at its start)."""
+    run = json.loads(path.read_text())
+    name = (run.get("config") or {}).get("run_name") or path.parent.name
+    if "provenance" not in run:
+        raise SystemExit(f"--router-r1 {path}: the report has no provenance block (command, date, commit)")
+    return name, {**routing_summary(run), "report": str(path), "provenance": run["provenance"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="per_task and knn only, 100 resamples")
@@ -117,7 +133,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS), help="folder for many_models.{json,md,png}")
     ap.add_argument("--render", action="store_true",
                     help="only re-render docs/many_models.md's AIQ table and the PNG from the committed JSON")
+    ap.add_argument("--router-r1", default="", metavar="REPORT",
+                    help="a Router-R1 run's report.json: merge its held-out routing figures into many_models.json")
     args = ap.parse_args(argv)
+    if args.router_r1:  # the AIQ figures' provenance stays theirs; the run's entry carries its own
+        target = Path(args.out) / "many_models.json"
+        report = json.loads(target.read_text())
+        name, entry = router_r1_entry(Path(args.router_r1))
+        report.setdefault("router_r1", {})[name] = entry
+        target.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"bench_many_models: {target} router_r1.{name}: minus best fixed {entry['policy_minus_best_fixed']}, "
+              f"minus per-task {entry['policy_minus_per_task']}, {entry['episodes']} episodes")
+        return 0
     if args.render:
         report = json.loads((RESULTS / "many_models.json").read_text())
         plot(report, RESULTS / "many_models.png")

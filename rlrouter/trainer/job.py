@@ -33,6 +33,7 @@ from rlrouter.rollout.env import EnvConfig
 from rlrouter.rollout.group import RolloutGroup
 from rlrouter.learner.checkpoint import latest_checkpoint
 from rlrouter.storage import RunStorage, list_dirs
+from rlrouter.provenance import stamp
 from rlrouter.trainer.report import held_out_records, held_out_summary, plot_held_out, plot_run, results_table, write_train_report
 from rlrouter.trainer.curriculum import CurriculumConfig, build_curriculum
 from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, held_out_reward, held_out_rollout
@@ -40,6 +41,9 @@ from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, held
 log = logging.getLogger(__name__)
 
 
+# what a run's figures depend on (its report's provenance block; tools/staleness.py lists reports whose code changed)
+RUN_MEASURES = ("conf", "jobs/train_router_r1.py", "rlrouter/algos", "rlrouter/learner", "rlrouter/pool",
+                "rlrouter/rewards", "rlrouter/rollout", "rlrouter/sync", "rlrouter/trainer", "rlrouter/engine.py")
 JOB_ONLY_TRAIN_FIELDS = ("warmup_demos", "warmup_query_words", "warmup_route", "warmup_answer")
 """``train`` fields the job reads itself (building the demonstrations: ``DemoConfig``) and
 ``RouterR1TrainConfig`` does not take."""
@@ -354,6 +358,7 @@ def run(cfg: Any) -> dict[str, Any]:
     group = RolloutGroup(job.model, job.engine, job.env, job.pool, job.resources, max_restarts=job.max_restarts)
     print(f"rollout: {len(group)} vLLM worker(s) ready in {group.ready_s:.1f}s")
     report: dict[str, Any] = {"config": plain, "cluster": cluster, "results": {}}
+    stamp(report, RUN_MEASURES)  # the command, date and commit at the run's start (rlrouter.provenance)
     eval_seed = job.eval.seed
     curve_items = dev_items or test_items  # what every evaluation before the last scores
     if not train.resume_from and job.eval.untrained:

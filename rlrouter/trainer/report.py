@@ -295,3 +295,40 @@ def write_train_report(out_dir: str | Path, report: dict[str, Any]) -> Path:
     p.write_text(json.dumps(report, indent=2, default=str))
     (Path(out_dir) / "report.md").write_text(results_table(report))
     return p
+
+
+def routing_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """A trained run's held-out routing figures in the shape the many-model comparison keeps
+    (``benchmarks/results/many_models.json``'s ``router_r1``): the greedy policy and, where the run read it,
+    the sampled one, each against the best fixed route and the per-task rule (paired intervals, ``mean``,
+    ``lo``, ``hi``), their per-task call shares, the questions and the training episodes."""
+    routing = report.get("routing") or {}
+    if "policy_minus_best_fixed" not in routing:
+        raise ValueError("routing_summary: the report has no held-out routing board (report['routing']); "
+                         "was it a pilot (eval.num_questions=0)?")
+
+    def iv(d: dict[str, Any]) -> dict[str, float]:
+        return {"mean": d["value"], "lo": d["lo"], "hi": d["hi"]}
+
+    cfg = report.get("config") or {}
+    steps = [m for m in report.get("steps") or [] if "reward/total" in m]
+    train = cfg.get("train") or {}
+    per_step = int(train.get("prompts_per_step", 0)) * int(train.get("n_samples", 0))
+    policy = routing["routes"]["policy"]
+    out: dict[str, Any] = {
+        "alpha": routing["alpha"], "questions": policy["n"], "tasks": routing.get("tasks"),
+        "best_fixed": routing["best_fixed"], "per_task": routing["per_task"],
+        "episodes": len(steps) * per_step, "rl_steps": len(steps),
+        "algo": cfg.get("learner", {}).get("algo"), "mean_reward": policy["mean_reward"],
+        "policy_minus_best_fixed": iv(routing["policy_minus_best_fixed"]),
+        "policy_minus_per_task": iv(routing["policy_minus_per_task_rule"]),
+        "route_share_by_task": policy.get("route_share_by_task"),
+        "reference_rewards": {k: routing["routes"][k]["mean_reward"] for k in (routing["best_fixed"], "per_task_rule")
+                              if k in routing["routes"]}}
+    samp = routing.get("policy_sampled")
+    if samp:
+        out["sampled"] = {"samples": samp["samples"], "mean_reward": samp["mean_reward"],
+                          "policy_minus_best_fixed": iv(samp["minus_best_fixed"]),
+                          "policy_minus_per_task": iv(samp["minus_per_task_rule"]),
+                          "route_share_by_task": samp.get("route_share_by_task")}
+    return out

@@ -346,3 +346,39 @@ def test_the_sampled_policy_is_each_questions_mean_over_its_k_routes(monkeypatch
     assert s["minus_per_task_rule"]["value"] == pytest.approx(np.mean(per_q) - board["routes"]["per_task_rule"]["mean_reward"])
     with pytest.raises(ValueError, match="not k a question"):
         scoreboard(table(), table(), alpha, n_boot=10, sampled=sampled[:-1])
+
+
+def test_a_runs_routing_summary_carries_the_boards_intervals_shares_and_episodes(monkeypatch):
+    """``rlrouter.trainer.report.routing_summary``: what many_models.json keeps of a trained Router-R1 run, read
+    off a real board (greedy and sampled), with the episodes from the run's RL steps; a pilot's report (no board)
+    is refused by name."""
+    import rlrouter.eval.route_scores as rs
+    from rlrouter.trainer.report import routing_summary
+
+    monkeypatch.setattr(rs, "cost_bounds", lambda costs, percentiles=None: BOUNDS)
+    right = {"big": [r[1][0] for r in ROWS], "small": [r[1][1] for r in ROWS]}
+    cost = {"big": (0.04, 0.04, 0.04, 0.0009, 0.0009, 0.0009), "small": (0.0001,) * 6}
+
+    def traj(i, model):
+        answer = "7" if right[model][i] else "5"
+        return SimpleNamespace(item={"query": f"q{i}", "ground_truth": ["7"], "source": ROWS[i][0]},
+                               text=f"<search>{model}</search><information>r</information><answer>{answer}</answer>",
+                               answer=answer, cost=cost[model][i], routes=[SimpleNamespace(model=model)])
+
+    greedy = [traj(i, "small" if ROWS[i][0] == "math" else "big") for i in range(6)]
+    sampled = [traj(i, m) for i in range(6) for m in ("big", "small")]
+    board = scoreboard(table(), table(), 0.5, trajs=greedy, seed=0, n_boot=200, sampled=sampled)
+    steps = [{"step": 0, "eval/mean_reward": 0.5}] + [{"step": s, "reward/total": 0.4} for s in (1, 2, 3)]
+    report = {"routing": board, "steps": steps,
+              "config": {"train": {"prompts_per_step": 16, "n_samples": 8}, "learner": {"algo": "grpo"}}}
+    s = routing_summary(report)
+    assert s["episodes"] == 3 * 16 * 8 and s["rl_steps"] == 3 and s["algo"] == "grpo"
+    d = board["policy_minus_best_fixed"]
+    assert s["policy_minus_best_fixed"] == {"mean": d["value"], "lo": d["lo"], "hi": d["hi"]}
+    assert s["policy_minus_per_task"]["mean"] == pytest.approx(board["policy_minus_per_task_rule"]["value"])
+    assert s["route_share_by_task"]["math"] == pytest.approx({"big": 0.0, "small": 1.0})
+    assert s["sampled"]["samples"] == 2
+    assert s["sampled"]["policy_minus_best_fixed"]["mean"] == pytest.approx(board["policy_sampled"]["minus_best_fixed"]["value"])
+    assert s["questions"] == 6 and s["best_fixed"] == board["best_fixed"]
+    with pytest.raises(ValueError, match="pilot"):
+        routing_summary({"routing": {}, "steps": steps})
