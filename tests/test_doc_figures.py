@@ -1141,12 +1141,6 @@ MANY_MODELS_FIGURES += [
     Figure("docs/many_models.md", PER_TASK_RUN, "routing.tasks",
            lambda t: f"scored on {sum(t.values())} held-out questions, {t['mbpp']} a task"
            if len(set(t.values())) == 1 else NEVER_IN_A_DOC, "R1 per-task held-out size"),
-    Figure("README.md", PER_TASK_RUN, "",
-           lambda r: f"the policy ends on always-Yi-34B ({r['routing']['policy_minus_best_fixed']['value']:+.3f} "
-                     f"[{r['routing']['policy_minus_best_fixed']['lo']:+.3f}, {r['routing']['policy_minus_best_fixed']['hi']:+.3f}], "
-                     f"{r['routes']['policy']['n']} questions), below the per-task rule "
-                     f"({r['routing']['policy_minus_per_task_rule']['value']:+.3f} [{r['routing']['policy_minus_per_task_rule']['lo']:+.3f}, "
-                     f"{r['routing']['policy_minus_per_task_rule']['hi']:+.3f}])", "README: R1 per-task cold start"),
 ]
 
 
@@ -1188,6 +1182,34 @@ MANY_MODELS_FIGURES += [
            "R1 balanced wall time"),
     Figure("README.md", BALANCED_RUN, "routing.policy_minus_best_fixed",
            lambda g: f"collapses to always-Mistral-7B ({_gap(g)})", "README: R1 balanced"),
+]
+
+
+def _iv(d: dict) -> str:
+    return f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+
+
+SCALE = "router_r1.rb_scale_grpo_v3"  # many_models.json's entry of the at-scale GRPO run (bench_many_models.py --router-r1)
+MANY_MODELS_FIGURES += [
+    Figure("README.md", "many_models.json", SCALE,
+           lambda r: f"{r['episodes']:,} GRPO episodes; a lockbox of {r['questions']} RouterBench test questions read once",
+           "README: R1 at scale, its size"),
+    Figure("README.md", "many_models.json", SCALE,
+           lambda r: f"above the best fixed route: {_iv(r['policy_minus_best_fixed'])} over always-Yi-34B, and level with "
+                     f"the per-task rule ({_iv(r['policy_minus_per_task'])})"
+                     if r["best_fixed"] == "always_yi-34b" and r["policy_minus_best_fixed"]["lo"] > 0 else NEVER_IN_A_DOC,
+           "README: R1 at scale against the best fixed route and the rule"),
+    Figure("README.md", "many_models.json", SCALE,
+           lambda r: "it calls Yi-34B on ARC and Winogrande and GPT-3.5 on MBPP"
+                     if {t: max(s, key=s.get) for t, s in r["route_share_by_task"].items()}
+                     == {"arc-challenge": "yi-34b", "winogrande": "yi-34b", "mbpp": "gpt-3.5"} else NEVER_IN_A_DOC,
+           "README: R1 at scale calls"),
+    Figure("README.md", "many_models.json", f"{SCALE}.sampled.policy_minus_best_fixed",
+           lambda d: f"made the sampled policy follow it ({_iv(d)})", "README: R1 at scale, sampled"),
+    Figure("README.md", "router_r1_routerbench_scale.json", "",
+           lambda r: f"the at-scale run's 80 steps ({80 * 128:,} episodes) took "
+                     f"{(r['steps'][-1]['time'] - r['steps'][0]['time']) / 60:.0f} minutes",
+           "README: R1 at scale RL time"),
 ]
 
 

@@ -332,6 +332,41 @@ def fuzz_table(live: dict[str, Any], inproc: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n\n" + "\n".join(att) + ("\n\n" + tail if tail else "")
 
 
+# -- docs/many_models.md and the RouterBench study: Router-R1's lockbox rows (many_models.json's router_r1) ------
+
+def router_r1_lockbox_table(path: Path) -> str:
+    """Each trained Router-R1 run of many_models.json, greedy and sampled: its reward, its paired intervals
+    against the best fixed route and the per-task rule, and the candidates it calls per task; the caption is
+    each run's own provenance (the AIQ figures' is another measurement)."""
+    many = json.loads(path.read_text())
+    def iv(d: dict[str, float]) -> str:
+        return f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+
+    def calls(by_task: dict[str, dict[str, float]]) -> str:
+        return "; ".join(f"{t}: " + ", ".join(f"{c} {v:.2f}" for c, v in sorted(s.items(), key=lambda kv: -kv[1])
+                                             if v >= 0.01) for t, s in sorted(by_task.items()))
+
+    lines = ["| run | policy | questions | episodes | mean reward | minus best fixed route | minus per-task rule "
+             "| calls per task |", "|---|---|---|---|---|---|---|---|"]
+    for name, r in (many.get("router_r1") or {}).items():
+        arms = [("greedy", r)] + ([(f"sampled ({r['sampled']['samples']} a question)", r["sampled"])] if r.get("sampled") else [])
+        for label, a in arms:
+            lines.append(f"| `{name}` ({r['algo']}) | {label} | {r['questions']} | {r['episodes']:,} | {a['mean_reward']:.3f} "
+                         f"| {iv(a['policy_minus_best_fixed'])} | {iv(a['policy_minus_per_task'])} "
+                         f"| {calls(a['route_share_by_task'])} |")
+    first = next(iter((many.get("router_r1") or {}).values()), None)
+    if first:
+        refs = ", ".join(f"{k} {v:.3f}" for k, v in first["reference_rewards"].items())
+        lines += ["", f"Alpha {first['alpha']:g}; best fixed route {first['best_fixed']} and per-task rule "
+                  + ", ".join(f"{t} -> {c}" for t, c in first["per_task"].items())
+                  + f", both chosen on the training questions; on these questions {refs}. Paired bootstrap, 95%."]
+    for name, r in (many.get("router_r1") or {}).items():
+        p = r["provenance"]
+        lines += ["", f"<sub>`{name}`: `{p['command']}`, {p['date']} at commit {p['commit']} (its report: "
+                  f"`{r['report']}`)</sub>"]
+    return "\n".join(lines)
+
+
 TABLES = [
     Table("README.md", "make run table", ("routing_make_run.json",), make_run_table),
     Table("README.md", "headline dates", README_RESULTS, readme_dates, paths=True),
@@ -345,6 +380,9 @@ TABLES = [
     Table("docs/benchmarks.md", "trl steps", ("router_r1.json",), trl_steps_table),
     Table("docs/retraining.md", "flywheel", ("flywheel.json",), flywheel_table),
     Table("docs/many_models.md", "many_models aiq", ("many_models.json",), many_models_table),
+    Table("docs/many_models.md", "router_r1 lockbox", ("many_models.json",), router_r1_lockbox_table, paths=True),
+    Table("docs/experiments/2026-12-router-r1-routerbench.md", "router_r1 lockbox", ("many_models.json",),
+          router_r1_lockbox_table, paths=True),
     Table("docs/router_r1.md", "rl bandit", ("rl_bandit.json",), rl_bandit_table),
     Table("docs/router_r1.md", "rl throughput", ("rl_throughput.json",), rl_throughput_table),
     Table("docs/operations.md", "durability", ("durability.json",), durability_table),

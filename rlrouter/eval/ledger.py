@@ -76,6 +76,11 @@ def read_by(path: str | Path | None, router_types: Iterable[str]) -> set[str]:
             for d in rec.get("question_digests") or []}
 
 
+def read_in_run(path: str | Path | None, run: str) -> set[str]:
+    """The question digests that the readings of the ledger at ``path`` recorded for run ``run`` read."""
+    return {d for rec in earlier_readings(path) if rec.get("run") == run for d in rec.get("question_digests") or []}
+
+
 def unread(path: str | Path | None, ids: Sequence[Any], router_types: Iterable[str]) -> list[bool]:
     """Per question id of ``ids``: whether no reading of the ledger at ``path`` by one of ``router_types`` read it."""
     seen = read_by(path, router_types)

@@ -21,7 +21,7 @@ from rlrouter.data.job import ensure_data, logged_source
 from rlrouter.data.question import task_of
 from rlrouter.distributed.cluster import connect
 from rlrouter.distributed.resources import ResourceSpec
-from rlrouter.eval.ledger import record_reading, unread
+from rlrouter.eval.ledger import question_digests, read_in_run, record_reading, unread
 from rlrouter.eval.route_scores import cost_bounds, per_task_rule, route_table, scoreboard
 from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.group import LearnerGroup
@@ -91,6 +91,10 @@ class HeldOutConfig:
     """Router types (e.g. ``[router_r1]``): held-out questions that any reading in ``ledger`` by one of them
     read are left out before ``num_questions`` are taken, so the held-out set is a lockbox those routers have
     never read. Needs ``ledger``."""
+    same_questions_as: str | None = None
+    """A run name (e.g. ``rb_scale_grpo_v3``): the held-out questions are those that run's reading in ``ledger``
+    read, and no others, so two policies (GRPO and PPO) are compared on the same lockbox; this run's reading is
+    ledgered as another reading of it. Needs ``ledger``; not with ``unread_by``."""
 
     def __post_init__(self) -> None:
         if isinstance(self.dev_questions, bool) or not isinstance(self.dev_questions, int) or self.dev_questions < 0:
@@ -99,6 +103,9 @@ class HeldOutConfig:
             raise ValueError(f"eval.unread_by: a list of router types, got {self.unread_by!r}")
         if self.unread_by and not self.ledger:
             raise ValueError("eval.unread_by: needs eval.ledger (the readings that say what was read)")
+        if self.same_questions_as is not None and (not self.ledger or self.unread_by):
+            raise ValueError("eval.same_questions_as: needs eval.ledger and no eval.unread_by (it reads the questions "
+                             f"run {self.same_questions_as!r} read, which unread_by would leave out)")
         if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 0:
             raise ValueError(f"eval.samples: an int >= 0 (samples a held-out question), got {self.samples!r}")
         if self.num_questions == 0 and not self.dev_questions:
@@ -249,6 +256,18 @@ def item_id(item: dict[str, Any]) -> str:
     return str(item.get("id") or item["query"])
 
 
+def same_items(items: list[dict[str, Any]], ledger: str | None, run: str | None) -> list[dict[str, Any]]:
+    """``items`` that run ``run``'s readings in ``ledger`` read (``eval.same_questions_as``), in order."""
+    if run is None:
+        return items
+    seen = read_in_run(ledger, run)
+    if not seen:
+        raise ValueError(f"eval.same_questions_as: the ledger {ledger} holds no reading by run {run!r}")
+    kept = [it for it in items if question_digests([item_id(it)])[0] in seen]
+    print(f"held-out: the {len(kept)} of {len(items)} questions run {run!r} read ({ledger}; eval.same_questions_as)")
+    return kept
+
+
 def unread_items(items: list[dict[str, Any]], ledger: str | None, router_types: list[str]) -> list[dict[str, Any]]:
     """``items`` that no reading in ``ledger`` by one of ``router_types`` read (``eval.unread_by``), in order."""
     if not router_types:
@@ -297,6 +316,14 @@ def no_answer_items(table: Any) -> list[int]:
     return [] if table is None else [int(i) for i in np.flatnonzero(table.cheap_states_none())]
 
 
+def held_out_evaluations(dev_curve: bool, metrics: list[dict[str, Any]], untrained: bool, sampled: bool) -> int:
+    """How many times a run read its held-out questions, for the ledger: with a dev curve only the trained
+    policy read them; without one, every curve point, the trained policy and the untrained one did; the
+    sampled read of the trained policy (``eval.samples``) is one more either way."""
+    reads = 1 if dev_curve else sum(1 for m in metrics if "eval/mean_reward" in m) + 1 + untrained
+    return reads + sampled
+
+
 def read_jsonl_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a run's JSON-lines log; none when it is missing."""
     return [row for _, row in read_jsonl(path)] if path.exists() else []
@@ -320,6 +347,7 @@ def run(cfg: Any) -> dict[str, Any]:
     print(f"data: {train_path}, {test_path.name}; logged outcomes {logged_source(plain)}")
     train_items, dev_items = split_dev(load_router_r1_split(train_path), job.eval.dev_questions, job.eval.per_task)
     test_items = unread_items(load_router_r1_split(test_path), job.eval.ledger, job.eval.unread_by)
+    test_items = same_items(test_items, job.eval.ledger, job.eval.same_questions_as)
     test_items = held_out_items(test_items, job.eval.num_questions, job.eval.per_task)
     if dev_items:
         print(f"dev: {len(dev_items)} training questions kept out of training score the curve; "
@@ -397,10 +425,8 @@ def run(cfg: Any) -> dict[str, Any]:
         print("routing:", json.dumps({k: board[k] for k in ("best_fixed", "per_task", "policy_minus_best_fixed")}))
         if job.eval.ledger:  # held-out questions read by this run's evaluations: one record in the ledger
             ids = [item_id(it) for it in test_items]
-            evaluations = (1 if dev_items else (  # with a dev set only the trained policy read the held-out questions
-                sum(1 for m in read_jsonl_rows(out / "metrics.jsonl") if "eval/mean_reward" in m)
-                + 1 + ("policy_untrained" in report["results"]))  # the curve's, the trained, the untrained
-                + (sampled is not None))  # and its sampled read
+            evaluations = held_out_evaluations(bool(dev_items), read_jsonl_rows(out / "metrics.jsonl"),
+                                               "policy_untrained" in report["results"], sampled is not None)
             report["ledger"] = record_reading(
                 job.eval.ledger, question_ids=ids, test_sources=[str(test_path)], router_types=["router_r1"],
                 command="jobs/train_router_r1.py", run=plain["run_name"], evaluations=evaluations,
@@ -423,7 +449,7 @@ def run(cfg: Any) -> dict[str, Any]:
         lines = {k: v for k, v in dev_board["routes"].items() if k.startswith("always_") or k == "per_task_rule"}
         report["dev"] = {"questions": len(dev_items), "best_fixed": dev_board["best_fixed"],
                          "routes": {k: v["mean_reward"] for k, v in dev_board["routes"].items()}}
-    held = plot_held_out(metrics, out, lines)
+    held = plot_held_out(metrics, out, lines, scored_on="dev" if dev_items else "held-out")
     if held:
         report["plots"].append(held)
     report["wall_s"] = time.perf_counter() - t_start

@@ -75,10 +75,13 @@ def held_out_records(trajs: Sequence[Any], candidates: Sequence[str], alpha: flo
 
 
 def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines: dict[str, dict[str, Any]] | None = None,
-                  name: str = "held_out_curve.png") -> str | None:
-    """The held-out curve of a run (``eval/...`` rows; step 0 is the cold-start level): greedy format
-    validity and accuracy, mean reward against the baselines' (the fixed routes and the per-task rule, same
-    questions and reward), and the strong-call share per task. None when the run evaluated nothing."""
+                  name: str = "held_out_curve.png", scored_on: str = "held-out") -> str | None:
+    """The evaluation curve of a run (``eval/...`` rows; step 0 is the cold-start level) on ``scored_on``'s
+    questions (``held-out``, or ``dev`` when the curve scores training questions kept out of training): greedy
+    format validity and accuracy; mean reward against the per-task rule and the three best fixed routes (same
+    questions and reward); and per task the share of calls to the candidate the policy called most there
+    (``eval/share/<task>/<candidate>``), or, for a run that logs none, the strong-call share per task. None
+    when the run evaluated nothing."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,18 +97,32 @@ def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines:
     ax[0].plot(steps, [m["eval/accuracy"] for m in rows], marker="s", label="accuracy (EM)")
     ax[0].set_ylim(-0.05, 1.05)
     ax[1].plot(steps, [m["eval/mean_reward"] for m in rows], marker="o", color="C2", label="policy")
-    for k, (bname, b) in enumerate((baselines or {}).items()):
-        style = {"ls": (":", "--", "-.")[k % 3], "lw": 1.2, "color": ("C3", "C4", "C7", "C5")[k % 4]}
+    shown = reference_lines(baselines or {})
+    for k, (bname, b) in enumerate(shown.items()):
+        style = {"ls": ("-.", ":", "--", (0, (1, 3)))[k % 4], "lw": 1.3, "color": ("C3", "C0", "C4", "C7")[k % 4]}
         if "accuracy" in b:
             ax[0].axhline(b["accuracy"], **style, label=f"{bname} accuracy")
         if "mean_reward" in b:
             ax[1].axhline(b["mean_reward"], **style, label=bname)
-    tasks = sorted({k.split("/", 2)[2] for m in rows for k in m if k.startswith("eval/strong_share/")})
-    for k, task in enumerate(tasks):
-        ax[2].plot(steps, [m.get(f"eval/strong_share/{task}", np.nan) for m in rows], marker="os^v"[k % 4],
-                   label=task)
+    shares = {}  # (task, candidate) -> curve, for each task's most-called candidate over the curve
+    for key in {k for m in rows for k in m if k.startswith("eval/share/")}:
+        _, _, task, cand = key.split("/", 3)
+        total = sum(m.get(key, 0.0) for m in rows)
+        if total > shares.get(task, (None, -1.0))[1]:
+            shares[task] = (cand, total)
+    if shares:
+        for k, (task, (cand, _)) in enumerate(sorted(shares.items())):
+            ax[2].plot(steps, [m.get(f"eval/share/{task}/{cand}", 0.0) for m in rows], marker="os^v"[k % 4],
+                       label=f"{task} -> {cand}")
+        third = "share of each task's most-called candidate"
+    else:
+        tasks = sorted({k.split("/", 2)[2] for m in rows for k in m if k.startswith("eval/strong_share/")})
+        for k, task in enumerate(tasks):
+            ax[2].plot(steps, [m.get(f"eval/strong_share/{task}", np.nan) for m in rows], marker="os^v"[k % 4],
+                       label=task)
+        third = "strong-call share per task"
     ax[2].set_ylim(-0.05, 1.05)
-    titles = ("held-out format and accuracy", "held-out mean reward", "strong-call share per task")
+    titles = (f"{scored_on} format and accuracy", f"{scored_on} mean reward", third)
     for a, title in zip(ax, titles):
         a.set_xlabel("RL step (0 = after the cold start)"), a.set_title(title)
         if a.get_legend_handles_labels()[0]:
@@ -116,6 +133,15 @@ def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines:
     fig.savefig(p, dpi=110)
     plt.close(fig)
     return str(p)
+
+
+def reference_lines(baselines: dict[str, dict[str, Any]], fixed: int = 3) -> dict[str, dict[str, Any]]:
+    """The reference lines a curve is drawn against: the per-task rule, then the ``fixed`` best fixed routes
+    (``always_*``) by mean reward; with many candidates, every fixed route would bury the curve."""
+    rule = {k: v for k, v in baselines.items() if k == "per_task_rule"}
+    always = sorted(((k, v) for k, v in baselines.items() if k.startswith("always_") and "mean_reward" in v),
+                    key=lambda kv: -kv[1]["mean_reward"])
+    return {**rule, **dict(always[:fixed])}
 
 
 def label_groups(points: dict[str, tuple[float, float]], tol: float = 0.03) -> list[tuple[tuple[float, float], list[str]]]:

@@ -170,3 +170,36 @@ def test_a_pilot_reads_no_held_out_question_only_with_a_dev_curve():
         HeldOutConfig(samples=-2)
     items = [{"id": i, "query": f"q{i}?"} for i in range(4)]
     assert held_out_items(items, 0) == [] and held_out_items(items, 0, per_task=True) == []
+
+
+def test_the_ledger_counts_the_sampled_read_with_or_without_a_dev_curve():
+    """A lockbox run (dev curve) read its held-out questions once greedy and once sampled: 2, not 1."""
+    from rlrouter.trainer.job import held_out_evaluations
+
+    curve = [{"step": 0, "eval/mean_reward": 0.5}, {"step": 1}, {"step": 2, "eval/mean_reward": 0.6}]
+    assert held_out_evaluations(True, curve, untrained=True, sampled=False) == 1
+    assert held_out_evaluations(True, curve, untrained=True, sampled=True) == 2
+    assert held_out_evaluations(False, curve, untrained=True, sampled=False) == 4  # 2 curve points, trained, untrained
+    assert held_out_evaluations(False, curve, untrained=False, sampled=True) == 4
+
+
+def test_same_questions_as_reads_exactly_the_questions_another_run_read(tmp_path, capsys):
+    """eval.same_questions_as: PPO beside GRPO on one lockbox: the held-out set is the questions the named run's
+    ledgered reading read, in the file's order; an unknown run is refused by name, as is the setting without
+    a ledger or beside unread_by."""
+    from rlrouter.eval.ledger import record_reading
+    from rlrouter.trainer.job import HeldOutConfig, item_id, same_items
+
+    ledger = tmp_path / "ledger.jsonl"
+    items = [{"id": f"rb:{i}", "query": f"q{i}?"} for i in range(6)]
+    record_reading(ledger, question_ids=[item_id(items[i]) for i in (4, 1, 3)], router_types=["router_r1"], run="grpo")
+    record_reading(ledger, question_ids=[item_id(items[0])], router_types=["router_r1"], run="other")
+    assert [item_id(it) for it in same_items(items, str(ledger), "grpo")] == ["rb:1", "rb:3", "rb:4"]
+    assert "the 3 of 6 questions run 'grpo' read" in capsys.readouterr().out
+    assert same_items(items, str(ledger), None) is items
+    with pytest.raises(ValueError, match="no reading by run 'ppo'"):
+        same_items(items, str(ledger), "ppo")
+    with pytest.raises(ValueError, match="same_questions_as: needs eval.ledger"):
+        HeldOutConfig(same_questions_as="grpo")
+    with pytest.raises(ValueError, match="same_questions_as"):
+        HeldOutConfig(same_questions_as="grpo", ledger=str(ledger), unread_by=["router_r1"])
