@@ -39,8 +39,12 @@ install: $(STAMP)
 install-gpu:
 	$(MAKE) install EXTRA=gpu
 
+# make run's job: Router-R1 on RouterBench's 11 replayed LLMs in about 15 minutes (conf/experiment/routerbench_quick.yaml);
+# RUN_EXPERIMENT=null runs the config's defaults (the two-model GPT-4 / Mixtral job), any other preset by name
+RUN_EXPERIMENT ?= routerbench_quick
+
 run: $(STAMP)
-	$(BIN)/python jobs/train_router_r1.py $(ARGS)
+	$(BIN)/python jobs/train_router_r1.py experiment=$(RUN_EXPERIMENT) $(ARGS)
 
 prepare-data: $(STAMP)
 	$(BIN)/python jobs/prepare_data.py $(ARGS)
