@@ -205,7 +205,7 @@ EVALUATION_FIGURES = [
 ]
 
 
-# -- README.md's make run table (routing_make_run.json) and docs/benchmarks.md's routing tables (routing.json) --
+# -- the two-model make run (routing_make_run.json) and docs/benchmarks.md's routing tables (routing.json) --
 
 
 def _sweep_table(sweep: dict[str, Any]) -> str:
@@ -268,9 +268,9 @@ def _first(checkpoint: dict[str, Any]) -> str:
 
 MAKE_RUN = "runs.0"  # bench_routing.py --runs <the make run run> first
 ROUTING_FIGURES = [
-    Figure("README.md", "routing_make_run.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
+    Figure(TWO_MODELS, "routing_make_run.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
            lambda d: f"policy minus best fixed route {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]",
-           "make run: policy minus best fixed"),
+           "the two-model make run: policy minus best fixed"),
     Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_t256_fp.json", "runs.2.routing.policy_minus_best_fixed",
            lambda d: f"({d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]", "make run: 2,000 held-out questions (two-model study)"),
     Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_t256_fp.json", "runs.1.routing.policy_minus_best_fixed",
@@ -708,7 +708,7 @@ TRAINER_FIGURES = [
     Figure("docs/benchmarks.md", "router_r1.json", "learning.arms", lambda a: _rl_time_row(a, "trl"),
            "benchmarks: TRL's RL time"),
     Figure("README.md", "router_r1.json", "learning.arms",
-           lambda a: f"10 RL steps of `make run` {_rl_seconds(a, 'grpo') / _rl_seconds(a, 'trl'):.2f}x TRL's time",
+           lambda a: f"10 RL steps of the two-model job {_rl_seconds(a, 'grpo') / _rl_seconds(a, 'trl'):.2f}x TRL's time",
            "README: RL time against TRL"),
     Figure("README.md", "router_r1.json", "step_timing",
            lambda t: f"GRPO step {t['ours_over_trl']:.2f}x TRL `GRPOTrainer`'s (median {t['step_s_median']['ours']:.1f} s "

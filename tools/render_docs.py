@@ -74,8 +74,8 @@ def test_readings(ledger: Path, key: str = ROUTERBENCH_TEST_KEY) -> str:
 
 README_RESULTS = ("durability.json", "flywheel.json", "fresh_clone.json", "fuzz_live.json", "gmtrouter.json",
                   "intent.json", "lockbox.json", "many_models.json", "rl_bandit.json", "rl_throughput.json", "router_r1.json",
-                  "router_r1_routerbench_balanced.json", "router_r1_routerbench_per_task.json",
-                  "routing_lockbox.json", "routing_make_run.json", "selector.json")
+                  "router_r1_routerbench_balanced.json", "router_r1_routerbench_scale.json",
+                  "routing_lockbox.json", "make_run.json", "selector.json")
 """Every result the README's figures read (``tools/staleness.py`` readme_results; a test keeps them equal)."""
 
 
@@ -96,13 +96,55 @@ def readme_measured_table(*paths: Path) -> str:
     return "\n".join(lines)
 
 
-# -- README.md: make run's table (routing_make_run.json, bench_routing.py --runs <the make run run>) ----------
+# -- README.md: make run's table (make_run.json: a copy of the make run's report.json) ---------------------------
 
-def make_run_table(routing: dict[str, Any]) -> str:
-    """The run's held-out table as its report.md writes it: the policy, the baselines, the oracle."""
-    from rlrouter.trainer.report import results_table
-
-    return "\n".join(results_table(routing["runs"][0]).splitlines()[:11])
+def make_run_table(report: dict[str, Any]) -> str:
+    """make run's report in brief: the policy before and after RL (greedy and sampled) beside the per-task rule,
+    the best fixed route on the training questions, the best and the cheapest fixed route on the held-out
+    questions and the oracle; the paired intervals; the calls per task."""
+    res, routing = report["results"], report["routing"]
+    curve = report.get("held_out_curve") or []
+    scored_on = "dev" if report.get("dev") else "held-out"
+    fixed = {k: v for k, v in res.items() if k.startswith("always_")}
+    best_here = max(fixed, key=lambda k: fixed[k]["mean_reward"])
+    rows = []
+    samp = routing.get("policy_sampled")
+    rows.append((f"policy after {curve[-1]['step'] if curve else '?'} RL steps, greedy", res["policy_trained"], "held-out"))
+    if samp:
+        rows.append((f"the same, sampled ({samp['samples']} routes a question)",
+                     {"accuracy": samp["accuracy"], "mean_reward": samp["mean_reward"], "cost_per_query": None}, "held-out"))
+    rows.append(("per-task rule (" + ", ".join(f"{t} -> {c}" for t, c in routing["per_task"].items()) + ")",
+                 res["per_task_rule"], "held-out"))
+    for name in dict.fromkeys([routing["best_fixed"], best_here, "always_cheapest"]):
+        label = name.replace("always_", "always ")
+        if name == routing["best_fixed"]:
+            label += " (the best fixed route on the training questions)"
+        elif name == best_here:
+            label += " (the best fixed route on these questions)"
+        rows.append((label, res[name], "held-out"))
+    rows.append(("oracle (each question's cheapest correct candidate)", res["oracle"], "held-out"))
+    lines = ["| route (held-out questions) | accuracy | mean reward | cost / query (USD) |", "|---|---|---|---|"]
+    for label, r, _ in rows:
+        cost = "-" if r.get("cost_per_query") is None else f"{r['cost_per_query']:.5f}"
+        lines.append(f"| {label} | {r['accuracy']:.3f} | {r['mean_reward']:.3f} | {cost} |")
+    d, t = routing["policy_minus_best_fixed"], routing["policy_minus_per_task_rule"]
+    n = routing["routes"]["policy"]["n"]
+    levels = [f"untrained {res['policy_untrained']['mean_reward']:.3f}"] + [
+        (f"cold start {c['eval/mean_reward']:.3f}" if c["step"] == 0 else f"RL step {c['step']} {c['eval/mean_reward']:.3f}")
+        for c in curve]
+    lines += ["", f"Alpha {routing['alpha']:g}, {n} held-out questions. Mean reward on the {scored_on} curve"
+              + (f" ({report['dev']['questions']} training questions kept out of training)" if report.get("dev") else "")
+              + ": " + ", ".join(levels) + f". Policy minus best fixed route {d['value']:+.3f} "
+              f"[{d['lo']:+.3f}, {d['hi']:+.3f}], minus per-task rule {t['value']:+.3f} [{t['lo']:+.3f}, {t['hi']:+.3f}]"
+              + (f"; sampled: {samp['minus_best_fixed']['value']:+.3f} [{samp['minus_best_fixed']['lo']:+.3f}, "
+                 f"{samp['minus_best_fixed']['hi']:+.3f}] and {samp['minus_per_task_rule']['value']:+.3f} "
+                 f"[{samp['minus_per_task_rule']['lo']:+.3f}, {samp['minus_per_task_rule']['hi']:+.3f}]" if samp else "")
+              + f" (paired bootstrap, 95%). Wall time {report['wall_s']:,.0f} s."]
+    by_task = routing["routes"]["policy"].get("route_share_by_task") or {}
+    lines += ["", "The trained policy's calls per task, greedy: " + "; ".join(
+        f"{t} " + ", ".join(f"{c} {v:.2f}" for c, v in sorted(sh.items(), key=lambda kv: -kv[1]) if v >= 0.01)
+        for t, sh in sorted(by_task.items())) + "."]
+    return "\n".join(lines)
 
 
 # -- docs/benchmarks.md: the selector's regret and /route latency (selector.json) -----------------------------
@@ -368,7 +410,7 @@ def router_r1_lockbox_table(path: Path) -> str:
 
 
 TABLES = [
-    Table("README.md", "make run table", ("routing_make_run.json",), make_run_table),
+    Table("README.md", "make run table", ("make_run.json",), make_run_table),
     Table("README.md", "headline dates", README_RESULTS, readme_dates, paths=True),
     Table("docs/many_models.md", "test readings: pool", ("test_ledger.jsonl",), test_readings, paths=True),
     Table("docs/many_models.md", "test readings: router_r1", ("test_ledger.jsonl",), test_readings, paths=True),
