@@ -327,7 +327,8 @@ def routing_summary(report: dict[str, Any]) -> dict[str, Any]:
     """A trained run's held-out routing figures in the shape the many-model comparison keeps
     (``benchmarks/results/many_models.json``'s ``router_r1``): the greedy policy and, where the run read it,
     the sampled one, each against the best fixed route and the per-task rule (paired intervals, ``mean``,
-    ``lo``, ``hi``), their per-task call shares, the questions and the training episodes."""
+    ``lo``, ``hi``), their per-task call shares, the questions and the training episodes (RL steps x prompts x
+    samples; the extra prompt batches of ``train.filter_groups`` are not counted)."""
     routing = report.get("routing") or {}
     if "policy_minus_best_fixed" not in routing:
         raise ValueError("routing_summary: the report has no held-out routing board (report['routing']); "
