@@ -1204,6 +1204,8 @@ MANY_MODELS_FIGURES += [
                      if {t: max(s, key=s.get) for t, s in r["route_share_by_task"].items()}
                      == {"arc-challenge": "yi-34b", "winogrande": "yi-34b", "mbpp": "gpt-3.5"} else NEVER_IN_A_DOC,
            "README: R1 at scale calls"),
+    Figure("docs/experiments/README.md", "many_models.json", f"{SCALE}.policy_minus_best_fixed",
+           lambda d: f"cold start's per-task rule: {_iv(d)}", "experiments index: R1 at scale"),
     Figure("README.md", "many_models.json", f"{SCALE}.sampled.policy_minus_best_fixed",
            lambda d: f"made the sampled policy follow it ({_iv(d)})", "README: R1 at scale, sampled"),
     Figure("README.md", "router_r1_routerbench_scale.json", "",
