@@ -96,6 +96,17 @@ def readme_measured_table(*paths: Path) -> str:
     return "\n".join(lines)
 
 
+def calls_per_task(by_task: dict[str, dict[str, float]], colon: bool = True) -> str:
+    """Each task's called candidates with their shares (at least 0.01), most called first."""
+    return "; ".join(f"{t}{':' if colon else ''} " + ", ".join(
+        f"{c} {v:.2f}" for c, v in sorted(sh.items(), key=lambda kv: -kv[1]) if v >= 0.01) for t, sh in sorted(by_task.items()))
+
+
+def interval(d: dict[str, float], mean: str = "value") -> str:
+    """A paired interval as the docs write it: ``+0.077 [+0.042, +0.114]``."""
+    return f"{d[mean]:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+
+
 # -- README.md: make run's table (make_run.json: a copy of the make run's report.json) ---------------------------
 
 def make_run_table(report: dict[str, Any]) -> str:
@@ -107,24 +118,23 @@ def make_run_table(report: dict[str, Any]) -> str:
     scored_on = "dev" if report.get("dev") else "held-out"
     fixed = {k: v for k, v in res.items() if k.startswith("always_")}
     best_here = max(fixed, key=lambda k: fixed[k]["mean_reward"])
-    rows = []
     samp = routing.get("policy_sampled")
-    rows.append((f"policy after {curve[-1]['step'] if curve else '?'} RL steps, greedy", res["policy_trained"], "held-out"))
+    rows = [(f"policy after {curve[-1]['step'] if curve else '?'} RL steps, greedy", res["policy_trained"])]
     if samp:
         rows.append((f"the same, sampled ({samp['samples']} routes a question)",
-                     {"accuracy": samp["accuracy"], "mean_reward": samp["mean_reward"], "cost_per_query": None}, "held-out"))
+                     {"accuracy": samp["accuracy"], "mean_reward": samp["mean_reward"], "cost_per_query": None}))
     rows.append(("per-task rule (" + ", ".join(f"{t} -> {c}" for t, c in routing["per_task"].items()) + ")",
-                 res["per_task_rule"], "held-out"))
+                 res["per_task_rule"]))
     for name in dict.fromkeys([routing["best_fixed"], best_here, "always_cheapest"]):
         label = name.replace("always_", "always ")
         if name == routing["best_fixed"]:
             label += " (the best fixed route on the training questions)"
         elif name == best_here:
             label += " (the best fixed route on these questions)"
-        rows.append((label, res[name], "held-out"))
-    rows.append(("oracle (each question's cheapest correct candidate)", res["oracle"], "held-out"))
+        rows.append((label, res[name]))
+    rows.append(("oracle (each question's cheapest correct candidate)", res["oracle"]))
     lines = ["| route (held-out questions) | accuracy | mean reward | cost / query (USD) |", "|---|---|---|---|"]
-    for label, r, _ in rows:
+    for label, r in rows:
         cost = "-" if r.get("cost_per_query") is None else f"{r['cost_per_query']:.5f}"
         lines.append(f"| {label} | {r['accuracy']:.3f} | {r['mean_reward']:.3f} | {cost} |")
     d, t = routing["policy_minus_best_fixed"], routing["policy_minus_per_task_rule"]
@@ -134,16 +144,11 @@ def make_run_table(report: dict[str, Any]) -> str:
         for c in curve]
     lines += ["", f"Alpha {routing['alpha']:g}, {n} held-out questions. Mean reward on the {scored_on} curve"
               + (f" ({report['dev']['questions']} training questions kept out of training)" if report.get("dev") else "")
-              + ": " + ", ".join(levels) + f". Policy minus best fixed route {d['value']:+.3f} "
-              f"[{d['lo']:+.3f}, {d['hi']:+.3f}], minus per-task rule {t['value']:+.3f} [{t['lo']:+.3f}, {t['hi']:+.3f}]"
-              + (f"; sampled: {samp['minus_best_fixed']['value']:+.3f} [{samp['minus_best_fixed']['lo']:+.3f}, "
-                 f"{samp['minus_best_fixed']['hi']:+.3f}] and {samp['minus_per_task_rule']['value']:+.3f} "
-                 f"[{samp['minus_per_task_rule']['lo']:+.3f}, {samp['minus_per_task_rule']['hi']:+.3f}]" if samp else "")
+              + ": " + ", ".join(levels) + f". Policy minus best fixed route {interval(d)}, minus per-task rule {interval(t)}"
+              + (f"; sampled: {interval(samp['minus_best_fixed'])} and {interval(samp['minus_per_task_rule'])}" if samp else "")
               + f" (paired bootstrap, 95%). Wall time {report['wall_s']:,.0f} s."]
     by_task = routing["routes"]["policy"].get("route_share_by_task") or {}
-    lines += ["", "The trained policy's calls per task, greedy: " + "; ".join(
-        f"{t} " + ", ".join(f"{c} {v:.2f}" for c, v in sorted(sh.items(), key=lambda kv: -kv[1]) if v >= 0.01)
-        for t, sh in sorted(by_task.items())) + "."]
+    lines += ["", "The trained policy's calls per task, greedy: " + calls_per_task(by_task, colon=False) + "."]
     return "\n".join(lines)
 
 
@@ -381,12 +386,6 @@ def router_r1_lockbox_table(path: Path) -> str:
     against the best fixed route and the per-task rule, and the candidates it calls per task; the caption is
     each run's own provenance (the AIQ figures' is another measurement)."""
     many = json.loads(path.read_text())
-    def iv(d: dict[str, float]) -> str:
-        return f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
-
-    def calls(by_task: dict[str, dict[str, float]]) -> str:
-        return "; ".join(f"{t}: " + ", ".join(f"{c} {v:.2f}" for c, v in sorted(s.items(), key=lambda kv: -kv[1])
-                                             if v >= 0.01) for t, s in sorted(by_task.items()))
 
     lines = ["| run | policy | questions | episodes | mean reward | minus best fixed route | minus per-task rule "
              "| calls per task |", "|---|---|---|---|---|---|---|---|"]
@@ -394,8 +393,8 @@ def router_r1_lockbox_table(path: Path) -> str:
         arms = [("greedy", r)] + ([(f"sampled ({r['sampled']['samples']} a question)", r["sampled"])] if r.get("sampled") else [])
         for label, a in arms:
             lines.append(f"| `{name}` ({r['algo']}) | {label} | {r['questions']} | {r['episodes']:,} | {a['mean_reward']:.3f} "
-                         f"| {iv(a['policy_minus_best_fixed'])} | {iv(a['policy_minus_per_task'])} "
-                         f"| {calls(a['route_share_by_task'])} |")
+                         f"| {interval(a['policy_minus_best_fixed'], 'mean')} | {interval(a['policy_minus_per_task'], 'mean')} "
+                         f"| {calls_per_task(a['route_share_by_task'])} |")
     first = next(iter((many.get("router_r1") or {}).values()), None)
     if first:
         refs = ", ".join(f"{k} {v:.3f}" for k, v in first["reference_rewards"].items())

@@ -104,7 +104,7 @@ def plot_held_out(metrics: list[dict[str, Any]], out_dir: str | Path, baselines:
             ax[0].axhline(b["accuracy"], **style, label=f"{bname} accuracy")
         if "mean_reward" in b:
             ax[1].axhline(b["mean_reward"], **style, label=bname)
-    shares = {}  # (task, candidate) -> curve, for each task's most-called candidate over the curve
+    shares = {}  # task -> (its most-called candidate over the curve, that candidate's summed share)
     for key in {k for m in rows for k in m if k.startswith("eval/share/")}:
         _, _, task, cand = key.split("/", 3)
         total = sum(m.get(key, 0.0) for m in rows)
