@@ -36,7 +36,7 @@ trajectory's text. ``--env key=value`` changes the run's ``rollout.env`` for the
 
     python benchmarks/bench_escalation.py --run outputs/r29_mark --steps 4 --groups 6 [--env max_total_tokens=1536]
 
-Writes ``benchmarks/results/escalation.json``, ``.md`` (the table) and ``.png`` (``--name`` changes the stem).
+Writes ``escalation.json``, ``.md`` (the table) and ``.png`` (``--name`` changes the stem) beside its study (``STUDY_RESULTS``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+STUDY = "2026-11-router-r1-two-models"
+"""The dated study this script belongs to (docs/experiments/): its results go there; make bench leaves it out."""
+STUDY_RESULTS = ROOT / "docs" / "experiments" / STUDY / "results"
 sys.path.insert(0, str(ROOT))
 
 from rlrouter.provenance import write_result  # noqa: E402
@@ -306,7 +309,7 @@ def main() -> None:
                     help="a data folder whose test split holds the questions (default: the run's own test split)")
     ap.add_argument("--task", default="gsm8k", help="the task whose questions are probed (its replies can lack an answer)")
     ap.add_argument("--name", default="escalation")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--out", default=str(STUDY_RESULTS))
     ap.add_argument("--limit", type=int, default=0, help="probe only the first N questions (0: all)")
     ap.add_argument("--stated", type=int, default=40,
                     help="probe every question whose cheap reply states no answer, and only the first N of those "

@@ -4,7 +4,7 @@ Reads ``../shared/data/routellm/mmlu/*.csv`` and each prompt's ``LM_FEATURES`` (
 from the disk cache after the first pass: 46.5 min for 13,074 prompts on 2 cores), and writes the
 correlation of every feature with GPT-4's and Mixtral's logged correctness and with the gain (GPT-4 right
 minus Mixtral right), across all prompts and within a subject (each subject's mean removed), to
-``benchmarks/results/llm_confidence.json``.
+``llm_confidence.json`` beside its study (``STUDY_RESULTS``).
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_llm_confidence.py [--data ../shared/data/routellm/mmlu]
 """
@@ -18,6 +18,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+STUDY = "2026-11-offline-routers-unseen-subjects"
+"""The dated study this script belongs to (docs/experiments/): its results go there; make bench leaves it out."""
+STUDY_RESULTS = ROOT / "docs" / "experiments" / STUDY / "results"
 
 from rlrouter.provenance import write_result  # noqa: E402
 
@@ -52,7 +55,7 @@ def main() -> None:
            "means": {f: round(float(feats[f].mean()), 3) for f in LM_FEATURES},
            "corr_all": corr(both), "corr_within_subject": corr(within),
            "command": "python benchmarks/bench_llm_confidence.py"}
-    path = ROOT / "benchmarks" / "results" / "llm_confidence.json"
+    path = STUDY_RESULTS / "llm_confidence.json"
     write_result(path, res, MEASURES, indent=1)
     print(json.dumps(res, indent=1))
 

@@ -37,7 +37,7 @@ choice over those checkpoints of RUN too (each penalty at each step; default: th
 the held-out questions are scored once with the chosen one (``..._step<N>``). One penalty and no
 ``--steps`` leaves nothing to choose: the held-out questions are scored at it with no selection run.
 
-Writes ``benchmarks/results/routing.json`` and ``routing.png`` (``--name`` changes the stem).
+Writes ``routing.json`` and ``routing.png`` beside its study (``STUDY_RESULTS``) (``--name`` changes the stem).
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ from pathlib import Path
 from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
+STUDY = "2026-11-router-r1-two-models"
+"""The dated study this script belongs to (docs/experiments/): its results go there; make bench leaves it out."""
+STUDY_RESULTS = ROOT / "docs" / "experiments" / STUDY / "results"
 LEDGER = ROOT / "benchmarks" / "results" / "test_ledger.jsonl"
 """Where every --evaluate reading of held-out questions is recorded (``rlrouter.eval.ledger``)."""
 sys.path.insert(0, str(ROOT))
@@ -672,7 +675,7 @@ def main() -> None:
                     help="comma-separated checkpoint steps: --greedy-penalties' choice is made over them too "
                          "(default: the last checkpoint)")
     ap.add_argument("--name", default="routing")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--out", default=str(STUDY_RESULTS))
     args = ap.parse_args()
     from rlrouter.data.build import load_router_r1_split
     from rlrouter.eval.route_scores import alpha_sweep, cost_bounds, escalation_value, route_table

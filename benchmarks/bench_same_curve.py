@@ -1,7 +1,9 @@
-"""A trainer change that should not change learning, checked on learning: ``make run``'s held-out curve after
-the change next to the committed one before it (``benchmarks/results/routing_make_run.json``), point by point.
+"""A trainer change that should not change learning, checked on learning: ``make run``'s curve after the change
+next to the committed one before it (``benchmarks/results/make_run.json``, a copy of make run's ``report.json``),
+point by point. ``--before`` also takes another run's ``report.json``, or a routing board of the two-model study
+(its first run).
 
-    make run ARGS="run_name=<run>"                                   # about 20 minutes on 2 cores
+    make run ARGS="run_name=<run>"                                   # about 15 minutes on 2 cores
     .venv/bin/python benchmarks/bench_same_curve.py --run outputs/<run> --name <what changed>
 
 Results: ``benchmarks/results/same_curve_<name>.json`` and ``.png`` (both curves on one plot).
@@ -33,13 +35,23 @@ def held_out(metrics: Path) -> list[dict[str, float]]:
     return [{"step": r["step"], **{k: r[k] for k in KEYS}} for _, r in read_jsonl(metrics) if KEYS[0] in r]
 
 
+def curve_of(data: dict, where: str) -> dict:
+    """``{"run", "held_out_curve"}`` of a run's report (or its copy, ``make_run.json``) or of a routing board's
+    first run (``{"runs": [...]}``)."""
+    if "runs" in data:
+        return data["runs"][0]
+    if "held_out_curve" not in data:
+        raise SystemExit(f"{where}: neither a run's report (held_out_curve) nor a routing board (runs)")
+    return {"run": (data.get("config") or {}).get("run_name", where), "held_out_curve": data["held_out_curve"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", required=True, help="the run after the change (its folder)")
     ap.add_argument("--name", required=True, help="what changed, for the file names")
-    ap.add_argument("--before", default=str(RESULTS / "routing_make_run.json"))
+    ap.add_argument("--before", default=str(RESULTS / "make_run.json"))
     args = ap.parse_args()
-    before_file = json.loads(Path(args.before).read_text())["runs"][0]
+    before_file = curve_of(json.loads(Path(args.before).read_text()), args.before)
     before = [{"step": r["step"], **{k: r[k] for k in KEYS}} for r in before_file["held_out_curve"]]
     after = held_out(Path(args.run) / "metrics.jsonl")
     steps = [r["step"] for r in before]

@@ -4,7 +4,7 @@ For each seed the evaluate_router job holds out ``--holdout`` MMLU subjects of `
 with that seed; GSM8K and the other subjects train), trains every router on the rest and replays all of
 them on the held-out subjects, with paired bootstrap intervals against random and the best baseline.
 This script runs the job per seed, then writes the per-seed reports under ``outputs/unseen_subjects/``
-and the summary to ``benchmarks/results/unseen_subjects.json`` and ``.md``.
+and the summary to ``unseen_subjects.json`` and ``.md`` beside its study (``STUDY_RESULTS``).
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_unseen_subjects.py [--seeds 0 1 2] [--holdout 10]
         [--intent outputs/train_intent/supervised_seed0/supervised] [--router-r1 CHECKPOINT --test-subset 200]
@@ -44,12 +44,15 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+STUDY = "2026-11-offline-routers-unseen-subjects"
+"""The dated study this script belongs to (docs/experiments/): its results go there; make bench leaves it out."""
+STUDY_RESULTS = ROOT / "docs" / "experiments" / STUDY / "results"
 
 from rlrouter.provenance import write_result  # noqa: E402
 
 # what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
 MEASURES = ("benchmarks/bench_unseen_subjects.py", "rlrouter/eval")
-OUT = ROOT / "benchmarks" / "results"
+OUT = STUDY_RESULTS
 MIN_GAP = 0.05  # a split whose always-strong beats always-weak by less has no gap for APGR to measure
 
 ROUTERS = {
@@ -281,7 +284,7 @@ def main() -> None:
                                                               "test prompts per seed (0 = all)")
     ap.add_argument("--routers", nargs="+", default=None, metavar="NAME",
                     help=f"run only these routers (besides the baselines), from {sorted(ROUTERS) + sorted(EXTRA_ROUTERS)}")
-    ap.add_argument("--name", default=None, help="results file stem under benchmarks/results (default "
+    ap.add_argument("--name", default=None, help="results file stem beside the study (default "
                                                  "unseen_subjects, or unseen_subjects_subset<N> with --test-subset)")
     ap.add_argument("--out", default=None, help="per-seed reports (default outputs/<name>)")
     ap.add_argument("--reuse", action="store_true", help="summarise a seed's existing report.json under --out "

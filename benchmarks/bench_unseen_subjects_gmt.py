@@ -16,7 +16,7 @@ Per seed of the leave-subjects-out protocol (``bench_unseen_subjects.py``):
 4. the evaluate_router job on the held-out subjects with both checkpoints as cold-user threshold routers
    beside the baselines (random, kNN, MF), with paired bootstrap intervals against random.
 
-Writes ``benchmarks/results/unseen_subjects_gmt.{json,md}`` and the per-seed outputs under
+Writes ``unseen_subjects_gmt.{json,md}`` beside its study (``STUDY_RESULTS``) and the per-seed outputs under
 ``outputs/unseen_subjects_gmt/seed<k>/``.
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_unseen_subjects_gmt.py [--seeds 0 1 2] [--cold-frac 0.1]
@@ -35,6 +35,9 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+STUDY = "2026-11-offline-routers-unseen-subjects"
+"""The dated study this script belongs to (docs/experiments/): its results go there; make bench leaves it out."""
+STUDY_RESULTS = ROOT / "docs" / "experiments" / STUDY / "results"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

@@ -15,7 +15,7 @@ figures compare with that table's:
   random within it) and the same with the form probe, or the form + option-match probe (``probe_form_options``),
   ordering the prompts within a subject, i.e. perfect subject knowledge plus a router's question-level signal.
 
-Writes ``benchmarks/results/unseen_variants.{json,md}``. Needs scikit-learn (``pip install .[bench]``).
+Writes ``unseen_variants.{json,md}`` beside its study (``STUDY_RESULTS``). Needs scikit-learn (``pip install .[bench]``).
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_unseen_variants.py [--seeds 0 1 2]
 """
@@ -30,12 +30,15 @@ from typing import Callable
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+STUDY = "2026-11-offline-routers-unseen-subjects"
+"""The dated study this script belongs to (docs/experiments/): its results go there; make bench leaves it out."""
+STUDY_RESULTS = ROOT / "docs" / "experiments" / STUDY / "results"
 
 from rlrouter.provenance import write_result  # noqa: E402
 
 # what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
 MEASURES = ("benchmarks/bench_unseen_variants.py", "rlrouter/eval")
-OUT = ROOT / "benchmarks" / "results"
+OUT = STUDY_RESULTS
 L2_GRID = (0.1, 1.0, 10.0, 100.0, 1000.0)
 
 

@@ -13,6 +13,10 @@ without a quick mode is skipped in a quick run rather than run at full size, and
 Exit codes, durations and those decisions go to ``benchmarks/results/summary.json``, or
 ``summary_quick.json`` for ``--quick``: a quick run, which skips every script without a quick mode, never
 replaces a full run's summary. The runner exits non-zero when any script failed.
+
+A study's script (one that sets ``STUDY = "<study>"`` at its top level, the name of a dated study under
+``docs/experiments/``) writes its results beside that study, not in ``benchmarks/results/``, and is not part
+of ``make bench``: the runner lists it as skipped unless ``--studies`` is given.
 """
 
 from __future__ import annotations
@@ -67,6 +71,19 @@ def has_main_guard(source: str) -> bool:
     return False
 
 
+def study_of(source: str) -> str | None:
+    """The dated study a script belongs to: its top-level ``STUDY = "<study>"``, or None for a benchmark."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "STUDY" for t in node.targets) \
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return node.value.value
+    return None
+
+
 def discover(bench_dir: Path = BENCH_DIR) -> list[Path]:
     """Benchmark scripts in ``bench_dir``, helpers (``<benchmark>_*.py``) left out, sorted by name."""
     found = sorted({*bench_dir.glob("bench_*.py"), *bench_dir.glob("*_bench.py")})
@@ -79,10 +96,15 @@ def short_name(path: Path) -> str:
     return s[len("bench_"):] if s.startswith("bench_") else s
 
 
-def run_script(path: Path, quick: bool, timeout: float, python: str = sys.executable) -> ScriptResult:
+def run_script(path: Path, quick: bool, timeout: float, python: str = sys.executable,
+               studies: bool = False) -> ScriptResult:
     source = path.read_text()
     res = ScriptResult(name=short_name(path), path=str(path.relative_to(ROOT)), guarded=has_main_guard(source),
                        quick_supported="--quick" in source)
+    study = study_of(source)
+    if study and not studies:
+        res.skipped = f"a study's script (docs/experiments/{study}.md); --studies runs it"
+        return res
     if not res.guarded:
         # without the guard, a spawned worker that imports the module would run the benchmark again
         res.skipped = "no `if __name__ == \"__main__\":` guard"
@@ -122,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny sizes: passed to every script that has it")
     ap.add_argument("--only", default="", help="comma-separated names (router_r1, selector, pool_bench, ...)")
     ap.add_argument("--skip", default="", help="comma-separated names to leave out")
+    ap.add_argument("--studies", action="store_true",
+                    help="run the dated studies' scripts too (they write beside their study, docs/experiments/)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per script before it is killed")
     ap.add_argument("--out", type=Path, default=None,
                     help="default benchmarks/results/summary.json (--quick: summary_quick.json)")
@@ -135,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for p in scripts:
         print(f"[run_all] {short_name(p)} ...", flush=True)
-        r = run_script(p, args.quick, args.timeout)
+        r = run_script(p, args.quick, args.timeout, studies=args.studies)
         results.append(r)
         state = f"skipped ({r.skipped})" if r.skipped else f"rc={r.rc} in {r.seconds:.0f}s (log: {r.log})"
         print(f"[run_all] {r.name}: {state}", flush=True)

@@ -26,6 +26,9 @@ TWO_MODELS = "docs/experiments/2026-11-router-r1-two-models.md"
 """The Router-R1 study between GPT-4 and Mixtral: its history, moved out of the README."""
 TWO_MODELS_RESULTS = "docs/experiments/2026-11-router-r1-two-models/results"
 """The results only that study quotes (its runs' variants), beside it rather than in benchmarks/results/."""
+ROUTERBENCH = "docs/experiments/2026-12-router-r1-routerbench.md"
+"""Router-R1 at scale on RouterBench's 11 LLMs: the runs before the preset, the pilots, the at-scale run."""
+ROUTERBENCH_RESULTS = "docs/experiments/2026-12-router-r1-routerbench/results"
 NEVER_IN_A_DOC = "\u2063the condition behind this figure no longer holds\u2063"
 """What a conditional figure expects when its condition fails: text no doc holds, so the check fails (the old
 fallback, "differs", was a word the docs contain, and those checks could never fail)."""
@@ -121,9 +124,6 @@ def normalised(text: str) -> str:
 
 OPERATIONS = "docs/operations.md"
 OPERATIONS_FIGURES = [
-    Figure("README.md", "fuzz_live.json", "", lambda d: f"{d['cases']:,} hostile requests over HTTP to the live app, "
-           f"every endpoint, the release and admin ones with and without the admin key: {d['server_errors']} 5xx, "
-           f"{d['state_changed_by_refused']} state changes from a refused request", "README: live fuzz"),
     Figure(OPERATIONS, "fuzz_live.json", "slow_client",
            lambda v: f"answered `{v['answer']}` after {v['after_s']:.0f} s", "slow client, live"),
     Figure(OPERATIONS, "fuzz.json", "slow_client", lambda v: "in-process `slow_client` is null" if v is None else "-",
@@ -194,13 +194,13 @@ def _mf_variants_seed0(variants: dict[str, Any]) -> str:
 
 
 EVALUATION_FIGURES = [
-    Figure(UNSEEN, "unseen_variants.json", "variants", _mf_variants_seed0, "MF variants on seed 0"),
-    Figure(UNSEEN, "unseen_variants.json", "variants",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_variants.json", "variants", _mf_variants_seed0, "MF variants on seed 0"),
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_variants.json", "variants",
            lambda v: f"a plain logistic regression on the same embeddings at "
                      f"{v['logistic P(strong wins) on embeddings, l2 1']['0']['apgr']:.3f} with l2 1; only with "
                      f"l2 100 does it reach {v['logistic P(strong wins) on embeddings, l2 100']['0']['apgr']:.3f}",
            "logistic regression on seed 0"),
-    Figure(UNSEEN, "unseen_subjects.json", "routers.random.per_seed.0.apgr", lambda v: f"above random's {v:.3f}",
+    Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects.json", "routers.random.per_seed.0.apgr", lambda v: f"above random's {v:.3f}",
            "random on seed 0"),
 ]
 
@@ -268,7 +268,7 @@ def _first(checkpoint: dict[str, Any]) -> str:
 
 MAKE_RUN = "runs.0"  # bench_routing.py --runs <the make run run> first
 ROUTING_FIGURES = [
-    Figure(TWO_MODELS, "routing_make_run.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_make_run.json", f"{MAKE_RUN}.routing.policy_minus_best_fixed",
            lambda d: f"policy minus best fixed route {d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]",
            "the two-model make run: policy minus best fixed"),
     Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_eval2000_t256_fp.json", "runs.2.routing.policy_minus_best_fixed",
@@ -325,10 +325,10 @@ ROUTING_FIGURES = [
            lambda b: f"policy is {b['policy_minus_cascade']['value']:+.3f} [{b['policy_minus_cascade']['lo']:+.3f}, "
                      f"{b['policy_minus_cascade']['hi']:+.3f}] below the cascade, asking GPT-4 after "
                      f"{_escalated(b, 'not_stated', 'of the')} Mixtral replies", "30-step policy vs cascade"),
-    Figure(TWO_MODELS, "escalation.json", "", _escalation_table, "escalation probe table"),
-    Figure(TWO_MODELS, "routing.json", "escalation_value", _second_call_036,
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation.json", "", _escalation_table, "escalation probe table"),
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing.json", "escalation_value", _second_call_036,
            "a second call's worth at alpha 0.36"),
-    Figure(TWO_MODELS, "routing.json", "escalation_value", _second_call_050,
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing.json", "escalation_value", _second_call_050,
            "a second call's worth at alpha 0.5"),
     Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_decision.json", "runs.0.checkpoints",
            lambda cs: f"{_first(cs[0])} after the cold start, {_first(cs[-1])} at step\n{cs[-1]['step']};",
@@ -446,14 +446,14 @@ ROUTING_FIGURES = [
            "sampled groups: within-group difference"),
     Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/escalation_decision.json", "seconds",
            lambda t: f"--steps 0,8,20 --name escalation_decision`, {t:.0f} s;", "decision probe time"),
-    Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal).most_cascade_gain",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing.json", "sweeps.job mix (tasks equal).most_cascade_gain",
            lambda g: f"gains **{g['gain']:+.3f}** over the best fixed route at alpha {g['alpha']:g}", "cascade gain"),
-    Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
-    Figure(TWO_MODELS, "routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
-    Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal)", _gap_table, "gap table, job mix"),
-    Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal)",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing.json", "sweeps.job mix (tasks equal)", _sweep_table, "sweep, job mix"),
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing.json", "sweeps.logs as they are", _sweep_table, "sweep, logs as they are"),
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing.json", "sweeps.job mix (tasks equal)", _gap_table, "gap table, job mix"),
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing.json", "sweeps.job mix (tasks equal)",
            lambda sw: _gap_036(sw) + " just to see which route leads", "gap at alpha 0.36"),
-    Figure(TWO_MODELS, "routing.json", "sweeps.job mix (tasks equal)",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing.json", "sweeps.job mix (tasks equal)",
            lambda sw: _gap_036(sw) + ",", "gap at alpha 0.36 (two-model study)"),
     # r39: RL's prompts from GSM8K alone (train.sources)
     Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm1600.json", "runs.0",
@@ -523,7 +523,7 @@ ROUTING_FIGURES = [
     Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_signal1600.json", "rescored.2.policy_by_task",
            lambda t: f"GSM8K {_interval(t['gsm8k']['signal']['cheap_right_kept_minus_escalated'])}, MMLU "
                      f"{_interval(t['mmlu']['signal']['cheap_right_kept_minus_escalated'])})", "r40 signal per task"),
-    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_lockbox.json", "rescored.0",
            lambda b: f"Mixtral is right on {b['policy_signal']['kept']['cheap_right']:.3f} of the stated replies the "
                      f"policy kept and {b['policy_signal']['escalated']['cheap_right']:.3f} of the "
                      f"{b['policy_signal']['escalated']['n']} it escalated on, "
@@ -533,23 +533,23 @@ ROUTING_FIGURES = [
                      f"{_interval(b['policy_by_task']['gsm8k']['signal']['cheap_right_kept_minus_escalated'])}), and those "
                      f"escalations are worth {_interval(b['policy_signal']['gain_escalated_minus_all'])} each",
            "lockbox: signal"),
-    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_lockbox.json", "rescored.0",
            lambda b: f"Reward: {b['policy_mean_reward']:.3f} against always-Mixtral's "
                      f"{b['routes']['always_cheapest']['mean_reward']:.3f}, {_interval(b['policy_minus_best_fixed'])}, and "
                      f"{_interval(b['policy_minus_cascade'])} above the cascade", "lockbox: reward"),
-    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_lockbox.json", "rescored.0",
            lambda b: f"always-GPT-4 scores {b['routes']['always_strongest']['mean_reward']:.3f}: the policy ties it, "
                      f"{_interval(b['policy_minus_fixed']['always_strongest'])}", "lockbox: always-GPT-4"),
-    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_lockbox.json", "rescored.0",
            lambda b: f"Per task: MMLU {b['policy_by_task']['mmlu']['mean_reward']:.3f} (GPT-4 "
                      f"{b['routes']['always_strongest']['mean_reward_by_task']['mmlu']:.3f}, Mixtral "
                      f"{b['routes']['always_cheapest']['mean_reward_by_task']['mmlu']:.3f}; it asks GPT-4 after "
                      f"{b['policy_by_task']['mmlu']['escalation']['stated']['escalated']:,} of "
                      f"{b['policy_by_task']['mmlu']['escalation']['stated']['n']:,}", "lockbox: MMLU"),
-    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0.routes",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_lockbox.json", "rescored.0.routes",
            lambda r: f"its MMLU reward {r['always_strongest']['mean_reward_by_task']['mmlu']:.3f} against Mixtral's "
                      f"{r['always_cheapest']['mean_reward_by_task']['mmlu']:.3f} here", "lockbox: MMLU routes"),
-    Figure(UNSEEN, "routing_lockbox.json", "rescored.0.policy_by_task.mmlu.escalation.stated",
+    Figure(UNSEEN, f"{TWO_MODELS_RESULTS}/routing_lockbox.json", "rescored.0.policy_by_task.mmlu.escalation.stated",
            lambda e: f"(44% against {e['share']:.0%})", "lockbox: MMLU share"),
     # the cascade-shaped policy on the unseen subjects (bench_unseen_subjects.py --router-r1 r40 ...)
     Figure(UNSEEN, f"{UNSEEN_RESULTS}/unseen_subjects_subset100_r40.json", "routers.router_r1",
@@ -639,19 +639,14 @@ ROUTING_FIGURES = [
                      f"always-Mixtral {_interval(b['policy_minus_best_fixed'])}, minus always-GPT-4 "
                      f"{_interval(b['policy_minus_fixed']['always_strongest'])}"
            if sum(b["tasks"].values()) == 1540 else NEVER_IN_A_DOC, "lockbox without the 22"),
-    Figure(TWO_MODELS, "routing_lockbox.json", "seconds",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_lockbox.json", "seconds",
            lambda t: f"(`benchmarks/results/routing_lockbox.*`, {t:.0f} s)", "lockbox: rescore time"),
-    Figure(TWO_MODELS, "routing_lockbox.json", "rescored.0",
+    Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_lockbox.json", "rescored.0",
            lambda b: f"Mixtral is right on {b['policy_signal']['kept']['cheap_right']:.3f} of the stated replies it "
                      f"kept and {b['policy_signal']['escalated']['cheap_right']:.3f} of those it escalated on "
                      f"({_interval(b['policy_signal']['cheap_right_kept_minus_escalated'])}), and the policy scores "
                      f"{_interval(b['policy_minus_best_fixed'])} above always-Mixtral", "lockbox (two-model study)"),
-    Figure("README.md", "routing_lockbox.json", "rescored.0",
-           lambda b: f"scores {_interval(b['policy_minus_best_fixed'])} above always-Mixtral on a lockbox of "
-                     f"{sum(b['tasks'].values()):,} questions, a tie with always-GPT-4 "
-                     f"({_interval(b['policy_minus_fixed']['always_strongest'])})",
-           "README headline: lockbox"),
-    Figure("docs/benchmarks.md", "routing_lockbox.json", "rescored.0",
+    Figure("docs/benchmarks.md", f"{TWO_MODELS_RESULTS}/routing_lockbox.json", "rescored.0",
            lambda b: f"scores {_interval(b['policy_minus_best_fixed'])} above always-Mixtral on a lockbox of "
                      f"{sum(b['tasks'].values()):,} questions, a tie with always-GPT-4 "
                      f"({_interval(b['policy_minus_fixed']['always_strongest'])})",
@@ -680,20 +675,11 @@ LOCKBOX_FIGURES = [
     Figure(EVALUATION, "lockbox_explain.json", "",
            lambda d: f"correlate {d['corr_learned_vs_true']:+.2f} with the true ones, less than MF's mean scores do "
                      f"({d['corr_mf_vs_true']:+.2f})", "lockbox: why the online router fell short"),
-    Figure("README.md", "lockbox.json", "parts.mmlu.routers",
-           lambda r: f"(`probe_form_options`) APGR {r['probe_form_options']['apgr']:.3f} = MF {r['mf']['apgr']:.3f}, "
-                     f"neither above random ({r['random']['apgr']:.3f})", "README: lockbox headline"),
-    Figure("README.md", "lockbox.json", "parts.mmlu.routers.feedback_window50.apgr",
-           lambda v: f"the online router that learns from feedback {v:.3f}, below MF", "README: online router"),
 ]
 
 # -- the trainer's speed: benchmarks/results/router_r1.json (bench_router_r1.py, bench_learning.py) --------
 
 TRAINER_FIGURES = [
-    Figure("README.md", "router_r1.json", "headline",
-           lambda h: f"rollout throughput {h['rollout']['ratio']:.3f} of raw `vllm.LLM.generate`; GRPO step "
-                     f"{h['step']['ratio_tensors']:.2f}x TRL `GRPOTrainer`'s, weight sync "
-                     f"{100 * h['step']['sync_share_tensors']:.2f}% of it", "README: trainer speed"),
     Figure("docs/benchmarks.md", "router_r1.json", "step",
            lambda s: f"| step time (median) | {s['ours_tensors']['step_s_median']:.1f} s (before the fix: 63.5 s; "
                      f"2026-11-23: 71.9 s) | {s['ours_lora']['step_s_median']:.1f} s (79.9 s; 95.8 s) | "
@@ -707,12 +693,6 @@ TRAINER_FIGURES = [
            "benchmarks: GRPO's RL time"),
     Figure("docs/benchmarks.md", "router_r1.json", "learning.arms", lambda a: _rl_time_row(a, "trl"),
            "benchmarks: TRL's RL time"),
-    Figure("README.md", "router_r1.json", "learning.arms",
-           lambda a: f"10 RL steps of the two-model job {_rl_seconds(a, 'grpo') / _rl_seconds(a, 'trl'):.2f}x TRL's time",
-           "README: RL time against TRL"),
-    Figure("README.md", "router_r1.json", "step_timing",
-           lambda t: f"GRPO step {t['ours_over_trl']:.2f}x TRL `GRPOTrainer`'s (median {t['step_s_median']['ours']:.1f} s "
-                     f"vs {t['step_s_median']['trl']:.1f} s)", "README: steps that learn against TRL"),
     Figure("docs/benchmarks.md", "router_r1.json", "step_timing",
            lambda t: f"--steps {len(t['ours']['steps'])}`, {t['wall_s']:,.0f} s; both arms", "benchmarks: TRL steps run"),
     Figure("docs/benchmarks.md", "router_r1.json", "step_timing",
@@ -845,17 +825,11 @@ def _throughput_learner_share(d: dict) -> str:
     return f"the learner is {100 * min(shares):.0f}-{100 * max(shares):.0f}% of a router's step"
 
 
-def _throughput_readme(d: dict) -> str:
-    r, t = d["arms"]["router"], d["arms"]["today"]
-    return (f"{t['episodes_per_hour']:,.0f} on today's settings, {r['episodes_per_hour']:,.0f} with a router's episode "
-            f"(`rollout.env.answer=reply`, compact action: the route is the only decision, the reply the answer; no KL pass; "
-            f"{r['prompts_per_step']} x {r['n_samples']} a step): {d['ratio']:.2f}x, "
-            f"{'above' if d['target_met'] else 'below'} the {d['target_episodes_per_hour']:,} target; the learner is "
-            f"{100 * r['share']['learn']:.0f}% of the step, at {r['of_ceiling']:.2f} of its FLOP ceiling")
-
-
 THROUGHPUT_FIGURES = [
-    Figure("README.md", "rl_throughput.json", "", _throughput_readme, "README: episodes per hour"),
+    Figure("README.md", "rl_throughput.json", "arms",
+           lambda a: f"{a['router']['episodes_per_hour']:,.0f} with the router's episode, "
+                     f"{a['router']['episodes_per_hour'] / a['today']['episodes_per_hour']:.2f}x the "
+                     f"{a['today']['episodes_per_hour']:,.0f} of the settings before it", "README: episodes per hour"),
     Figure("docs/router_r1.md", "rl_throughput.json", "", _throughput_learner_share, "router_r1: learner share"),
     Figure("docs/router_r1.md", "rl_throughput.json", "arms.router.learner_tokens_per_episode",
            lambda v: f"about {round(v, -1):.0f} learner tokens", "router_r1: learner tokens an episode"),
@@ -866,10 +840,6 @@ README_FIGURES = [
            lambda d: f"From a fresh clone on this 2-core machine: {d['passed']:,} passed, {d['skipped']} skipped in "
                      f"{d['seconds']:,.0f} s ({d['seconds'] / 60:.0f} min, the venv install not counted; commit {d['provenance']['commit']}",
            "README: fresh-clone count"),
-    Figure("README.md", "gmtrouter.json", "summary",
-           lambda s: f"AUC {s['gmtrouter']['auc']['mean']:.3f} +- {s['gmtrouter']['auc']['std']:.3f}; per-user Beta "
-                     f"posterior {s['per_user_beta']['auc']['mean']:.3f} +- {s['per_user_beta']['auc']['std']:.3f}",
-           "README: GMTRouter"),
     Figure("README.md", "durability.json", "",
            lambda d: f"kill -9 of every Serve process ({d['runs']['serve']['cycles']} cycles) and of the whole stack "
                      f"({d['runs']['stack']['cycles']}) under mixed traffic, every stateful part on: {d['lost']} of "
@@ -894,9 +864,6 @@ INTENT_FIGURES = [
     Figure(INTENT, "intent.json", "main",
            lambda m: f"Whole main run {m['total_wall_s']:.0f} s wall, of which {m['train_wall_s']:.0f} s training",
            "main run time"),
-    Figure("README.md", "intent.json", "table",
-           lambda t: f"accuracy {t['supervised']['accuracy']:.4f} vs {t['rl']['accuracy']:.4f} on "
-                     f"{t['rl']['n_test']:.0f} held-out questions", "README: intent"),
 ]
 
 # -- the flywheel: benchmarks/results/flywheel.json (bench_flywheel.py) ------------------------------------------
@@ -928,11 +895,6 @@ FLYWHEEL_FIGURES = [
            lambda rs: f"point estimate lies inside the canary's own interval for "
                       f"{sum(_within(r, 'dr in canary') for r in rs)} of {len(rs)}", "serve: flywheel DR within canary"),
     Figure("docs/retraining.md", "flywheel.json", "seconds", lambda v: f"the run took {v:.0f} s", "serve: flywheel time"),
-    Figure("README.md", "flywheel.json", "",
-           lambda f: f"{_interval({'value': f['promoted_minus_start']['mean'], **f['promoted_minus_start']})} reward "
-                     f"above the status quo it started from (always GPT-4), at {1000 * f['rounds'][-1]['loop']['cost_usd']:.2f}"
-                     f" instead of {1000 * f['rounds'][0]['loop']['cost_usd']:.2f} thousandths of a dollar a request",
-           "README: flywheel"),
 ]
 
 FIGURES = (FLYWHEEL_FIGURES + OPERATIONS_FIGURES + GPU_FIGURES + GMT_FIGURES + EVALUATION_FIGURES + ROUTING_FIGURES + LOCKBOX_FIGURES
@@ -1086,21 +1048,21 @@ def _rb_r1_gap(r: dict[str, Any]) -> str:
 
 
 MANY_MODELS_FIGURES += [
-    Figure("docs/many_models.md", "router_r1_routerbench.json", "held_out_curve",
+    Figure(ROUTERBENCH, f"{ROUTERBENCH_RESULTS}/router_r1_routerbench.json", "held_out_curve",
            lambda c: "| mean reward | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |", "R1 curve"),
-    Figure("docs/many_models.md", "router_r1_routerbench.json", "held_out_curve",
+    Figure(ROUTERBENCH, f"{ROUTERBENCH_RESULTS}/router_r1_routerbench.json", "held_out_curve",
            lambda c: "| accuracy | " + " | ".join(f"{m['eval/accuracy']:.3f}" for m in c) + " |", "R1 accuracy"),
-    Figure("docs/many_models.md", "router_r1_routerbench.json", "", _rb_r1_gap, "R1 against fixed routes"),
-    Figure("docs/many_models.md", "router_r1_routerbench.json", "routes.policy.route_share",
+    Figure(ROUTERBENCH, f"{ROUTERBENCH_RESULTS}/router_r1_routerbench.json", "", _rb_r1_gap, "R1 against fixed routes"),
+    Figure(ROUTERBENCH, f"{ROUTERBENCH_RESULTS}/router_r1_routerbench.json", "routes.policy.route_share",
            lambda s: f"asks GPT-3.5 on {100 * s['gpt-3.5']:.0f}% of the held-out questions and GPT-4 on "
                      f"{100 * s['gpt-4']:.0f}%", "R1 call shares"),
-    Figure("docs/many_models.md", "router_r1_routerbench.json", "",
+    Figure(ROUTERBENCH, f"{ROUTERBENCH_RESULTS}/router_r1_routerbench.json", "",
            lambda r: f"1,{int(r['wall_s']) - 1000:03d} s on 2 cores", "R1 wall time"),
     Figure("README.md", "many_models.json", "routers",
-           lambda r: f"AIQ {r['escalate']['aiq']['overall']:.3f} vs the zero router's {r['zero_router']['aiq']['overall']:.3f}, "
-                     f"{_mz(r['escalate']['aiq_minus_zero']['overall'])}; RouterBench's kNN does not "
-                     f"({_mz(r['knn']['aiq_minus_zero']['overall'])}); the oracle sits "
-                     f"{r['oracle']['aiq_minus_zero']['overall']['mean']:+.3f} above", "README: many models"),
+           lambda r: f"`escalate` (buys the cheapest models' replies, then answers with one of them or pays for one more "
+                     f"model) is {_mz(r['escalate']['aiq_minus_zero']['overall'])} above the zero router"
+                     if max(r, key=lambda k: -1 if k == "oracle" else r[k]["aiq"]["overall"]) == "escalate" else NEVER_IN_A_DOC,
+           "README: many models"),
 ]
 
 
@@ -1112,11 +1074,9 @@ MANY_MODELS_FIGURES += [
     Figure("docs/many_models.md", "many_models.json", "merged_runs",
            lambda m: f"`python benchmarks/bench_many_models.py --only gmtrouter`, {m[0]['bench_seconds']:.0f} s,",
            "gmtrouter run time"),
-    Figure("README.md", "many_models.json", "routers.gmtrouter.aiq_minus_zero.overall",
-           lambda d: f"GMTRouter over the 11 LLM nodes: {_mz(d)}", "README: gmtrouter"),
 ]
 
-PER_TASK_RUN = "router_r1_routerbench_per_task.json"
+PER_TASK_RUN = f"{ROUTERBENCH_RESULTS}/router_r1_routerbench_per_task.json"
 
 
 def _rb_r2(r: dict[str, Any]) -> str:
@@ -1130,21 +1090,21 @@ def _rb_r2(r: dict[str, Any]) -> str:
 
 
 MANY_MODELS_FIGURES += [
-    Figure("docs/many_models.md", PER_TASK_RUN, "held_out_curve",
+    Figure(ROUTERBENCH, PER_TASK_RUN, "held_out_curve",
            lambda c: "| mean reward | " + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |", "R1 per-task curve"),
-    Figure("docs/many_models.md", PER_TASK_RUN, "", _rb_r2, "R1 per-task cold start against the routes"),
-    Figure("docs/many_models.md", PER_TASK_RUN, "routes.policy.route_share_by_task",
+    Figure(ROUTERBENCH, PER_TASK_RUN, "", _rb_r2, "R1 per-task cold start against the routes"),
+    Figure(ROUTERBENCH, PER_TASK_RUN, "routes.policy.route_share_by_task",
            lambda s: "calls Yi-34B on every question of every task" if all(v["yi-34b"] == 1.0 for v in s.values())
            else NEVER_IN_A_DOC, "R1 per-task calls"),
-    Figure("docs/many_models.md", PER_TASK_RUN, "", lambda r: f"2026-11-28, {r['wall_s']:,.0f} s on 2 cores beside other work",
+    Figure(ROUTERBENCH, PER_TASK_RUN, "", lambda r: f"2026-11-28, {r['wall_s']:,.0f} s on 2 cores beside other work",
            "R1 per-task wall time"),
-    Figure("docs/many_models.md", PER_TASK_RUN, "routing.tasks",
+    Figure(ROUTERBENCH, PER_TASK_RUN, "routing.tasks",
            lambda t: f"scored on {sum(t.values())} held-out questions, {t['mbpp']} a task"
            if len(set(t.values())) == 1 else NEVER_IN_A_DOC, "R1 per-task held-out size"),
 ]
 
 
-BALANCED_RUN = "router_r1_routerbench_balanced.json"
+BALANCED_RUN = f"{ROUTERBENCH_RESULTS}/router_r1_routerbench_balanced.json"
 
 
 def _gap(g: dict[str, Any]) -> str:
@@ -1162,26 +1122,24 @@ def _kl_at(rows: list[dict[str, Any]], step: int) -> float:
 
 
 MANY_MODELS_FIGURES += [
-    Figure("docs/many_models.md", BALANCED_RUN, "held_out_curve",
+    Figure(ROUTERBENCH, BALANCED_RUN, "held_out_curve",
            lambda c: "| mean reward, prompts balanced over tasks (rb_r4) | "
                      + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |", "R1 balanced curve"),
-    Figure("docs/many_models.md", BALANCED_RUN, "natural_mix.held_out_curve",
+    Figure(ROUTERBENCH, BALANCED_RUN, "natural_mix.held_out_curve",
            lambda c: "| mean reward, the natural mix (rb_r2) | "
                      + " | ".join(f"{m['eval/mean_reward']:.3f}" for m in c) + " |", "R1 natural-mix curve beside it"),
-    Figure("docs/many_models.md", BALANCED_RUN, "", _rb_r4, "R1 balanced against the best fixed route"),
-    Figure("docs/many_models.md", BALANCED_RUN, "routes.policy.route_share_by_task",
+    Figure(ROUTERBENCH, BALANCED_RUN, "", _rb_r4, "R1 balanced against the best fixed route"),
+    Figure(ROUTERBENCH, BALANCED_RUN, "routes.policy.route_share_by_task",
            lambda s: "Mistral-7B, on every question of every task" if all(v["mistral-7b"] == 1.0 for v in s.values())
            else NEVER_IN_A_DOC, "R1 balanced calls"),
-    Figure("docs/many_models.md", BALANCED_RUN, "",
+    Figure(ROUTERBENCH, BALANCED_RUN, "",
            lambda r: f"its KL to the cold start reaches {_kl_at(r['rl_steps'], 6):.3f} at step 6 against rb_r2's "
                      f"{_kl_at(r['natural_mix']['rl_steps'], 6):.4f}", "R1 balanced KL"),
-    Figure("docs/many_models.md", BALANCED_RUN, "with_filter_groups.held_out_curve",
+    Figure(ROUTERBENCH, BALANCED_RUN, "with_filter_groups.held_out_curve",
            lambda c: f"the held-out\nreward fell to {c[-1]['eval/mean_reward']:.3f} at step {c[-1]['step']}",
            "R1 balanced with filter_groups"),
-    Figure("docs/many_models.md", BALANCED_RUN, "", lambda r: f"2026-11-29, {r['wall_s']:,.0f} s on 2 cores beside other work",
+    Figure(ROUTERBENCH, BALANCED_RUN, "", lambda r: f"2026-11-29, {r['wall_s']:,.0f} s on 2 cores beside other work",
            "R1 balanced wall time"),
-    Figure("README.md", BALANCED_RUN, "routing.policy_minus_best_fixed",
-           lambda g: f"collapses to always-Mistral-7B ({_gap(g)})", "README: R1 balanced"),
 ]
 
 
@@ -1199,19 +1157,8 @@ MANY_MODELS_FIGURES += [
                      f"the per-task rule ({_iv(r['policy_minus_per_task'])})"
                      if r["best_fixed"] == "always_yi-34b" and r["policy_minus_best_fixed"]["lo"] > 0 else NEVER_IN_A_DOC,
            "README: R1 at scale against the best fixed route and the rule"),
-    Figure("README.md", "many_models.json", SCALE,
-           lambda r: "it calls Yi-34B on ARC and Winogrande and GPT-3.5 on MBPP"
-                     if {t: max(s, key=s.get) for t, s in r["route_share_by_task"].items()}
-                     == {"arc-challenge": "yi-34b", "winogrande": "yi-34b", "mbpp": "gpt-3.5"} else NEVER_IN_A_DOC,
-           "README: R1 at scale calls"),
     Figure("docs/experiments/README.md", "many_models.json", f"{SCALE}.policy_minus_best_fixed",
            lambda d: f"cold start's per-task rule: {_iv(d)}", "experiments index: R1 at scale"),
-    Figure("README.md", "many_models.json", f"{SCALE}.sampled.policy_minus_best_fixed",
-           lambda d: f"made the sampled policy follow it ({_iv(d)})", "README: R1 at scale, sampled"),
-    Figure("README.md", "router_r1_routerbench_scale.json", "",
-           lambda r: f"the at-scale run's 80 steps ({80 * 128:,} episodes) took "
-                     f"{(r['steps'][-1]['time'] - r['steps'][0]['time']) / 60:.0f} minutes",
-           "README: R1 at scale RL time"),
 ]
 
 

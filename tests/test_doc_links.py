@@ -105,6 +105,16 @@ def test_every_results_file_is_cited() -> None:
                          "quoted, or remove them; git keeps history): " + ", ".join(uncited))
 
 
+RESULTS_MAX_FILES = 40
+"""benchmarks/results/ keeps the current result of each benchmark make bench runs; a study's live beside it."""
+
+
+def test_results_hold_the_benchmarks_not_the_studies() -> None:
+    files = sorted(p.name for p in RESULTS.iterdir() if p.is_file())
+    assert len(files) <= RESULTS_MAX_FILES, (f"benchmarks/results/ holds {len(files)} files, at most {RESULTS_MAX_FILES}: "
+                                             "move a study's results beside it (docs/experiments/<study>/results/)")
+
+
 @pytest.mark.parametrize("results", STUDY_RESULTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_study_results_file_is_cited_by_its_study(results: Path) -> None:
     """A study's own results are cited the same way, by the study they sit beside (``<study>.md``), and none

@@ -49,6 +49,20 @@ def test_readme_is_short() -> None:
     assert len(lines) <= README_MAX_LINES, f"README.md: {len(lines)} lines, at most {README_MAX_LINES}"
 
 
+HEADLINE_MAX_ROWS = 6
+
+
+def test_readme_headline_is_a_few_claims() -> None:
+    """The headline table: at most six rows, each with its doc linked."""
+    text = (ROOT / "README.md").read_text()
+    part = text[text.index("## Headline results"):]
+    part = part[:part.index("\n## ", 3)]
+    rows = [line for line in part.splitlines() if line.startswith("| ") and not line.startswith("| what |")]
+    assert 0 < len(rows) <= HEADLINE_MAX_ROWS, f"README's headline table: {len(rows)} rows, at most {HEADLINE_MAX_ROWS}"
+    unlinked = [r[:60] for r in rows if "](docs/" not in r.rsplit("|", 2)[-2]]
+    assert not unlinked, f"headline rows without a doc link in their last cell: {unlinked}"
+
+
 def test_readme_paragraphs_are_short() -> None:
     long = [f"line {s} ({len(p)} lines)" for s, p in paragraphs((ROOT / "README.md").read_text())
             if len(p) > PARAGRAPH_MAX_LINES]

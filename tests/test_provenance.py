@@ -135,7 +135,7 @@ def test_the_readme_results_are_found_and_reported():
     from tools.staleness import readme_results, report_lines
 
     names = readme_results()
-    assert {"fresh_clone.json", "durability.json", "fuzz_live.json", "many_models.json"} <= set(names)
+    assert {"fresh_clone.json", "durability.json", "many_models.json", "rl_bandit.json"} <= set(names)
     lines, mine = report_lines()
     assert len(mine) == len(names) and lines[0].startswith(f"results the README quotes ({len(names)})")
     from tools.render_docs import README_RESULTS

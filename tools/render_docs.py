@@ -72,10 +72,8 @@ def test_readings(ledger: Path, key: str = ROUTERBENCH_TEST_KEY) -> str:
 
 # -- README.md: when each headline figure was measured (the provenance of every result the README quotes) -------
 
-README_RESULTS = ("durability.json", "flywheel.json", "fresh_clone.json", "fuzz_live.json", "gmtrouter.json",
-                  "intent.json", "lockbox.json", "make_run.json", "many_models.json", "rl_bandit.json", "rl_throughput.json", "router_r1.json",
-                  "router_r1_routerbench_balanced.json", "router_r1_routerbench_scale.json",
-                  "routing_lockbox.json", "selector.json")
+README_RESULTS = ("durability.json", "fresh_clone.json", "make_run.json", "many_models.json", "rl_bandit.json",
+                  "rl_throughput.json", "selector.json")
 """Every result the README's figures read (``tools/staleness.py`` readme_results; a test keeps them equal)."""
 
 
