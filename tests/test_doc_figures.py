@@ -646,11 +646,6 @@ ROUTING_FIGURES = [
                      f"kept and {b['policy_signal']['escalated']['cheap_right']:.3f} of those it escalated on "
                      f"({_interval(b['policy_signal']['cheap_right_kept_minus_escalated'])}), and the policy scores "
                      f"{_interval(b['policy_minus_best_fixed'])} above always-Mixtral", "lockbox (two-model study)"),
-    Figure("docs/benchmarks.md", f"{TWO_MODELS_RESULTS}/routing_lockbox.json", "rescored.0",
-           lambda b: f"scores {_interval(b['policy_minus_best_fixed'])} above always-Mixtral on a lockbox of "
-                     f"{sum(b['tasks'].values()):,} questions, a tie with always-GPT-4 "
-                     f"({_interval(b['policy_minus_fixed']['always_strongest'])})",
-           "results page: lockbox"),
     Figure(TWO_MODELS, f"{TWO_MODELS_RESULTS}/routing_gsm1600.json", "runs.1.routing",
            lambda b: f"removed them ({_escalated(b, 'stated')}) and most of the needed ones with them "
                      f"({_escalated(b, 'not_stated')}; {_interval(b['policy_minus_best_fixed'])})",

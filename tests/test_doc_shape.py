@@ -50,6 +50,14 @@ def test_readme_is_short() -> None:
 
 
 HEADLINE_MAX_ROWS = 6
+GUIDE_MAX_LINES = 400
+"""A guide (docs/*.md) that grows past this splits by task; dated studies (docs/experiments/) keep their length."""
+
+
+@pytest.mark.parametrize("guide", sorted((ROOT / "docs").glob("*.md")), ids=lambda p: p.name)
+def test_a_guide_is_short(guide: Path) -> None:
+    n = len(guide.read_text().splitlines())
+    assert n <= GUIDE_MAX_LINES, f"docs/{guide.name}: {n} lines, at most {GUIDE_MAX_LINES}: split it by task"
 
 
 def test_readme_headline_is_a_few_claims() -> None:

@@ -1,5 +1,5 @@
 """End to end: a Router-R1 policy saved by ``python jobs/train_router.py eval/router@router=router_r1`` (the
-command docs/serve.md gives, run as a subprocess) and served by the running app: ``model: "router-router_r1"``
+command docs/selector.md gives, run as a subprocess) and served by the running app: ``model: "router-router_r1"``
 on ``/route`` and chat completions, one greedy policy turn on vLLM per request.
 
 The policy is the untrained base SmolLM2-135M (``checkpoint: base``, no training fixture needed): it often
