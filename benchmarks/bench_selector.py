@@ -139,6 +139,25 @@ def _contextual_decisions_per_s(models: list[str], emb: np.ndarray, cfg, n: int 
     return n / (time.perf_counter() - t0)
 
 
+class SelectorActor:
+    """A Selector in its own Ray actor: decisions per second inside an actor, as the app's one selector replica
+    makes them (its ``SelectorHost`` calls ``select`` on the same object)."""
+
+    def __init__(self, selector_cfg: dict, candidates: list[str]):
+        from rlrouter.selector import Selector, SelectorConfig
+
+        self.selector = Selector(SelectorConfig.from_dict(selector_cfg), candidates)
+
+    def bench(self, n: int, candidates: list[str]) -> float:
+        from rlrouter.selector import SelectionRequest
+
+        req = SelectionRequest(candidates=candidates)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            self.selector.select(req)
+        return n / (time.perf_counter() - t0)
+
+
 def bench_decisions(args: argparse.Namespace) -> dict:
     from rlrouter.selector import SelectionRequest, Selector, SelectorConfig
 
@@ -152,16 +171,12 @@ def bench_decisions(args: argparse.Namespace) -> dict:
         for _ in range(n):
             s.select(req)
         out[f"in_process_{name}_per_s"] = n / (time.perf_counter() - t0)
-    # inside the selector's Ray actor (the deployment class, run as a plain actor)
+    # inside a Ray actor holding a Selector, as the app's selector replica does (its host calls select the same way)
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
-    import importlib
-
-    app_mod = importlib.import_module("serve.app")
-    actor_cls = ray.remote(app_mod.SelectorDeployment.func_or_class)
-    actor = actor_cls.remote({"seed": 0, "costs": {cands[0]: 20.0, cands[1]: 0.6}}, cands)
+    actor = ray.remote(SelectorActor).remote({"seed": 0, "costs": {cands[0]: 20.0, cands[1]: 0.6}}, cands)
     ray.get(actor.bench.remote(1000, cands))  # warm-up
     out["in_actor_thompson_per_s"] = ray.get(actor.bench.remote(args.decisions, cands))
     out["target_per_s"] = 20_000

@@ -47,27 +47,6 @@ class IntentDeployment:
         return [(str(label), float(conf)) for label, conf in self.clf.classify(texts)]
 
 
-class HandleGMT:
-    """The service's GMTRouter client (KeyError for an unknown user, as the service expects)."""
-
-    def __init__(self, handle: Any):
-        self.handle = handle
-
-    async def score(self, user_id: str, query: str) -> dict[str, float]:
-        out = await self.handle.score.remote(user_id, query)
-        if "unknown_user" in out:
-            raise KeyError(user_id)
-        return out["scores"]
-
-
-class HandleIntent:
-    def __init__(self, handle: Any):
-        self.handle = handle
-
-    async def classify(self, texts: list[str]) -> list[tuple[str, float]]:
-        return await self.handle.classify.remote(texts)
-
-
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=64)
 class ServedRoutersDeployment:
     """Every router of ``routers:`` in one process (one MiniLM for all); exactly one replica, so a router
@@ -96,22 +75,3 @@ class ServedRoutersDeployment:
         host = getattr(self, "host", None)
         if host is not None:
             host.close()
-
-
-class HandleServedRouters:
-    """The service's served-routers client, through the deployment's handle."""
-
-    def __init__(self, handle: Any):
-        self.handle = handle
-
-    async def decide(self, name: str, query: str, **kwargs: Any) -> dict[str, Any]:
-        return await self.handle.decide.remote(name, query, **kwargs)
-
-    async def feedback(self, name: str, request_id: str, **kwargs: Any) -> dict[str, Any]:
-        return await self.handle.feedback.remote(name, request_id, **kwargs)
-
-    async def release(self, name: str, action: str, args: dict[str, Any]) -> dict[str, Any]:
-        return await self.handle.release.remote(name, action, args)
-
-    async def status(self) -> dict[str, Any]:
-        return await self.handle.status.remote()

@@ -676,14 +676,13 @@ LOCKBOX_FIGURES = [
 
 TRAINER_FIGURES = [
     Figure("docs/benchmarks.md", "router_r1.json", "step",
-           lambda s: f"| step time (median) | {s['ours_tensors']['step_s_median']:.1f} s (before the fix: 63.5 s; "
-                     f"2026-11-23: 71.9 s) | {s['ours_lora']['step_s_median']:.1f} s (79.9 s; 95.8 s) | "
-                     f"{s['trl_step_s']:.1f} s (116.9 s; 160.6 s) |",
+           lambda s: f"| step time (median) | {s['ours_tensors']['step_s_median']:.1f} s | "
+                     f"{s['ours_lora']['step_s_median']:.1f} s | {s['trl_step_s']:.1f} s |",
            "benchmarks: step times"),
     Figure("docs/benchmarks.md", "router_r1.json", "step",
-           lambda s: f"| ours / TRL | {s['ratio_tensors']:.2f} (before the fix: 0.54; 2026-11-23: 0.45; target <= 0.5: "
-                     f"{'met' if s['ratio_tensors'] <= 0.5 else 'missed'}) | {s['ratio_lora']:.2f} (0.68; 0.60; "
-                     f"{'met' if s['ratio_lora'] <= 0.5 else 'missed'}) | 1 |", "benchmarks: step ratios"),
+           lambda s: f"| ours / TRL | {s['ratio_tensors']:.2f} (target <= 0.5: "
+                     f"{'met' if s['ratio_tensors'] <= 0.5 else 'missed'}) | {s['ratio_lora']:.2f} "
+                     f"({'met' if s['ratio_lora'] <= 0.5 else 'missed'}) | 1 |", "benchmarks: step ratios"),
     Figure("docs/benchmarks.md", "router_r1.json", "learning.arms", lambda a: _rl_time_row(a, "grpo"),
            "benchmarks: GRPO's RL time"),
     Figure("docs/benchmarks.md", "router_r1.json", "learning.arms", lambda a: _rl_time_row(a, "trl"),

@@ -644,16 +644,15 @@ def test_concurrent_arena_on_route_and_chat(tmp_path, shared_data, aggregation):
 
 def test_serve_config_file_in_vsr_shape(tmp_path):
     """A serve config variant written as VSR prints it merges over conf/selector/rl_driven.yaml."""
-    from serve.app import load_config
-
     from rlrouter.selector.config import SelectorConfig
+    from rlrouter.serving.app_config import AppConfig
 
     variant = tmp_path / "vsr.yaml"
     variant.write_text("selector:\n" + "\n".join("  " + line for line in vsr_block().splitlines()) + "\n")
-    cfg = load_config({"config": str(variant)})
-    sel = SelectorConfig.from_dict(cfg["selector"])
+    cfg = AppConfig.load({"config": str(variant)})
+    sel = SelectorConfig.from_dict(cfg.selector)
     assert sel.storage_path == "/var/lib/vsr/rl_state.json" and sel.use_router_r1_rewards is False
     assert sel.category_blend == 0.3  # not in VSR's block: the base file's value stays
-    cfg = load_config({"selector": {"algorithm": {"type": "concurrent", "concurrent": {"min_samples": 2}}}})
-    sel = SelectorConfig.from_dict(cfg["selector"])
+    cfg = AppConfig.load({"selector": {"algorithm": {"type": "concurrent", "concurrent": {"min_samples": 2}}}})
+    sel = SelectorConfig.from_dict(cfg.selector)
     assert sel.concurrent and sel.min_samples == 2 and sel.storage_path.endswith("outputs/selector/state.json")

@@ -13,7 +13,7 @@ host side, 10.231.7.2/30 inside. The app listens on 10.231.7.1 with
   lies inside the /30, so it is let in as well.
 
 The app is what the Serve deployment ``SelectorIngress`` runs: ``serve.app.SelectorReplica`` built from
-``serve.app.load_config``, which installs the service behind ``rlrouter.serving.api.create_app()``.
+``AppConfig.load`` (``rlrouter.serving.app_config``), which installs the service behind ``rlrouter.serving.api.create_app()``.
 uvicorn serves it here on 10.231.7.1, as Ray Serve's HTTP proxy does, with the same defaults for
 X-Forwarded-For. It is not Serve's proxy because Serve's ``http_options.host`` is read once per cluster,
 and the session's shared cluster already has Serve on 127.0.0.1.
@@ -112,19 +112,17 @@ def base(netns, tmp_path_factory):
 
     import serve.app as app_mod
     from rlrouter.serving.api import create_app
-    from rlrouter.serving.auth import ApiKeyAuth
-    from rlrouter.serving.config import ServingConfig
+    from rlrouter.serving.app_config import AppConfig, AppParts
 
     mp = pytest.MonkeyPatch()
     mp.setenv("RLROUTER_API_KEYS", f"{KEY}=vsr-network")  # the key everyone but VSR needs
     try:  # build_app's steps, without binding it to Serve
-        cfg = app_mod.load_config({"selector": {"storage_path": str(tmp_path_factory.mktemp("sel") / "state.json"),
-                                                "seed": 0},
-                                   "serving": SERVING})
-        cfg["api_key_digests"] = ApiKeyAuth(ServingConfig.from_dict(cfg["serving"]).startup_keys()).digests()
+        cfg, _ = AppConfig.load({"selector": {"storage_path": str(tmp_path_factory.mktemp("sel") / "state.json"),
+                                              "seed": 0},
+                                 "serving": SERVING}).with_keys()
     finally:
         mp.undo()
-    replica = app_mod.SelectorReplica(cfg["selector"], [c["name"] for c in cfg["pool"]["candidates"]], cfg)
+    replica = app_mod.SelectorReplica(cfg, AppParts())
     sock = socket.socket()
     sock.bind((HOST_ADDR, 0))
     port = sock.getsockname()[1]

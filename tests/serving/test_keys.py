@@ -50,18 +50,18 @@ def test_serve_config_sets_no_key_and_build_app_refuses_placeholders(monkeypatch
 
 def test_openai_upstreams_are_added_by_config_with_their_key_from_the_environment(monkeypatch):
     from rlrouter.pool.pool import CandidatePool, PoolConfigError
-    from serve.app import load_config
+    from rlrouter.serving.app_config import AppConfig
 
     up = {"name": "upstream", "price_in": 0.15, "price_out": 0.6, "backend": "openai",
           "options": {"base_url": "http://10.0.0.9:8000/v1", "api_key_env": "UPSTREAM_KEY", "model": "m"}}
-    cfg = load_config({"add_candidates": [up]})
-    names = [c["name"] for c in cfg["pool"]["candidates"]]
+    cfg = AppConfig.load({"add_candidates": [up]})
+    names = cfg.candidates
     assert names == ["gpt-4-1106-preview", "mixtral-8x7b-instruct", "smollm2-135m", "upstream"]
     monkeypatch.delenv("UPSTREAM_KEY", raising=False)
     with pytest.raises(PoolConfigError, match="UPSTREAM_KEY"):
-        CandidatePool.from_config(cfg["pool"])
+        CandidatePool.from_config(cfg.pool)
     monkeypatch.setenv("UPSTREAM_KEY", "sk-from-env")
-    assert CandidatePool.from_config(cfg["pool"]).backend("upstream").api_key_env == "UPSTREAM_KEY"
+    assert CandidatePool.from_config(cfg.pool).backend("upstream").api_key_env == "UPSTREAM_KEY"
 
 
 def test_a_key_file_is_read_and_its_errors_name_the_file_and_line(tmp_path):
