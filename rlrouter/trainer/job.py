@@ -27,7 +27,7 @@ from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.group import LearnerGroup
 from rlrouter.models import load_tokenizer
 from rlrouter.pool.pool import CandidatePool
-from rlrouter.rollout.demos import build_demonstrations, demo_tokens, with_first_turn
+from rlrouter.rollout.demos import build_demonstrations, demo_tokens
 from rlrouter.engine import EngineConfig
 from rlrouter.rollout.env import EnvConfig
 from rlrouter.rollout.group import RolloutGroup
@@ -35,7 +35,7 @@ from rlrouter.learner.checkpoint import latest_checkpoint
 from rlrouter.storage import RunStorage, list_dirs
 from rlrouter.provenance import stamp
 from rlrouter.trainer.report import held_out_records, held_out_summary, plot_held_out, plot_run, results_table, write_train_report
-from rlrouter.trainer.curriculum import CurriculumConfig, build_curriculum
+from rlrouter.trainer.curriculum import CurriculumConfig, build_curriculum, write_first_calls
 from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, held_out_reward, held_out_rollout
 
 log = logging.getLogger(__name__)
@@ -361,18 +361,9 @@ def run(cfg: Any) -> dict[str, Any]:
     reference_table = set_reference(train, pool, train_items)
     curriculum = build_curriculum(job.curriculum, train_items, no_answer_items(reference_table),
                                   reference_table is not None, train.seed)
-    for i in curriculum.first_call:  # these rollouts start after the cheap call
-        train_items[i] = with_first_turn(train_items[i], reference_table.cheap, job.demos.query_words)
-    if job.eval.first_call_written:  # the policy scored as a cascade's second stage
-        if reference_table is None:
-            raise ValueError("eval.first_call_written=true needs a replay pool (logged replies to write the first "
-                             "call from); set it to false")
-        test_items = [with_first_turn(it, reference_table.cheap, job.demos.query_words) for it in test_items]
-        dev_items = [with_first_turn(it, reference_table.cheap, job.demos.query_words) for it in dev_items]
-        print(f"held-out: every question starts after the call to {reference_table.cheap} (eval.first_call_written)")
-    if curriculum.first_call:
-        print(f"first call written: {len(curriculum.first_call)} of {len(train_items)} training questions start "
-              f"after the call to {reference_table.cheap}")
+    train_items, dev_items, test_items = write_first_calls(
+        curriculum, job.eval.first_call_written, train_items, dev_items, test_items,
+        reference_table.cheap if reference_table is not None else None, job.demos.query_words)
     print(curriculum.describe())
     scoring = held_out_reward(train)  # alpha, cost window, metric, reference: every held-out evaluation's
     metric = scoring["metric"]
