@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, _import_attr, register_router
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import Router, RouterContext, ThresholdRouter, _import_attr, register_router
 
 
 class SelectorRouter(Router):

@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, register_router
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import Router, RouterContext, ThresholdRouter, register_router
 
 
 def oracle_decisions(scores: np.ndarray, costs: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Generic, Mapping, TypeVar
 
 import numpy as np
 
-from rlrouter.eval.reader import EvalSet
+from rlrouter.routers.reader import EvalSet
 
 
 class Router(abc.ABC):
