@@ -95,6 +95,16 @@ class RouterContext:
     work_dir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def index(self, which: str, field: str) -> int:
+        """A candidate named in a router's config (``router.<field>``): "strong", "weak" or a candidate's name."""
+        if which == "strong":
+            return self.strong
+        if which == "weak":
+            return self.weak
+        if which not in self.candidates:
+            raise ValueError(f"router.{field}: '{which}' is not 'strong', 'weak' or one of {self.candidates}")
+        return self.candidates.index(which)
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
