@@ -63,7 +63,7 @@ def main() -> None:
     from rlrouter.config import to_plain
     from rlrouter.data.job import ensure_data
     from rlrouter.trainer.job import RouterR1JobConfig, set_reference
-    from rlrouter.trainer.router_r1 import build_train_reward, held_out_reward
+    from rlrouter.trainer.router_r1 import build_train_reward
     from rlrouter.rewards.router_r1 import score_trajectories
     from rlrouter.models import load_causal_lm, load_tokenizer
     from rlrouter.pool.pool import CandidatePool
@@ -133,7 +133,7 @@ def main() -> None:
             trajs = env.run(list(eval_items), 1, train.eval_seed, -1, temperature=0.0)
         finally:
             trainer_model.train(was_training)
-        s = held_out_summary(trajs, candidates, **held_out_reward(train))
+        s = held_out_summary(trajs, candidates, train.reward_spec, train.eval_reference)
         row = {"step": step, "eval/format_valid": s["format_valid"],
                "eval/mean_reward": s["mean_reward"], "eval/accuracy": s["accuracy"],
                "eval/cost_per_query": s["cost_per_query"], "eval/calls_per_query": s["calls_per_query"],
