@@ -357,6 +357,7 @@ def run(cfg: Any) -> dict[str, Any]:
     train.out_dir, train.train_path = str(out), str(train_path)
     # the learner ranks store checkpoints there themselves, from whichever node they run on
     train.checkpoint_dir = store.checkpoints()
+    build_train_reward(train, candidates)  # a bad reward fails here naming its path, before any work that reads it
     reference_table = set_reference(train, pool, train_items)
     curriculum = build_curriculum(job.curriculum, train_items, no_answer_items(reference_table),
                                   reference_table is not None, train.seed)
@@ -366,7 +367,6 @@ def run(cfg: Any) -> dict[str, Any]:
     print(curriculum.describe())
     spec = train.reward_spec  # alpha, cost window, metric: every held-out evaluation's, as the training reward's
     metric = spec.metric
-    build_train_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
     cluster = connect(num_cpus=job.ray.num_cpus, num_gpus=job.ray.num_gpus,
                       include_dashboard=job.ray.include_dashboard)
     print(f"ray: {cluster['mode']} cluster at {cluster['address']}")
