@@ -112,8 +112,8 @@ def write_seed(train: dict[str, Any], per_task: int, seed: int, to_pool: dict[st
 
 def save_always(model: str, names: list[str], out: Path) -> None:
     """The status-quo router: every request to ``model`` (a router folder the app serves like any other)."""
-    from rlrouter.eval.baselines import FixedRouter
-    from rlrouter.eval.saved import save_router
+    from rlrouter.routers.baselines import FixedRouter
+    from rlrouter.routers.saved import save_router
     from rlrouter.pool.base import Candidate
 
     if model not in names:
@@ -139,7 +139,7 @@ def simulate_loop(train: dict[str, Any], cols: list[int], pool_order: list[str],
     """The loop without the app, on the train tables: the same start, exploration draw (the app's own
     ``TrafficLog.explore_target``), canary split and release rule (``Release``), rounds and time split; returns
     the reward of the router current at the end, on the last round's questions."""
-    from rlrouter.eval.traffic_router import TrafficKNNRouter, TrafficTable, reward_of
+    from rlrouter.routers.traffic_router import TrafficKNNRouter, TrafficTable, reward_of
     from rlrouter.serving.release import CANARY, Release, ReleaseRule
     from rlrouter.serving.traffic import TrafficConfig, TrafficLog
 
@@ -207,7 +207,7 @@ def choose_settings(train: dict[str, Any], cols: list[int], pool_order: list[str
     reward wins. The test tables are not read."""
     import itertools
 
-    from rlrouter.eval.saved import embedder
+    from rlrouter.routers.saved import embedder
 
     base = embedder({"model": "minilm-l6"}, cache=True)
     vecs = dict(zip(train["questions"], np.asarray(base(list(train["questions"])))))
@@ -233,7 +233,7 @@ def choose_settings(train: dict[str, Any], cols: list[int], pool_order: list[str
 
 def routes_of(folder: Path, questions: list[str], pool_order: list[str]) -> np.ndarray:
     """A saved router's route on each question, as an index into ``pool_order``."""
-    from rlrouter.eval.saved import load_router
+    from rlrouter.routers.saved import load_router
 
     saved = load_router(folder)
     names = saved.manifest.candidate_names
@@ -313,8 +313,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import httpx
 
     from rlrouter.eval.route_scores import paired_diff
-    from rlrouter.eval.traffic_router import TrafficTable, off_policy, read_logged_table, reward_of
-    from rlrouter.eval.saved import load_router
+    from rlrouter.eval.ope import off_policy
+    from rlrouter.routers.traffic_router import TrafficTable, read_logged_table, reward_of
+    from rlrouter.routers.saved import load_router
     from rlrouter.serving.traffic import read_traffic
     from rlrouter.serving.traffic_export import write_export
 

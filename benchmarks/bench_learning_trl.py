@@ -6,7 +6,11 @@ Time to quality against TRL: the same model and start (the shared cold-start che
 adapter, trained further, as our GRPO arm does), the same data (the job's train split; the same 32
 held-out questions), the same reward (the run's ``conf/reward`` group, scored by the loop's own
 ``score_trajectories``) and the same batch (``prompts_per_step`` x ``n_samples`` trajectories per
-optimizer step, micro-batches of one GRPO group, lr, clip 0.2, token-mean loss, group std scaling).
+optimizer step, micro-batches of one GRPO group, lr, clip 0.2, token-mean loss, group-mean advantages without
+the std division, as ``conf/algo/grpo.yaml``'s ``scale_by_std: false``: TRL's ``scale_rewards="none"``). The rollout
+samples each question's ``n_samples`` trajectories in one ``RouterEnv.run`` call, seeded as our loop seeds its
+batch (``seed * 1_000_003``, the step, the question's place in the batch, the sample), and every trajectory's
+reward parts are written out (``trajectories``), so both arms' draws can be compared row by row.
 
 The task is multi-turn: the policy writes ``<search>``, the pool's answer comes back as
 ``<information>``, the policy answers. TRL runs it through its ``rollout_func`` hook with our
@@ -59,7 +63,7 @@ def main() -> None:
     from rlrouter.config import to_plain
     from rlrouter.data.job import ensure_data
     from rlrouter.trainer.job import RouterR1JobConfig, set_reference
-    from rlrouter.trainer.router_r1 import build_train_reward, held_out_reward
+    from rlrouter.trainer.router_r1 import build_train_reward
     from rlrouter.rewards.router_r1 import score_trajectories
     from rlrouter.models import load_causal_lm, load_tokenizer
     from rlrouter.pool.pool import CandidatePool
@@ -89,9 +93,12 @@ def main() -> None:
     def rollout_func(prompts: list[str], trainer) -> dict:
         was_training = trainer.model.training
         trainer.model.eval()
+        g = train.n_samples  # TRL repeats each prompt num_generations times in a row (its RepeatSampler)
+        if len(prompts) % g or any(prompts[i] != prompts[i - i % g] for i in range(len(prompts))):
+            raise RuntimeError(f"rollout_func: expected each prompt {g} times in a row, got {len(prompts)} prompts")
         try:
-            trajs = env.run([by_query[p] for p in prompts], n_samples=1, seed=train.seed,
-                            step=trainer.state.global_step)
+            trajs = env.run([by_query[p] for p in prompts[::g]], n_samples=g, seed=train.seed * 1_000_003,
+                            step=trainer.state.global_step)  # our loop seeds RL step k (from 0) so
         finally:
             trainer.model.train(was_training)
         out = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], "trajectory": trajs}
@@ -105,8 +112,15 @@ def main() -> None:
             out["env_mask"].append([int(m) for m in mask[k:]])
         return out
 
+    drawn: list[dict] = []  # every trajectory's reward parts, by step (the arms compared row by row)
+
     def router_r1(prompts, completions, trajectory, **kwargs):
-        return [s.total for s in score_trajectories(reward, list(trajectory))]
+        scores = score_trajectories(reward, list(trajectory))
+        step = trainer.state.global_step + 1
+        drawn.extend({"step": step, "question": prompts[k], "sample": k % train.n_samples, "reward": s.total,
+                      "format": s.format, "outcome": s.outcome, "cost": s.cost, "calls": [r.model for r in t.routes]}
+                     for k, (t, s) in enumerate(zip(trajectory, scores)))
+        return [s.total for s in scores]
 
     router_r1.__name__ = "router_r1"
     evals: list[dict] = []
@@ -119,7 +133,7 @@ def main() -> None:
             trajs = env.run(list(eval_items), 1, train.eval_seed, -1, temperature=0.0)
         finally:
             trainer_model.train(was_training)
-        s = held_out_summary(trajs, candidates, **held_out_reward(train))
+        s = held_out_summary(trajs, candidates, train.reward_spec, train.eval_reference)
         row = {"step": step, "eval/format_valid": s["format_valid"],
                "eval/mean_reward": s["mean_reward"], "eval/accuracy": s["accuracy"],
                "eval/cost_per_query": s["cost_per_query"], "eval/calls_per_query": s["calls_per_query"],
@@ -167,7 +181,7 @@ def main() -> None:
         per_device_train_batch_size=micro, gradient_accumulation_steps=per_step // micro,
         steps_per_generation=per_step // micro, num_generations=train.n_samples,
         max_completion_length=int(cfg.rollout.env.max_total_tokens), temperature=lcfg.temperature, top_p=1.0,
-        beta=0.0, loss_type="dapo", scale_rewards="group", epsilon=0.2, max_grad_norm=lcfg.max_grad_norm,
+        beta=0.0, loss_type="dapo", scale_rewards="none", epsilon=0.2, max_grad_norm=lcfg.max_grad_norm,
         use_vllm=False, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
         logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, seed=train.seed,
         dataloader_num_workers=0, remove_unused_columns=False,
@@ -184,6 +198,7 @@ def main() -> None:
     logs = [h for h in trainer.state.log_history if "reward" in h]
     out = {"trl_version": trl.__version__, "torch_threads": torch.get_num_threads(), "wall_s": time.perf_counter() - t0,
            "step_s": [b - a for a, b in zip(marks, marks[1:])], "held_out": evals, "log_history": logs,
+           "trajectories": drawn,
            "prompt_order": [sorted(spec["prompt_order"][k * train.prompts_per_step:(k + 1) * train.prompts_per_step])
                             for k in range(spec["steps"])] if "prompt_order" in spec else None,
            "config": {k: getattr(args, k) for k in ("per_device_train_batch_size", "gradient_accumulation_steps",

@@ -1,6 +1,6 @@
 """How much a small local LLM's confidence features say about who wins, on RouteLLM's MMLU logs.
 
-Reads ``../shared/data/routellm/mmlu/*.csv`` and each prompt's ``LM_FEATURES`` (``rlrouter.eval.confidence``,
+Reads ``../shared/data/routellm/mmlu/*.csv`` and each prompt's ``LM_FEATURES`` (``rlrouter.routers.confidence``,
 from the disk cache after the first pass: 46.5 min for 13,074 prompts on 2 cores), and writes the
 correlation of every feature with GPT-4's and Mixtral's logged correctness and with the gain (GPT-4 right
 minus Mixtral right), across all prompts and within a subject (each subject's mean removed), to
@@ -25,14 +25,14 @@ STUDY_RESULTS = ROOT / "docs" / "experiments" / STUDY / "results"
 from rlrouter.provenance import write_result  # noqa: E402
 
 # what this benchmark's figures depend on (rlrouter.provenance: the staleness report lists its results when these change)
-MEASURES = ("benchmarks/bench_llm_confidence.py", "rlrouter/eval/confidence.py")
+MEASURES = ("benchmarks/bench_llm_confidence.py", "rlrouter/routers/confidence.py")
 WEAK, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 
 
 def main() -> None:
     import pandas as pd
 
-    from rlrouter.eval.confidence import LM_FEATURES, confidence_features
+    from rlrouter.routers.confidence import LM_FEATURES, confidence_features
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "routellm" / "mmlu"))

@@ -15,7 +15,7 @@ Two steps, in this order (docs/evaluation.md, "The lockbox"):
     python benchmarks/bench_lockbox.py --explain
 
 Both run the evaluate_router job (rlrouter/eval/job.py); the online router is ``type: feedback``
-(rlrouter/eval/online.py), learning over the test stream from the outcome of each call it made.
+(rlrouter/routers/online.py), learning over the test stream from the outcome of each call it made.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def explain(part: str = "mmlu") -> dict:
     from omegaconf import OmegaConf
 
     from rlrouter.eval.job import question_embedder, load_split
-    from rlrouter.eval.routers import RouterContext, build_router
+    from rlrouter.routers.base import RouterContext, build_router
 
     name = chosen()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -35,10 +35,10 @@ def routers_on_test(max_prompts: int, seed: int):
     """The job's split, and decisions of the baselines on the test split (embeddings come from the cache)."""
     from hydra import compose, initialize_config_dir
 
-    from rlrouter.eval.baselines import oracle_decisions
+    from rlrouter.routers.baselines import oracle_decisions
     from rlrouter.config import to_plain_dict
     from rlrouter.eval.job import question_embedder, load_eval_set, split_by_question, subsample
-    from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router
+    from rlrouter.routers.base import RouterContext, ThresholdRouter, build_router
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = to_plain_dict(compose(config_name="evaluate_router", overrides=["output_dir=/tmp/unused"]))

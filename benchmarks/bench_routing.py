@@ -489,6 +489,7 @@ def score_policy(run: Path, cfg: dict, data: Path, out_name: str, env: dict | No
     cmd = [sys.executable, str(ROOT / "jobs" / "train_router_r1.py"), f"run_name={out_name}", f"data.out_dir={data}",
            f"train.init_from={start}", "train.total_steps=0", "train.eval_every=0", f"eval.num_questions={n}",
            "eval.untrained=false", f"reward.alpha={alpha}", f"model={cfg['model']}",
+           "experiment=two_model_escalation",  # the study's knobs (eval.first_call_written)
            f"eval.first_call_written={str(cfg.get('eval', {}).get('first_call_written', False)).lower()}"]
     # the prefill is passed only by being the job's default
     default_prefill = yaml.safe_load((ROOT / "conf" / "rollout" / "vllm_cpu.yaml").read_text())["env"]["prefill"]

@@ -57,7 +57,7 @@ MIN_GAP = 0.05  # a split whose always-strong beats always-weak by less has no g
 
 ROUTERS = {
     "probe_form": {"type": "probe", "features": ["form"], "head": "two_heads"},
-    # a small local LLM's confidence on the question (rlrouter.eval.confidence), alone and with the form
+    # a small local LLM's confidence on the question (rlrouter.routers.confidence), alone and with the form
     "probe_llm": {"type": "probe", "features": ["llm"], "head": "two_heads"},
     "probe_form_llm": {"type": "probe", "features": ["form", "llm"], "head": "two_heads"},
     # trained on the MMLU rows only: measures the GSM8K confound (job.train_rows_for), MF included for fairness
@@ -83,7 +83,7 @@ ROUTERS = {
 EXTRA_ROUTERS = {
     # the form probe with option-match features: question-option and option-option similarities in MiniLM space
     "probe_form_options": {"type": "probe", "features": ["form", "options"], "head": "two_heads"},
-    # RouteLLM's BERT router on the intent stack: MiniLM + LoRA, supervised, then PPO (rlrouter.eval.encoder_router)
+    # RouteLLM's BERT router on the intent stack: MiniLM + LoRA, supervised, then PPO (rlrouter.routers.encoder_router)
     "encoder": {"type": "encoder"},
     # the two trained routers of different kinds, equal weights on their training-standardised scores; the members
     # are the rows fitted earlier in the run (ref), so the encoder trains once

@@ -53,7 +53,7 @@ def _standardise(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def two_heads(x_tr: np.ndarray, y_weak: np.ndarray, y_strong: np.ndarray, x_te: np.ndarray, l2: float) -> np.ndarray:
     """p_strong - p_weak of two L2 logistic regressions (the ``probe`` router's two_heads)."""
-    from rlrouter.eval.learned import _linear, fit_logistic
+    from rlrouter.routers.learned import _linear, fit_logistic
 
     a, b = _standardise(x_tr, x_te)
     return _sig(_linear(b, fit_logistic(a, y_strong, l2))) - _sig(_linear(b, fit_logistic(a, y_weak, l2)))
@@ -109,8 +109,8 @@ def variants(seed: int, holdout: int) -> tuple[dict[str, np.ndarray], dict]:
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.neural_network import MLPClassifier
 
-    from rlrouter.eval.baselines import KNNRouter, MFRouter
-    from rlrouter.eval.learned import _linear, fit_logistic, option_match_features, prompt_form_features
+    from rlrouter.routers.baselines import KNNRouter, MFRouter
+    from rlrouter.routers.learned import _linear, fit_logistic, option_match_features, prompt_form_features
 
     train, test, weak, strong, embed = load(seed, holdout)
     f_tr, f_te = prompt_form_features(train.prompts), prompt_form_features(test.prompts)
@@ -162,7 +162,7 @@ def variants(seed: int, holdout: int) -> tuple[dict[str, np.ndarray], dict]:
         v[f"logistic P(strong wins) on embeddings, l2 {l2:g}"] = _linear(e_te, fit_logistic(e_tr, pair, l2))
     # upper bounds that read the test outcomes: each subject's true mean gain (the job's subject oracle),
     # and the same with the form probe ranking prompts within a subject (the question-level signal it adds)
-    from rlrouter.eval.baselines import subject_gain_scores
+    from rlrouter.routers.baselines import subject_gain_scores
 
     subj = subject_gain_scores(test.sources, test.scores, weak, strong)
     v["subject oracle (reads outcomes)"] = subj

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("benchmarks", "jobs", "serve", "rlrouter.cli"),                    # entry points, thin
     ("rlrouter.trainer", "rlrouter.serving"),                           # the controller; request -> decision
     ("rlrouter.learner", "rlrouter.eval"),                              # learner ranks; offline evaluation
+    ("rlrouter.routers",),                                              # routers: what evaluation and serving run
     ("rlrouter.rollout",),                                              # router env, vLLM workers, policy
     ("rlrouter.pool", "rlrouter.gmt", "rlrouter.intent"),
     ("rlrouter.data", "rlrouter.rewards", "rlrouter.engine", "rlrouter.embeddings", "rlrouter.jobkit"),

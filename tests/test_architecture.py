@@ -77,3 +77,15 @@ KNOWN_DUPLICATES: dict[str, list[str]] = {
 }
 """Public names still defined in two modules, left to rename: the list can only shrink (the test fails
 when a name is added, and when one is renamed without taking it off here)."""
+
+
+def test_routers_live_in_routers_and_serving_reads_no_evaluation(graph):
+    """One house for routers: ``rlrouter/eval/`` defines no router class, and ``rlrouter/serving/`` imports the
+    routers it serves from ``rlrouter/routers/``, never evaluation code."""
+    in_eval = [f"{m}.{node.name}" for m, path in graph.modules.items() if m.startswith("rlrouter.eval")
+               for node in ast.parse(path.read_text()).body if isinstance(node, ast.ClassDef)
+               and any(getattr(b, "id", getattr(b, "attr", "")).endswith("Router") for b in node.bases)]
+    assert in_eval == [], "router classes in rlrouter/eval/ (their place is rlrouter/routers/)"
+    serving_eval = [f"{e.src}:{e.line} -> {e.dst}" for e in graph.edges
+                    if e.src.startswith("rlrouter.serving") and e.dst.startswith("rlrouter.eval")]
+    assert serving_eval == [], "rlrouter/serving/ imports evaluation code"

@@ -36,7 +36,7 @@ class Table:
     paths: bool = False
 
     def body(self) -> str:
-        files = [RESULTS / r for r in self.results]
+        files = [ROOT / r if "/" in r else RESULTS / r for r in self.results]  # a study's own: a path from the root
         table = self.render(*(files if self.paths else [json.loads(f.read_text()) for f in files]))
         return table if self.paths else f"{table}\n\n{measured_caption(self.results)}"
 
@@ -406,6 +406,41 @@ def router_r1_lockbox_table(path: Path) -> str:
     return "\n".join(lines)
 
 
+# -- the RouterBench study: the RL runs' sampled routes, block by block (their reports' per-step metrics) ---------
+
+STUDY_RB = "docs/experiments/2026-12-router-r1-routerbench/results"
+RB_RUNS = (f"{STUDY_RB}/router_r1_routerbench_scale.json", f"{STUDY_RB}/router_r1_routerbench_scale_ppo.json")
+"""The at-scale runs of the study, GRPO then PPO: their reports (``report.json``, copied beside the study)."""
+
+
+def rl_blocks_table(*paths: Path, block: int = 10) -> str:
+    """Per run and block of ``block`` RL steps: the share of the training rollouts' sampled routes on each task's
+    per-task-rule candidate, Winogrande's share sent to GPT-3.5, and the greedy dev reward at the block's end."""
+    lines = ["| run | RL steps | episodes | sampled routes on the task's rule: ARC -> Yi-34B / Winogrande -> Yi-34B / "
+             "MBPP -> GPT-3.5 | Winogrande -> GPT-3.5 | dev reward (greedy) at the block's end |",
+             "|---|---|---|---|---|---|"]
+    rule = {"arc-challenge": "yi-34b", "winogrande": "yi-34b", "mbpp": "gpt-3.5"}
+    notes = []
+    for path in paths:
+        if not path.is_file():
+            continue
+        report = json.loads(path.read_text())
+        name, algo = report["config"]["run_name"], report["config"]["learner"]["algo"]
+        steps = {s["step"]: s for s in report["steps"] if "time/step_s" in s}
+        dev = {r["step"]: r["eval/mean_reward"] for r in report.get("held_out_curve") or []}
+        per = report["config"]["train"]["prompts_per_step"] * report["config"]["train"]["n_samples"]
+        for start in range(1, max(steps, default=0) + 1, block):
+            got = [s for s in range(start, start + block) if s in steps]
+            mean = lambda k: sum(steps[s].get(k, 0.0) for s in got) / len(got)  # noqa: E731
+            shares = " / ".join(f"{mean(f'rollout/share/{task}/{c}'):.2f}" for task, c in rule.items())
+            lines.append(f"| `{name}` ({algo}) | {got[0]}-{got[-1]} | {len(got) * per:,} | {shares} | "
+                         f"{mean('rollout/share/winogrande/gpt-3.5'):.2f} | "
+                         + (f"{dev[got[-1]]:.3f} |" if got[-1] in dev else "- |"))
+        p = report.get("provenance") or {}
+        notes.append(f"`{name}`: measured {p.get('date', '(no date)')} at commit {p.get('commit', '(none)')}")
+    return "\n".join(lines) + "\n\n<sub>" + "; ".join(notes) + " (the runs' reports, beside the study)</sub>"
+
+
 TABLES = [
     Table("README.md", "make run table", ("make_run.json",), make_run_table),
     Table("README.md", "headline dates", README_RESULTS, readme_dates, paths=True),
@@ -422,6 +457,7 @@ TABLES = [
     Table("docs/many_models.md", "router_r1 lockbox", ("many_models.json",), router_r1_lockbox_table, paths=True),
     Table("docs/experiments/2026-12-router-r1-routerbench.md", "router_r1 lockbox", ("many_models.json",),
           router_r1_lockbox_table, paths=True),
+    Table("docs/experiments/2026-12-router-r1-routerbench.md", "rl blocks", RB_RUNS, rl_blocks_table, paths=True),
     Table("docs/router_r1.md", "rl bandit", ("rl_bandit.json",), rl_bandit_table),
     Table("docs/router_r1.md", "rl throughput", ("rl_throughput.json",), rl_throughput_table),
     Table("docs/operations.md", "durability", ("durability.json",), durability_table),

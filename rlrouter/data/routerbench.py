@@ -5,7 +5,7 @@ RouterBench (Hu et al., 2024; withmartian/routerbench) publishes wide tables: ``
 never ``eval``), ``<model>`` is the model's score in [0, 1], ``<model>|total_cost`` what the call cost in
 USD, ``eval_name`` the task and ``sample_id`` an id. The tables have quirks that a reader reports rather
 than hides (:class:`TableReport`): blank score cells, repeated ids. This module reads one table into a
-:class:`RouterBenchTable`; the evaluation (``rlrouter.eval.reader``) and the replay pool
+:class:`RouterBenchTable`; the evaluation (``rlrouter.routers.reader``) and the replay pool
 (``rlrouter.pool.replay``) both read through it.
 
 Routers read the question without the few-shot examples: ``question_text`` keeps a prompt's last

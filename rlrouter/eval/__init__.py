@@ -1,2 +1,3 @@
-"""Router evaluation on logged outcomes: reader, metrics (APGR, CPT, AIQ), baselines, adapters,
-off-policy estimators, report, and the evaluate_router job. See docs/evaluation.md."""
+"""Router evaluation on logged outcomes: metrics (APGR, CPT, AIQ), paired bootstrap intervals, off-policy
+estimators, reports, the test ledger and the evaluation jobs. The routers it evaluates are in
+``rlrouter.routers``. See docs/evaluation.md and docs/many_models.md."""

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlrouter.eval.ope import LoggedFeedback, crossfit_reward_model, estimator_terms
-from rlrouter.eval.traffic_router import TrafficTable, cell_rewards, read_logged_table
+from rlrouter.routers.traffic_router import TrafficTable, cell_rewards, read_logged_table
 
 
 def _kept_index(t: TrafficTable, cost_weight: float) -> tuple[np.ndarray, np.ndarray]:

@@ -17,18 +17,18 @@ from typing import Any, Mapping
 import numpy as np
 
 from rlrouter.config import to_plain_dict
-from rlrouter.eval import baselines as _baselines  # noqa: F401 - registers the baseline router types
-from rlrouter.eval import adapters as _adapters  # noqa: F401 - registers the adapters of trained routers
-from rlrouter.eval import learned as _learned  # noqa: F401 - registers the probe and ensemble routers
-from rlrouter.eval import encoder_router as _encoder_router  # noqa: F401 - registers the encoder router
-from rlrouter.eval import online as _online  # noqa: F401 - registers the router that learns from feedback
-from rlrouter.eval.baselines import oracle_curve, oracle_decisions, subject_gain_scores
+from rlrouter.routers import baselines as _baselines  # noqa: F401 - registers the baseline router types
+from rlrouter.routers import adapters as _adapters  # noqa: F401 - registers the adapters of trained routers
+from rlrouter.routers import learned as _learned  # noqa: F401 - registers the probe and ensemble routers
+from rlrouter.routers import encoder_router as _encoder_router  # noqa: F401 - registers the encoder router
+from rlrouter.routers import online as _online  # noqa: F401 - registers the router that learns from feedback
+from rlrouter.routers.baselines import oracle_curve, oracle_decisions, subject_gain_scores
 from rlrouter.eval.ledger import earlier_readings, record_reading
 from rlrouter.eval.metrics import (RouterMetrics, calls_cost, evaluate_decisions, random_quality_at_cost, summarize,
                                     threshold_sweep, weak_split)
 from rlrouter.eval.ope import crossfit_reward_model, epsilon_soft, evaluate_all, one_hot, simulate_logging
-from rlrouter.eval.reader import EvalSet, TokenEstimate, read_eval_set
-from rlrouter.eval.routers import (Router, RouterContext, ThresholdRouter, build_router, load_plugins,
+from rlrouter.routers.reader import EvalSet, TokenEstimate, read_eval_set
+from rlrouter.routers.base import (Router, RouterContext, ThresholdRouter, build_router, load_plugins,
                                    share_threshold)
 
 # references that read the test outcomes: never a "best fixed router" of the online regret
@@ -129,7 +129,7 @@ def train_rows_for(train: EvalSet, prefix: str, name: str) -> EvalSet:
     return train.subset(rows)
 
 
-# RouterBench tables' reader options (rlrouter.eval.reader.read_routerbench), read from eval.<key> when set
+# RouterBench tables' reader options (rlrouter.routers.reader.read_routerbench), read from eval.<key> when set
 TABLE_OPTIONS = ("candidates", "blank_scores", "repeated_ids", "question")
 
 

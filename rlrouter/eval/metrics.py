@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlrouter.routers.wtp import hull_value, nondecreasing_convex_hull  # noqa: F401 - AIQ's hull
+
 # numpy 2 renamed trapz; keep both spellings working
 _trapezoid = getattr(np, "trapezoid", None) or np.trapz
 
@@ -208,44 +210,6 @@ def cpt(strong_share: np.ndarray, quality: np.ndarray, weak_quality: float, stro
             t = (target - y[i - 1]) / (y[i] - y[i - 1])
             return float(x[i - 1] + t * (x[i] - x[i - 1]))
     return float("nan")
-
-
-def nondecreasing_convex_hull(cost: np.ndarray, quality: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Vertices of RouterBench's non-decreasing convex hull, sorted by cost.
-
-    The upper convex hull (Andrew's monotone chain) up to its highest point: beyond it quality stays
-    flat, because a router can always pay more and keep the best setting's quality.
-    """
-    c = np.asarray(cost, dtype=np.float64)
-    q = np.asarray(quality, dtype=np.float64)
-    if c.shape != q.shape or c.ndim != 1 or len(c) == 0:
-        raise ValueError("cost, quality: need two 1-D arrays of the same non-zero length")
-    # at equal cost only the best quality matters
-    best: dict[float, float] = {}
-    for ci, qi in zip(c.tolist(), q.tolist()):
-        best[ci] = max(qi, best.get(ci, -np.inf))
-    pts = sorted(best.items())
-    hull: list[tuple[float, float]] = []
-    for p in pts:
-        # pop while the last turn is not clockwise (keeps the upper hull)
-        while len(hull) >= 2:
-            (x1, y1), (x2, y2) = hull[-2], hull[-1]
-            cross = (x2 - x1) * (p[1] - y1) - (y2 - y1) * (p[0] - x1)
-            if cross >= 0:
-                hull.pop()
-            else:
-                break
-        hull.append(p)
-    top = int(np.argmax([y for _, y in hull]))
-    hull = hull[: top + 1]
-    return np.array([x for x, _ in hull]), np.array([y for _, y in hull])
-
-
-def hull_value(hull_cost: np.ndarray, hull_quality: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """R~(c): 0 below the cheapest vertex, linear between vertices, flat after the last."""
-    at = np.asarray(at, dtype=np.float64)
-    v = np.interp(at, hull_cost, hull_quality)
-    return np.where(at < hull_cost[0], 0.0, v)
 
 
 def aiq(cost: np.ndarray, quality: np.ndarray, c_min: float | None = None, c_max: float | None = None) -> float:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+
+from rlrouter.routers.traffic_router import cell_rewards
 
 ESTIMATORS = ("ips", "snips", "dr")
 
@@ -201,3 +203,33 @@ def evaluate_all(target_probs: np.ndarray, logged: LoggedFeedback, q_hat: np.nda
         boot_idx = bootstrap_indices(len(logged.actions), n_boot, seed)
     return {e: estimate(e, target_probs, logged, q_hat, ci=ci, level=level, n_boot=n_boot, boot_idx=boot_idx)
             for e in ESTIMATORS}
+
+
+def off_policy(router: Any, table: Any, level: float = 0.95) -> dict[str, Any]:
+    """IPS, SNIPS and DR estimates of ``router``'s (a ``TrafficKNNRouter``) mean reward on ``table``'s (a
+    ``TrafficTable``) requests, from the logging policy's propensities (rows without one are left out and counted). DR's reward model is the router's own
+    prediction, fitted on other rows than these."""
+    keep = np.flatnonzero((table.logged >= 0) & np.isfinite(table.propensity) & (table.propensity > 0))
+    if len(keep) < 2:
+        raise ValueError(f"off-policy estimate: {len(keep)} rows with a logged route and propensity; need >= 2")
+    t = table.rows(keep)
+    if t.names != router.names:
+        raise ValueError(f"off-policy estimate: the log's candidates {t.names} are not the router's {router.names}")
+    q_hat = router.reward_hat(t.embed(router.embed))
+    target = q_hat.argmax(axis=1)
+    rewards = cell_rewards(t, router.cost_weight)
+    rows = np.arange(len(t))
+    r0 = rewards[rows, t.logged]
+    usable = np.isfinite(r0)
+    ex = (t.explored >= 0) & np.isfinite(t.explored_propensity) & (t.explored_propensity > 0)
+    ex &= np.isfinite(rewards[rows, np.maximum(t.explored, 0)])
+    logged = LoggedFeedback(t.logged[usable], t.propensity[usable], r0[usable],
+                            explored=np.where(ex, t.explored, -1)[usable],
+                            explored_propensities=np.where(ex, t.explored_propensity, 1.0)[usable],
+                            explored_rewards=np.where(ex, rewards[rows, np.maximum(t.explored, 0)], 0.0)[usable])
+    probs = np.eye(len(t.names))[target[usable]]
+    est = evaluate_all(probs, logged, q_hat[usable], level=level)
+    return {"rows": int(usable.sum()), "left_out": int(len(table) - usable.sum()),
+            "explored_rows": int(ex[usable].sum()),
+            "agrees_with_logged": float((target[usable] == t.logged[usable]).mean()),
+            **{k: e.to_dict() for k, e in est.items()}}

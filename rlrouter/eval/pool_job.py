@@ -31,8 +31,8 @@ from rlrouter.data.routerbench import routerbench_id
 from rlrouter.eval.ledger import earlier_readings, readings_of, record_reading
 from rlrouter.eval.job import command_line, question_embedder, load_eval_set, run, split_by_question
 from rlrouter.eval.pool_report import write_pool_report
-from rlrouter.eval.pool_routers import PoolRouter, build_pool_router
-from rlrouter.eval.reader import EvalSet
+from rlrouter.routers.pool_routers import PoolRouter, build_pool_router
+from rlrouter.routers.reader import EvalSet
 from rlrouter.eval.wtp import (Sweep, aiq_by_task, aiq_minus_reference, cost_ranges, fixed_sweep, hull_points,
                                reward_at, task_rows, wtp_grid)
 

@@ -4,13 +4,13 @@
 embedder), builds the router from ``router`` (an entry like ``conf/eval/router/*.yaml``) or from the
 baseline ``baseline`` names (``eval.baselines.<name>``: knn, mf), fits it on the training split (or on
 every row with ``rows: all``), calibrates a threshold router on its training prompts, and writes the
-router folder (``rlrouter.eval.saved``) to ``output_dir``. The Serve app loads that folder
+router folder (``rlrouter.routers.saved``) to ``output_dir``. The Serve app loads that folder
 (``routers:`` in serve/config.yaml). ``jobs/train_router.py`` is its Hydra wrapper; tests call ``run``.
 
 With ``logs`` (a list of tables in RouterBench's layout with blanks allowed: the Serve app's traffic
 exports, ``jobs/export_traffic.py``, and full logs such as a seed set) ``run`` trains a router on every
 row of them instead (``router`` a type that learns from blanks: ``traffic_knn`` by default;
-``rlrouter.eval.traffic_router``).
+``rlrouter.routers.traffic_router``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import numpy as np
 
 from rlrouter.config import to_plain_dict
 from rlrouter.eval.job import check_lockbox, question_embedder, load_eval_set, load_split, subsample, train_rows_for
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router, load_plugins
-from rlrouter.eval.saved import Calibration, Manifest, save_router
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import RouterContext, ThresholdRouter, build_router, load_plugins
+from rlrouter.routers.saved import Calibration, Manifest, save_router
 
 
 def router_spec(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -68,8 +68,8 @@ def training_rows(cfg: dict[str, Any], seed: int) -> tuple[EvalSet, dict[str, An
 
 def run_logged(cfg: dict[str, Any]) -> Manifest:
     """Train a router on ``cfg['logs']`` (tables with blanks) and save it; returns its manifest."""
-    from rlrouter.eval.saved import embedder
-    from rlrouter.eval.traffic_router import TrafficTable, read_logged_table
+    from rlrouter.routers.saved import embedder
+    from rlrouter.routers.traffic_router import TrafficTable, read_logged_table
     from rlrouter.pool.base import Candidate
 
     t0 = time.perf_counter()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrouter.algos.registry import get_adv_estimator, get_algo_config, get_policy_loss
+from rlrouter.rewards.spec import RewardSpec
 
 SYNC_TRANSPORTS = ("lora", "tensors", "nccl")
 
@@ -178,6 +179,12 @@ class RouterR1TrainConfig:
             raise ValueError(f"train.sync: one of {SYNC_TRANSPORTS}, got {self.sync!r}")
         if not self.sync_timeout_s > 0:
             raise ValueError(f"train.sync_timeout_s: must be > 0, got {self.sync_timeout_s!r}")
+
+    @property
+    def reward_spec(self) -> RewardSpec:
+        """The reward's settings (alpha, cost window, metric) that the training reward and every evaluation of
+        the run score with (``rlrouter.rewards.spec``)."""
+        return RewardSpec.from_reward(self.reward)
 
     @property
     def checkpoints(self) -> str:

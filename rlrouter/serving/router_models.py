@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from rlrouter.eval.saved import Manifest
+from rlrouter.routers.saved import Manifest
 from rlrouter.serving.context import ServiceContext, match_name
 from rlrouter.serving.errors import ApiError
 from rlrouter.serving.metrics import METRICS

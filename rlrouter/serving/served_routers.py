@@ -6,7 +6,7 @@ A request names a served router and how to use it in its ``model`` (chat complet
 * ``router-<name>-<threshold>``: strong when the router's score is at or above the threshold (a float on
   the router's own scale: MF's win probability, kNN's mean gain, ...; RouteLLM's convention);
 * ``router-<name>-share<s>``: the threshold that sent a share ``s`` in [0, 1] of the router's training
-  prompts to the strong candidate (calibrated when it was saved, ``rlrouter.eval.saved.Calibration``).
+  prompts to the strong candidate (calibrated when it was saved, ``rlrouter.routers.saved.Calibration``).
 
 Router names may hold hyphens: the name is matched against the served names first, longest first. Any of
 them may end in ``@<version>`` to pin a loaded version (``router-flow@2``); without it, the router's current
@@ -45,10 +45,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from rlrouter.eval.adapters import SelectorRouter
-from rlrouter.eval.online import FeedbackRouter
-from rlrouter.eval.saved import Manifest, SavedRouter, embedder, load_router, read_manifest
-from rlrouter.eval.traffic_router import reward_of
+from rlrouter.routers.adapters import SelectorRouter
+from rlrouter.routers.online import FeedbackRouter
+from rlrouter.routers.saved import Manifest, SavedRouter, embedder, load_router, read_manifest
+from rlrouter.routers.traffic_router import reward_of
 from rlrouter.serving.release import CANARY, PROMOTED, ROLLED_BACK, Release, ReleaseRule
 from rlrouter.serving.release_journal import JournalRead, ReleaseJournal, read_journal
 from rlrouter.serving.traffic_export import feedback_score

@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from rlrouter.eval.saved import Manifest
+from rlrouter.routers.saved import Manifest
 from rlrouter.selector.config import SelectorConfig
 from rlrouter.serving.auth import Principal
 from rlrouter.serving.chat import SPECIAL_MODELS, ChatProxy

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlrouter.data.question import task_of
+from rlrouter.rollout.demos import with_first_turn
 
 BALANCES = ("none", "task")
 
@@ -237,3 +238,29 @@ def first_call_items(cfg: CurriculumConfig, n_items: int, no_answer: Sequence[in
         rng = np.random.default_rng(seed + 104729)
         chosen.update(int(others[j]) for j in rng.choice(len(others), size=k, replace=False))
     return sorted(chosen)
+
+
+Items = list[dict[str, Any]]
+
+
+def write_first_calls(curriculum: Curriculum, held_out: bool, train: Items, dev: Items, test: Items,
+                      cheap: str | None, query_words: int = 24) -> tuple[Items, Items, Items]:
+    """The one question hook of a run (the two-model escalation study, ``experiment=two_model_escalation``): the
+    questions whose episodes start after a written call to the cheapest candidate, with its logged reply, so the
+    policy's own decision is the one after that reply. ``curriculum.first_call`` picks the training questions;
+    ``held_out`` (``eval.first_call_written``) writes it for every dev and held-out question (the policy scored as
+    a cascade's second stage). ``cheap``: the pool's cheapest candidate, None without logged replies. Returns
+    (train, dev, test), new lists; a run with neither gets its lists back unchanged."""
+    if not (curriculum.first_call or held_out):
+        return train, dev, test
+    if cheap is None:
+        raise ValueError("eval.first_call_written / curriculum.first_call_share: the first call is written from logged "
+                         "replies, and this pool has none (a replay pool has them); set them off")
+    chosen = set(curriculum.first_call)
+    train = [with_first_turn(it, cheap, query_words) if i in chosen else it for i, it in enumerate(train)]
+    if chosen:
+        print(f"first call written: {len(chosen)} of {len(train)} training questions start after the call to {cheap}")
+    if held_out:
+        dev, test = ([with_first_turn(it, cheap, query_words) for it in items] for items in (dev, test))
+        print(f"held-out: every question starts after the call to {cheap} (eval.first_call_written)")
+    return train, dev, test

@@ -27,7 +27,7 @@ from rlrouter.learner.config import RouterR1TrainConfig
 from rlrouter.learner.group import LearnerGroup
 from rlrouter.models import load_tokenizer
 from rlrouter.pool.pool import CandidatePool
-from rlrouter.rollout.demos import build_demonstrations, demo_tokens, with_first_turn
+from rlrouter.rollout.demos import build_demonstrations, demo_tokens
 from rlrouter.engine import EngineConfig
 from rlrouter.rollout.env import EnvConfig
 from rlrouter.rollout.group import RolloutGroup
@@ -35,8 +35,8 @@ from rlrouter.learner.checkpoint import latest_checkpoint
 from rlrouter.storage import RunStorage, list_dirs
 from rlrouter.provenance import stamp
 from rlrouter.trainer.report import held_out_records, held_out_summary, plot_held_out, plot_run, results_table, write_train_report
-from rlrouter.trainer.curriculum import CurriculumConfig, build_curriculum
-from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, held_out_reward, held_out_rollout
+from rlrouter.trainer.curriculum import CurriculumConfig, build_curriculum, write_first_calls
+from rlrouter.trainer.router_r1 import RouterR1Trainer, build_train_reward, held_out_rollout
 
 log = logging.getLogger(__name__)
 
@@ -218,8 +218,7 @@ def demonstrations(job: RouterR1JobConfig, pool: Any, items: list[dict[str, Any]
         return []
     task_routes = None
     if route == "per_task" and reference is not None:
-        scoring = held_out_reward(train)
-        task_routes = per_task_rule(reference, scoring["alpha"], tuple(scoring["reference"]["cost_bounds"]))
+        task_routes = per_task_rule(reference, train.reward_spec.alpha, tuple(train.eval_reference["cost_bounds"]))
         print(f"cold start: demonstrations route by the training questions' per-task rule {task_routes}")
     tok = load_tokenizer(job.model)
     cands = [pool.get(n) for n in pool.names]
@@ -305,7 +304,7 @@ def set_reference(train: RouterR1TrainConfig, pool: Any, items: list[dict[str, A
         train.eval_reference = None
         log.warning("live candidates: no reference cost scale; cost_bounds: reference falls back to the window")
         return None
-    table = route_table(pool, items, held_out_reward(train)["metric"])
+    table = route_table(pool, items, train.reward_spec.metric)
     train.eval_reference = {"cost_bounds": list(cost_bounds(table.cost)), "strong": table.strong}
     return table
 
@@ -358,25 +357,16 @@ def run(cfg: Any) -> dict[str, Any]:
     train.out_dir, train.train_path = str(out), str(train_path)
     # the learner ranks store checkpoints there themselves, from whichever node they run on
     train.checkpoint_dir = store.checkpoints()
+    build_train_reward(train, candidates)  # a bad reward fails here naming its path, before any work that reads it
     reference_table = set_reference(train, pool, train_items)
     curriculum = build_curriculum(job.curriculum, train_items, no_answer_items(reference_table),
                                   reference_table is not None, train.seed)
-    for i in curriculum.first_call:  # these rollouts start after the cheap call
-        train_items[i] = with_first_turn(train_items[i], reference_table.cheap, job.demos.query_words)
-    if job.eval.first_call_written:  # the policy scored as a cascade's second stage
-        if reference_table is None:
-            raise ValueError("eval.first_call_written=true needs a replay pool (logged replies to write the first "
-                             "call from); set it to false")
-        test_items = [with_first_turn(it, reference_table.cheap, job.demos.query_words) for it in test_items]
-        dev_items = [with_first_turn(it, reference_table.cheap, job.demos.query_words) for it in dev_items]
-        print(f"held-out: every question starts after the call to {reference_table.cheap} (eval.first_call_written)")
-    if curriculum.first_call:
-        print(f"first call written: {len(curriculum.first_call)} of {len(train_items)} training questions start "
-              f"after the call to {reference_table.cheap}")
+    train_items, dev_items, test_items = write_first_calls(
+        curriculum, job.eval.first_call_written, train_items, dev_items, test_items,
+        reference_table.cheap if reference_table is not None else None, job.demos.query_words)
     print(curriculum.describe())
-    scoring = held_out_reward(train)  # alpha, cost window, metric, reference: every held-out evaluation's
-    metric = scoring["metric"]
-    build_train_reward(train, candidates)  # a bad reward or learner config fails here, before any Ray work
+    spec = train.reward_spec  # alpha, cost window, metric: every held-out evaluation's, as the training reward's
+    metric = spec.metric
     cluster = connect(num_cpus=job.ray.num_cpus, num_gpus=job.ray.num_gpus,
                       include_dashboard=job.ray.include_dashboard)
     print(f"ray: {cluster['mode']} cluster at {cluster['address']}")
@@ -392,7 +382,7 @@ def run(cfg: Any) -> dict[str, Any]:
     if not train.resume_from and job.eval.untrained:
         base = held_out_rollout(group, curve_items, eval_seed, "dev, untrained" if dev_items else "held-out, untrained",
                                 train.progress)
-        report["results"]["policy_untrained"] = held_out_summary(base, candidates, **scoring)
+        report["results"]["policy_untrained"] = held_out_summary(base, candidates, spec, train.eval_reference)
         report["results"]["policy_untrained"]["scored_on"] = "dev" if dev_items else "held-out"
         print("untrained policy:", json.dumps(report["results"]["policy_untrained"]))
     demos = demonstrations(job, pool, train_items, reference_table) if not (train.resume_from or train.init_from) else []
@@ -407,13 +397,13 @@ def run(cfg: Any) -> dict[str, Any]:
     trained: list[Any] = []
     if test_items:
         trained = held_out_rollout(group, test_items, eval_seed, "held-out, trained", train.progress)
-        report["results"]["policy_trained"] = held_out_summary(trained, candidates, **scoring)
+        report["results"]["policy_trained"] = held_out_summary(trained, candidates, spec, train.eval_reference)
         print("trained policy:  ", json.dumps(report["results"]["policy_trained"]))
-        write_jsonl(out / "held_out.jsonl", held_out_records(trained, candidates, **scoring))
+        write_jsonl(out / "held_out.jsonl", held_out_records(trained, candidates, spec, train.eval_reference))
         sampled = (held_out_rollout(group, test_items, eval_seed, "held-out, sampled", train.progress,
                                     samples=job.eval.samples) if job.eval.samples else None)
         test_table = route_table(pool, test_items, metric)
-        board = scoreboard(test_table, reference_table or test_table, scoring["alpha"],
+        board = scoreboard(test_table, reference_table or test_table, spec.alpha,
                            trajs=trained, seed=eval_seed, metric=metric, sampled=sampled)
         board["reference"] = "training questions" if reference_table is not None else "held-out questions (live pool)"
         if reference_table is None:  # the policy's row on the board's scale too, not on its own window's
@@ -445,7 +435,7 @@ def run(cfg: Any) -> dict[str, Any]:
     lines = {k: v for k, v in report["results"].items() if k.startswith("always_") or k == "per_task_rule"}
     if dev_items:  # the curve scored the dev questions: so do its reference lines and the dev summary
         dev_table = route_table(pool, dev_items, metric)
-        dev_board = scoreboard(dev_table, reference_table or dev_table, scoring["alpha"], seed=eval_seed, metric=metric)
+        dev_board = scoreboard(dev_table, reference_table or dev_table, spec.alpha, seed=eval_seed, metric=metric)
         lines = {k: v for k, v in dev_board["routes"].items() if k.startswith("always_") or k == "per_task_rule"}
         report["dev"] = {"questions": len(dev_items), "best_fixed": dev_board["best_fixed"],
                          "routes": {k: v["mean_reward"] for k, v in dev_board["routes"].items()}}

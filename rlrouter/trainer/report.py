@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlrouter.eval.route_scores import policy_rows, summarize, task_of, trajectory_share
+from rlrouter.rewards.spec import RewardSpec
 from rlrouter.rewards.router_r1 import (RouterR1Reward, call_outcomes, format_scores, outcome_score,
                                        score_trajectories)
 
@@ -33,13 +34,13 @@ def policy_summary(trajs: Sequence[Any], candidates: Sequence[str]) -> dict[str,
             "route_share_by_task": {task: trajectory_share(ts, candidates) for task, ts in by_task.items()}}
 
 
-def held_out_summary(trajs: Sequence[Any], candidates: Sequence[str], alpha: float, cost_window: int = 512,
-                     metric: str = "em", reference: dict[str, Any] | None = None) -> dict[str, Any]:
+def held_out_summary(trajs: Sequence[Any], candidates: Sequence[str], spec: RewardSpec,
+                     reference: dict[str, Any] | None = None) -> dict[str, Any]:
     """``policy_summary`` plus the mean Router-R1 reward. With ``reference`` (``cost_bounds`` and ``strong``,
     ``rlrouter.eval.route_scores``) costs are scaled on the reference window, the scale every route is
     scored on, and the strong-call share is given per task; without it, a fresh cost window over these
     trajectories (every evaluation of a run scales costs the same way)."""
-    reward = RouterR1Reward(alpha, candidates=list(candidates), cost_window=cost_window, metric=metric)
+    reward = RouterR1Reward(spec.alpha, candidates=list(candidates), cost_window=spec.cost_window, metric=spec.metric)
     scores = score_trajectories(reward, trajs)
     failures = Counter(s.failure for s in scores if s.failure)
     out = {**policy_summary(trajs, candidates),
@@ -48,25 +49,25 @@ def held_out_summary(trajs: Sequence[Any], candidates: Sequence[str], alpha: flo
            "format_failures": dict(failures.most_common(5))}
     if reference and trajs:
         bounds = tuple(reference["cost_bounds"])
-        s = summarize(policy_rows(trajs, candidates, reference["strong"], alpha, bounds, metric),
+        s = summarize(policy_rows(trajs, candidates, reference["strong"], spec.alpha, bounds, spec.metric),
                       [task_of(t.item) for t in trajs])
         out.update({k: s[k] for k in ("mean_reward", "strong_share", "strong_share_by_task", "mean_reward_by_task")})
         out["cost_bounds"] = list(bounds)
     return out
 
 
-def held_out_records(trajs: Sequence[Any], candidates: Sequence[str], alpha: float, cost_window: int = 512,
-                     metric: str = "em", reference: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def held_out_records(trajs: Sequence[Any], candidates: Sequence[str], spec: RewardSpec,
+                     reference: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per held-out trajectory, for reading failures back: the question, the policy's text, its
     answer and whether it matched, the models it called, its Router-R1 reward and, when the format check
     failed, why. The reward is on the scale of ``held_out_summary`` with the same arguments: the
     reference's cost bounds, else a cost window over these trajectories."""
-    reward = RouterR1Reward(alpha, candidates=list(candidates), cost_window=cost_window, metric=metric)
+    reward = RouterR1Reward(spec.alpha, candidates=list(candidates), cost_window=spec.cost_window, metric=spec.metric)
     scores = score_trajectories(reward, trajs)
     totals = [s.total for s in scores]
     if reference and trajs:
-        totals = policy_rows(trajs, candidates, reference["strong"], alpha, tuple(reference["cost_bounds"]),
-                             metric).reward.tolist()
+        totals = policy_rows(trajs, candidates, reference["strong"], spec.alpha, tuple(reference["cost_bounds"]),
+                             spec.metric).reward.tolist()
     return [{"id": t.item.get("id"), "task": task_of(t.item), "query": t.item["query"],
              "ground_truth": list(t.item["ground_truth"]), "text": t.text, "answer": t.answer,
              "exact_match": outcome_score(t.answer, list(t.item["ground_truth"]), "em", call_outcomes(t)),

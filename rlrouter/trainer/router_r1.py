@@ -180,25 +180,6 @@ def held_out_rollout(rollout: Any, items: Sequence[dict[str, Any]], seed: int, d
     return out
 
 
-def held_out_reward(cfg: RouterR1TrainConfig) -> dict[str, Any]:
-    """The Router-R1 reward settings of the run (``alpha``, ``cost_window``, ``metric``), for the
-    held-out evaluation (``rlrouter.trainer.report.held_out_summary``)."""
-
-    def find(c: Any) -> dict[str, Any] | None:
-        c = to_plain(c)
-        if isinstance(c, (list, tuple)):
-            return next((f for f in map(find, c) if f is not None), None)
-        if isinstance(c, dict) and c.get("name") == "router_r1":
-            return {**(c.get("params") or {}), **c}
-        if isinstance(c, dict) and c.get("name") == "combined":
-            return find(c.get("functions") or [])
-        return None
-
-    r = find(cfg.reward) or {}
-    return {"alpha": float(r.get("alpha", 0.0)), "cost_window": int(r.get("cost_window", 512)),
-            "metric": str(r.get("metric", "em")), "reference": cfg.eval_reference}
-
-
 class RouterR1Trainer:
     """The Router-R1 controller: drives the rollout workers and the learner ranks through a run.
 
@@ -359,7 +340,7 @@ class RouterR1Trainer:
         cfg = self.cfg
         t0 = time.perf_counter()
         trajs = held_out_rollout(self.rollout, self.eval_items, cfg.eval_seed, enabled=cfg.progress)
-        s = held_out_summary(trajs, self.candidates, **held_out_reward(cfg))
+        s = held_out_summary(trajs, self.candidates, cfg.reward_spec, cfg.eval_reference)
         if s["format_failures"]:
             log.info("held-out format failures (most common): %s", s["format_failures"])
         shares = {f"eval/strong_share/{task}": v for task, v in s.get("strong_share_by_task", {}).items()}

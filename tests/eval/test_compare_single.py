@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from rlrouter.eval.compare_single import compare_export, compare_to_single, render
-from rlrouter.eval.traffic_router import TrafficTable, cell_rewards, read_logged_table
+from rlrouter.routers.traffic_router import TrafficTable, cell_rewards, read_logged_table
 
 NAMES = ["gpt-4-1106-preview", "mistralai/mixtral-8x7b-chat", "zero-one-ai/Yi-34B-Chat"]
 TASKS = ("arc_challenge", "winograde")

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 
 from rlrouter.eval.bootstrap import paired_bootstrap
 from rlrouter.eval.job import load_split, run, share_for_quality, split_by_question, split_by_subject
-from rlrouter.eval.reader import EvalSet
+from rlrouter.routers.reader import EvalSet
 from rlrouter.pool.base import Candidate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

@@ -11,7 +11,7 @@ import pytest
 
 from rlrouter.eval.export_split import write_train_split
 from rlrouter.eval.job import load_eval_set, run, split_by_question
-from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, build_router, register_router
+from rlrouter.routers.base import Router, RouterContext, ThresholdRouter, build_router, register_router
 
 WEAK, STRONG = "weak-llm", "strong-llm"
 
@@ -208,7 +208,7 @@ def test_router_r1_base_policy_needs_no_checkpoint(monkeypatch):
             return [{"selected_model": "mixtral-8x7b-instruct"} for _ in prompts]
 
     monkeypatch.setattr(mod, "RouterR1Policy", FakePolicy)
-    from rlrouter.eval.reader import EvalSet
+    from rlrouter.routers.reader import EvalSet
     from rlrouter.pool.base import Candidate
 
     names = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
@@ -247,7 +247,7 @@ def test_router_r1_cascade_policy_is_scored_by_its_last_call(monkeypatch, tmp_pa
             return answers if seen["first_call_written"] else [{"selected_model": "gpt-4-1106-preview"}] * 3
 
     monkeypatch.setattr(mod, "RouterR1Policy", FakePolicy)
-    from rlrouter.eval.reader import EvalSet
+    from rlrouter.routers.reader import EvalSet
     from rlrouter.pool.base import Candidate
 
     ck = tmp_path / "run" / "checkpoints" / "step_000060"

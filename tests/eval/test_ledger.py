@@ -63,7 +63,7 @@ def test_router_r1_and_the_pool_evaluation_spell_routerbench_questions_alike(sha
     are the ids the pool evaluation keys its reading of those tables by, so the ledger counts them together."""
     from rlrouter.data.sources import routerbench
     from rlrouter.eval.pool_job import ledger_question_ids
-    from rlrouter.eval.reader import read_eval_set
+    from rlrouter.routers.reader import read_eval_set
 
     table = shared_data / "routerbench" / "mbpp_test.csv"
     r1 = {q.id for q in routerbench(table)}

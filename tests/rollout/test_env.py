@@ -344,6 +344,7 @@ def test_answer_reply_ends_at_the_first_reply_and_the_reward_grades_that_reply()
     ``<think>`` is required by the format check; a failed call ends the trajectory unanswered."""
     from rlrouter.eval.route_scores import policy_rows
     from rlrouter.rewards.router_r1 import RouterR1Reward, score_trajectories
+    from rlrouter.rewards.spec import RewardSpec
     from rlrouter.trainer.report import held_out_summary
 
     pool = LoggedPool(fail={"none"})
@@ -367,13 +368,13 @@ def test_answer_reply_ends_at_the_first_reply_and_the_reward_grades_that_reply()
     scores = score_trajectories(RouterR1Reward(alpha=0.0, candidates=["big", "small"]), [live, logged])
     assert [(s.format, s.outcome) for s in scores] == [(0.0, 1.0), (0.0, 0.0)]
     # the held-out scoring checks the format as the training reward does
-    held = held_out_summary([live, logged], ["big", "small"], alpha=0.0)
+    held = held_out_summary([live, logged], ["big", "small"], RewardSpec())
     assert held["format_valid"] == 1.0 and held["format_failures"] == {}
     assert policy_rows([live, logged], ["big", "small"], "big", 0.0, (0.0, 1.0)).format_valid.tolist() == [1.0, 1.0]
     # the same texts without the flag fail the format (no <think>): the flag is what lets them pass
     live.reply_answer = False
     assert score_trajectories(RouterR1Reward(alpha=0.0, candidates=["big", "small"]), [live])[0].format == -1.0
-    assert held_out_summary([live], ["big", "small"], alpha=0.0)["format_valid"] == 0.0
+    assert held_out_summary([live], ["big", "small"], RewardSpec())["format_valid"] == 0.0
 
     failing = RouterEnv(EnvConfig(prefill="<search>", action="compact", max_turns=2, answer="reply"),
                         CharTokenizer(), FakePool(fail={"small"}), generate)

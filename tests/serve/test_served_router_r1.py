@@ -45,7 +45,7 @@ def base(ray_cluster, router_dir, tmp_path_factory):
 
 def test_router_r1_policy_through_the_running_app(base, router_dir, shared_data):
     from rlrouter.data.logged import load_routellm
-    from rlrouter.eval.saved import read_manifest
+    from rlrouter.routers.saved import read_manifest
 
     m = read_manifest(router_dir)
     assert m.type == "router_r1" and m.calibration is None and m.spec["checkpoint"] == "base"

@@ -84,7 +84,7 @@ def _logged_prompt(shared_data: Path) -> str:
 
 
 def test_every_router_type_through_the_running_app(base, router_dirs, shared_data):
-    from rlrouter.eval.saved import read_manifest
+    from rlrouter.routers.saved import read_manifest
 
     query = _logged_prompt(shared_data)
     models = [m["id"] for m in httpx.get(f"{base}/v1/models", headers=H, timeout=30).json()["data"]]
@@ -123,7 +123,7 @@ def test_every_router_type_through_the_running_app(base, router_dirs, shared_dat
 
 
 def test_served_routers_match_the_saved_ones_and_refuse_bad_names(base, router_dirs, shared_data):
-    from rlrouter.eval.saved import load_router
+    from rlrouter.routers.saved import load_router
 
     query = _logged_prompt(shared_data)
     for name in ("mf", "knn", "probe_form_options"):

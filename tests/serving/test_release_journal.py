@@ -13,9 +13,9 @@ from tests.helpers import hash_embed
 
 @pytest.fixture(scope="module")
 def folders(shared_data, tmp_path_factory):
-    from rlrouter.eval.reader import read_eval_set
-    from rlrouter.eval.routers import RouterContext, build_router
-    from rlrouter.eval.saved import Calibration, save_router
+    from rlrouter.routers.reader import read_eval_set
+    from rlrouter.routers.base import RouterContext, build_router
+    from rlrouter.routers.saved import Calibration, save_router
 
     logged = read_eval_set(shared_data / "routellm" / "mmlu" / "mmlu_philosophy.csv",
                            prices={"gpt-4-1106-preview": {"input": 10, "output": 30},

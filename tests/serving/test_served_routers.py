@@ -85,7 +85,7 @@ class LocalRouters:
 
 @pytest.fixture(scope="module")
 def logged(shared_data):
-    from rlrouter.eval.reader import read_eval_set
+    from rlrouter.routers.reader import read_eval_set
 
     es = read_eval_set(shared_data / "routellm" / "mmlu" / "mmlu_philosophy.csv",
                        prices={"gpt-4-1106-preview": {"input": 10, "output": 30},
@@ -95,8 +95,8 @@ def logged(shared_data):
 
 @pytest.fixture
 def client(logged, tmp_path):
-    from rlrouter.eval.routers import RouterContext, build_router
-    from rlrouter.eval.saved import Calibration, save_router
+    from rlrouter.routers.base import RouterContext, build_router
+    from rlrouter.routers.saved import Calibration, save_router
     from rlrouter.pool.pool import CandidatePool
     from rlrouter.selector import Selector, SelectorConfig
     from rlrouter.serving.api import create_app, install

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from rlrouter.trainer.curriculum import (Curriculum, CurriculumConfig, batch_indices, build_curriculum, draw_from,
-                                         first_call_items, split_counts)
+                                         first_call_items, split_counts, write_first_calls)
 
 
 def _items(tasks):
@@ -100,6 +100,34 @@ def test_first_call_items_write_the_stratum_and_a_share_of_the_others():
     assert both == list(range(10))
     built = build_curriculum(CurriculumConfig(first_call_share=0.5), _items(["a"] * 10), stratum)
     assert built.first_call == half
+
+
+def test_the_first_call_hook_writes_the_chosen_questions_and_with_held_out_every_dev_and_test_one():
+    train = [{"id": i, "query": f"question {i} here", "source": "a"} for i in range(4)]
+    dev, test = [{"id": 9, "query": "a dev one"}], [{"id": 10, "query": "a test one"}]
+    none = build_curriculum(CurriculumConfig(), train)
+    assert write_first_calls(none, False, train, dev, test, "mixtral", 8) == (train, dev, test)  # off: untouched
+    some = Curriculum({"all": [0, 1, 2, 3]}, first_call=[1, 3])
+    t2, d2, e2 = write_first_calls(some, False, train, dev, test, "mixtral", 8)
+    assert [("first_turn" in it) for it in t2] == [False, True, False, True] and d2 == dev and e2 == test
+    assert "mixtral" in t2[1]["first_turn"] and "first_turn" not in train[1]  # new items; the input is kept
+    _, d3, e3 = write_first_calls(none, True, train, dev, test, "mixtral", 8)
+    assert all("first_turn" in it for it in d3 + e3)
+    with pytest.raises(ValueError, match="eval.first_call_written"):
+        write_first_calls(none, True, train, dev, test, None)  # live candidates: no logged reply to write
+
+
+def test_the_study_knobs_live_in_their_preset_not_in_the_main_config():
+    import yaml
+
+    from tests.helpers import ROOT
+
+    main = yaml.safe_load((ROOT / "conf" / "train_router_r1.yaml").read_text())
+    study = yaml.safe_load((ROOT / "conf" / "experiment" / "two_model_escalation.yaml").read_text())
+    knobs = {"no_answer_share", "no_answer_first_call", "first_call_share", "demo_second_call"}
+    assert not knobs & set(main["curriculum"]) and "first_call_written" not in main["eval"]
+    assert set(study["curriculum"]) == knobs and study["eval"] == {"first_call_written": False}
+    assert CurriculumConfig(**study["curriculum"]) == CurriculumConfig()  # the preset alone changes nothing
 
 
 def test_bad_curriculum_choices_name_their_field():

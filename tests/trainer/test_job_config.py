@@ -24,6 +24,16 @@ def _compose(*overrides: str):
         return compose("train_router_r1", overrides=["run_name=t", "paths.root_dir=/tmp", *overrides])
 
 
+def test_a_study_knob_is_set_through_its_preset_and_refused_without_it():
+    from hydra.errors import ConfigCompositionException
+
+    job = RouterR1JobConfig.from_cfg(_compose("experiment=two_model_escalation", "curriculum.no_answer_share=0.5",
+                                              "eval.first_call_written=true"))
+    assert job.curriculum.no_answer_share == 0.5 and job.eval.first_call_written is True
+    with pytest.raises(ConfigCompositionException, match="no_answer_share"):
+        _compose("curriculum.no_answer_share=0.5")  # not a knob of the main config
+
+
 @pytest.mark.parametrize("experiment", [None, *EXPERIMENTS])
 def test_every_experiment_builds_its_objects(experiment):
     job = RouterR1JobConfig.from_cfg(_compose(*([f"experiment={experiment}"] if experiment else [])))

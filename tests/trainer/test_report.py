@@ -4,6 +4,8 @@ step ticks, no overprinted labels in accuracy_vs_cost.png."""
 import matplotlib
 import pytest
 
+from rlrouter.rewards.spec import RewardSpec
+
 matplotlib.use("Agg")
 
 from rlrouter.trainer.report import label_groups, plot_run, reward_figure  # noqa: E402
@@ -99,14 +101,14 @@ def test_held_out_records_keep_each_trajectory_and_why_its_format_failed():
     good = ("<think>x</think>\n<search>small: q</search>\n<information>7</information>\n"
             "<think>y</think>\n<answer>7</answer>")
     cut = "<think>x</think>\n<search>small: a question that ran past the turn's end"  # no </search>
-    rows = held_out_records([traj(0, good, "7", "small"), traj(1, cut, None, None)], ["big", "small"], alpha=0.3)
+    rows = held_out_records([traj(0, good, "7", "small"), traj(1, cut, None, None)], ["big", "small"], RewardSpec(alpha=0.3))
     assert [r["id"] for r in rows] == ["q0", "q1"] and [r["task"] for r in rows] == ["gsm8k", "gsm8k"]
     assert rows[0]["exact_match"] == 1.0 and rows[0]["format_failure"] is None and rows[0]["routes"] == ["small"]
     assert rows[0]["reward"] > 0.5 and rows[0]["text"] == good
     assert rows[1]["exact_match"] == 0.0 and rows[1]["reward"] == -1.0 and rows[1]["format_failure"]
     # on a reference's cost scale, as held_out_summary scores them with one
     ref = {"strong": "big", "cost_bounds": [0.0, 2 * 0.001 ** 0.5]}  # bounds on the square root of USD
-    scaled = held_out_records([traj(0, good, "7", "small")], ["big", "small"], alpha=0.3, reference=ref)
+    scaled = held_out_records([traj(0, good, "7", "small")], ["big", "small"], RewardSpec(alpha=0.3), reference=ref)
     assert scaled[0]["reward"] == pytest.approx(0.7 + 0.3 * 0.5)  # correct, cost half-way through the window
 
 

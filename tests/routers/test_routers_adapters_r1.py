@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from rlrouter.eval.adapters import PolicyRouter
+from rlrouter.routers.adapters import PolicyRouter
 
 
 class ScriptedPolicy:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlrouter.eval.pool_routers import (CascadeRouter, EscalateRouter, JudgeCascadeRouter, KNNPoolRouter, MFPoolRouter,
+from rlrouter.routers.pool_routers import (CascadeRouter, EscalateRouter, JudgeCascadeRouter, KNNPoolRouter, MFPoolRouter,
                                         MLPPoolRouter, OracleRouter, PerTaskRouter, SelectorPoolRouter, build_pool_router,
                                         hull_chain, reply_key)
-from rlrouter.eval.reader import EvalSet
+from rlrouter.routers.reader import EvalSet
 from rlrouter.eval.wtp import (Sweep, aiq_by_task, aiq_minus_reference, cost_ranges, fixed_sweep, route_by_wtp,
                                wtp_grid)
 from rlrouter.pool.base import Candidate

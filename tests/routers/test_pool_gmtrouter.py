@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlrouter.eval.pool_routers import GMTPoolRouter, build_pool_router
-from rlrouter.eval.reader import EvalSet
+from rlrouter.routers.pool_routers import GMTPoolRouter, build_pool_router
+from rlrouter.routers.reader import EvalSet
 from rlrouter.pool.base import Candidate
 
 NAMES = ["m0", "m1", "m2"]

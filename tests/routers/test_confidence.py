@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from rlrouter.embeddings import cached_rows
-from rlrouter.eval.confidence import LM_FEATURES, ConfidenceScorer
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import RouterContext, build_router
+from rlrouter.routers.confidence import LM_FEATURES, ConfidenceScorer
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import RouterContext, build_router
 from rlrouter.pool.base import Candidate
 
 MCQ = "What is the capital of France?\nA. Berlin\nB. Paris\nC. Rome\nD. Madrid\nAnswer:"
@@ -82,7 +82,7 @@ def _set(prompts, scores):
 
 
 def test_probe_on_llm_features_routes_what_the_llm_finds_hard(monkeypatch):
-    import rlrouter.eval.learned as learned
+    import rlrouter.routers.learned as learned
 
     # the LLM features stand in as a lookup (the probe's logic, not the LLM, is under test here)
     table = {f"q{i}": [float(i % 2), 0, 0, 0, 0, 0] for i in range(200)}

@@ -13,7 +13,7 @@ formula symbols, negations, multi-statement "I and II" items). This module holds
   options that are near-paraphrases of each other, or none of which echoes the question, make a harder
   item; what they buy on unseen subjects is measured in docs/evaluation.md, ``probe_form_options``).
 * ``probe``: a linear head on any of [MiniLM embedding, form features, option-match features, a small
-  local LLM's confidence on the question (``rlrouter.eval.confidence``)]. ``head: gain`` fits a
+  local LLM's confidence on the question (``rlrouter.routers.confidence``)]. ``head: gain`` fits a
   ridge regression of the strong-minus-weak score; ``head: two_heads`` fits one logistic regression per
   candidate (P(weak correct), P(strong correct)) and scores p_strong - p_weak, sharing the difficulty
   signal both candidates feel (RouteLLM's "causal LLM" router also predicts per-model outcomes).
@@ -31,11 +31,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlrouter.eval import baselines as _baselines  # noqa: F401 - ensemble members are often kNN / MF
-from rlrouter.eval.confidence import DEFAULT_MODEL as DEFAULT_LLM
-from rlrouter.eval.confidence import confidence_features
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, build_router, register_router
+from rlrouter.routers import baselines as _baselines  # noqa: F401 - ensemble members are often kNN / MF
+from rlrouter.routers.confidence import DEFAULT_MODEL as DEFAULT_LLM
+from rlrouter.routers.confidence import confidence_features
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import Router, RouterContext, ThresholdRouter, build_router, register_router
 
 _OPTION = re.compile(r"^[A-J][.)] ")
 _NEGATION = re.compile(r"\b(NOT|EXCEPT|LEAST|FALSE)\b")
@@ -166,7 +166,7 @@ class ProbeRouter(ThresholdRouter):
             if kind in features and embed is None:
                 raise ValueError(f"probe.features: '{kind}' needs the job's embedder")
         if "llm" in features and llm is None:
-            raise ValueError("probe.features: 'llm' needs a confidence scorer (rlrouter.eval.confidence)")
+            raise ValueError("probe.features: 'llm' needs a confidence scorer (rlrouter.routers.confidence)")
         super().__init__(name, weak, strong, threshold=0.0)
         self.embed, self.features, self.head, self.l2, self.llm = embed, tuple(features), head, l2, llm
         self._mu: np.ndarray | None = None

@@ -8,9 +8,9 @@ import types
 import numpy as np
 import pytest
 
-from rlrouter.eval.adapters import CategoryMapRouter, SelectorRouter
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import RouterContext, build_router
+from rlrouter.routers.adapters import CategoryMapRouter, SelectorRouter
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import RouterContext, build_router
 from rlrouter.pool.base import Candidate
 
 CANDS = [Candidate("weak", 0.6, 0.6), Candidate("strong", 10.0, 30.0)]
@@ -27,7 +27,7 @@ def category_of(prompts):
 
 
 def test_cost_aware_category_map_trades_loss_for_price_and_sweeps_with_lam():
-    from rlrouter.eval.adapters import CostAwareCategoryRouter
+    from rlrouter.routers.adapters import CostAwareCategoryRouter
 
     prompts = ["m1", "m2", "m3", "m4", "t1", "t2", "t3", "t4"]
     # math: weak 0.25, strong 1.0 (loss 0.75); trivia: weak 0.75, strong 1.0 (loss 0.25)

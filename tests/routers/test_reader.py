@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from rlrouter.data.io import DataFileError
-from rlrouter.eval.reader import EvalSet, TokenEstimate, read_eval_set
+from rlrouter.routers.reader import EvalSet, TokenEstimate, read_eval_set
 
 PRICES = {"big": {"input": 10.0, "output": 30.0}, "small": {"input": 0.6, "output": 0.6}}
 
@@ -140,7 +140,7 @@ def test_evalset_validates_shapes_and_concat():
     assert math.isclose(both.costs.sum(), 4.0)
 
 
-MT_BENCH = Path(__file__).parent / "data" / "mt_bench"
+MT_BENCH = Path(__file__).parents[1] / "eval" / "data" / "mt_bench"
 MT_PRICES = {"gpt-4": {"input": 10.0, "output": 30.0}, "mixtral": {"input": 0.6, "output": 0.6}}
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlrouter.eval.encoder_router import EncoderRouterConfig, RoutingReward, label_of
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import RouterContext, build_router
+from rlrouter.routers.encoder_router import EncoderRouterConfig, RoutingReward, label_of
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import RouterContext, build_router
 from rlrouter.pool.base import Candidate
 
 
@@ -61,7 +61,7 @@ def test_form_encoder_config_trains_both_members_and_scores(tmp_path):
 
     from omegaconf import OmegaConf
 
-    from rlrouter.eval import learned as _learned  # noqa: F401 - registers the probe and ensemble routers
+    from rlrouter.routers import learned as _learned  # noqa: F401 - registers the probe and ensemble routers
 
     spec = OmegaConf.to_container(OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "eval" / "router"
                                                  / "form_encoder.yaml"))

@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, _import_attr, register_router
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import Router, RouterContext, ThresholdRouter, _import_attr, register_router
 
 
 class SelectorRouter(Router):
@@ -178,16 +178,6 @@ class CostAwareCategoryRouter(ThresholdRouter):
         return np.array([self.score_of.get(c, unseen) for c in self.classify(prompts)])
 
 
-def _index(which: str, ctx: RouterContext, field: str) -> int:
-    if which == "strong":
-        return ctx.strong
-    if which == "weak":
-        return ctx.weak
-    if which not in ctx.candidates:
-        raise ValueError(f"router.{field}: '{which}' is not 'strong', 'weak' or one of {ctx.candidates}")
-    return ctx.candidates.index(which)
-
-
 @register_router("selector")
 def _build_selector(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     # cost awareness ranks candidates by price: the input price per 1M tokens stands for it
@@ -216,7 +206,7 @@ def _build_intent(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     else:
         raise ValueError("router type 'intent': set checkpoint (a saved intent classifier) or classifier")
     raw_map = cfg.pop("category_map", "auto")
-    default = _index(cfg.pop("default", "strong"), ctx, "default")
+    default = ctx.index(cfg.pop("default", "strong"), "default")
     if "tolerance" in cfg:
         raise ValueError("router type 'intent': 'tolerance' was replaced by the cost-aware 'lam': the weak "
                          "candidate serves a category when its quality loss there is below lam x the USD saved per 1k prompts")
@@ -225,7 +215,7 @@ def _build_intent(cfg: dict[str, Any], ctx: RouterContext) -> Router:
         router = CostAwareCategoryRouter("intent", classify, default, ctx.weak, ctx.strong, lam=float(cfg.pop("lam", 0.05)))
     else:
         cfg.pop("lam", None)
-        cmap = {k: _index(v, ctx, f"category_map.{k}") for k, v in dict(raw_map).items()}
+        cmap = {k: ctx.index(v, f"category_map.{k}") for k, v in dict(raw_map).items()}
         router = CategoryMapRouter("intent", classify, cmap, default)
     _no_leftovers(cfg, "intent")
     return router
@@ -410,7 +400,7 @@ def _build_router_r1(cfg: dict[str, Any], ctx: RouterContext) -> Router:
         router: Router = EscalationOddsRouter("router_r1", policy, ctx.weak, ctx.strong)
     else:
         router = PolicyRouter("router_r1", policy, ctx.candidates, name_map,
-                              default=_index(cfg.pop("default", "weak"), ctx, "default"))
+                              default=ctx.index(cfg.pop("default", "weak"), "default"))
     _no_leftovers(cfg, "router_r1")
     return router
 

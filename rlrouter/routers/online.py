@@ -30,10 +30,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from rlrouter.eval.baselines import _no_leftovers
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router, register_router
-from rlrouter.eval.saved import read_state, write_state
+from rlrouter.routers.baselines import _no_leftovers
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import RouterContext, ThresholdRouter, build_router, register_router
+from rlrouter.routers.saved import read_state, write_state
 
 CONTEXTS = ("source", "cluster", "none")
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, register_router
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import Router, RouterContext, ThresholdRouter, register_router
 
 LABELS = ("weak", "strong")
 

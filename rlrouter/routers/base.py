@@ -26,7 +26,7 @@ from typing import Any, Callable, Generic, Mapping, TypeVar
 
 import numpy as np
 
-from rlrouter.eval.reader import EvalSet
+from rlrouter.routers.reader import EvalSet
 
 
 class Router(abc.ABC):
@@ -94,6 +94,16 @@ class RouterContext:
     seed: int = 0
     work_dir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def index(self, which: str, field: str) -> int:
+        """A candidate named in a router's config (``router.<field>``): "strong", "weak" or a candidate's name."""
+        if which == "strong":
+            return self.strong
+        if which == "weak":
+            return self.weak
+        if which not in self.candidates:
+            raise ValueError(f"router.{field}: '{which}' is not 'strong', 'weak' or one of {self.candidates}")
+        return self.candidates.index(which)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -1,4 +1,4 @@
-"""The router that learns from feedback (rlrouter.eval.online): its pieces against hand-computed values,
+"""The router that learns from feedback (rlrouter.routers.online): its pieces against hand-computed values,
 and on a synthetic stream it learns which context group pays for the strong candidate from the outcomes
 of its own calls alone."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlrouter.eval.online import FeedbackRouter, OffsetPosterior, fit_logistic_1d
-from rlrouter.eval.reader import EvalSet
+from rlrouter.routers.online import FeedbackRouter, OffsetPosterior, fit_logistic_1d
+from rlrouter.routers.reader import EvalSet
 from rlrouter.pool.base import Candidate
 
 
@@ -82,8 +82,8 @@ def test_bad_settings_name_the_field():
 def test_saved_and_served_it_routes_and_learns_one_request_at_a_time(tmp_path):
     """Saved after fitting and served (no Ray: ServedRouters), it routes one request per context, learns
     from that request's feedback only, and its state file keeps what it learned across a restart."""
-    from rlrouter.eval.routers import RouterContext, build_router
-    from rlrouter.eval.saved import Calibration, save_router
+    from rlrouter.routers.base import RouterContext, build_router
+    from rlrouter.routers.saved import Calibration, save_router
     from rlrouter.serving.served_routers import ServedRouters
 
     train = _stream(100, seed=1)

@@ -8,10 +8,10 @@ import types
 import numpy as np
 import pytest
 
-from rlrouter.eval import adapters, baselines  # noqa: F401 - register the router types
-from rlrouter.eval.baselines import KNNRouter, MFRouter, RandomRouter, oracle_curve, oracle_decisions
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Router, RouterContext, build_router, registered_types
+from rlrouter.routers import adapters, baselines  # noqa: F401 - register the router types
+from rlrouter.routers.baselines import KNNRouter, MFRouter, RandomRouter, oracle_curve, oracle_decisions
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import Router, RouterContext, build_router, registered_types
 from rlrouter.pool.base import Candidate
 
 CANDS = [Candidate("weak", 0.6, 0.6), Candidate("strong", 10.0, 30.0)]
@@ -83,7 +83,7 @@ def test_mf_learns_which_prompts_need_the_strong_candidate():
 def test_knn_and_mf_end_to_end_on_real_prompts_and_minilm(shared_data):
     """Real RouteLLM outcomes, real MiniLM embeddings (a few hundred prompts)."""
     from rlrouter.embeddings import embed_texts
-    from rlrouter.eval.reader import read_eval_set
+    from rlrouter.routers.reader import read_eval_set
 
     prices = {"gpt-4-1106-preview": {"input": 10, "output": 30},
               "mistralai/Mixtral-8x7B-Instruct-v0.1": {"input": 0.6, "output": 0.6}}
@@ -136,7 +136,7 @@ def test_router_type_by_import_path(monkeypatch):
 
 
 def test_subject_gain_scores_give_each_prompt_its_subjects_mean_gain():
-    from rlrouter.eval.baselines import subject_gain_scores
+    from rlrouter.routers.baselines import subject_gain_scores
 
     scores = np.array([[1, 1], [0, 1], [1, 0], [0, 0], [0, 1]], dtype=float)  # (weak, strong)
     s = subject_gain_scores(["a", "a", "b", "b", "b"], scores, weak=0, strong=1)

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from rlrouter.data.formats import GMTRecord
-from rlrouter.eval.adapters import GMTRouterAdapter
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import RouterContext, build_router
+from rlrouter.routers.adapters import GMTRouterAdapter
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import RouterContext, build_router
 from rlrouter.gmt.graph import build_graph
 from rlrouter.gmt.model import GMTModelConfig
 from rlrouter.gmt.scorer import GMTRouterScorer, UnknownUserError

@@ -36,17 +36,17 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from rlrouter.eval import adapters as _adapters  # noqa: F401 - registers selector, intent, gmtrouter, router_r1
-from rlrouter.eval import baselines as _baselines  # noqa: F401 - registers always, random, knn, mf
-from rlrouter.eval import encoder_router as _encoder_router  # noqa: F401 - registers encoder
-from rlrouter.eval import learned as _learned  # noqa: F401 - registers probe, ensemble
-from rlrouter.eval import traffic_router as _traffic_router  # noqa: F401 - registers traffic_knn
-from rlrouter.eval.adapters import CostAwareCategoryRouter, SelectorRouter
-from rlrouter.eval.baselines import KNNRouter, MFRouter
-from rlrouter.eval.encoder_router import LABELS, EncoderRouter
-from rlrouter.eval.learned import EnsembleRouter, ProbeRouter
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, build_router, load_plugins
+from rlrouter.routers import adapters as _adapters  # noqa: F401 - registers selector, intent, gmtrouter, router_r1
+from rlrouter.routers import baselines as _baselines  # noqa: F401 - registers always, random, knn, mf
+from rlrouter.routers import encoder_router as _encoder_router  # noqa: F401 - registers encoder
+from rlrouter.routers import learned as _learned  # noqa: F401 - registers probe, ensemble
+from rlrouter.routers import traffic_router as _traffic_router  # noqa: F401 - registers traffic_knn
+from rlrouter.routers.adapters import CostAwareCategoryRouter, SelectorRouter
+from rlrouter.routers.baselines import KNNRouter, MFRouter
+from rlrouter.routers.encoder_router import LABELS, EncoderRouter
+from rlrouter.routers.learned import EnsembleRouter, ProbeRouter
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import Router, RouterContext, ThresholdRouter, build_router, load_plugins
 from rlrouter.pool.base import Candidate
 
 FORMAT = "rlrouter.router"

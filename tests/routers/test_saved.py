@@ -1,4 +1,4 @@
-"""Router folders (rlrouter.eval.saved): calibration, and a save/load round trip of every router type that
+"""Router folders (rlrouter.routers.saved): calibration, and a save/load round trip of every router type that
 learns in fit() giving the saved router's scores and decisions; train_router.run on real RouteLLM rows."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import RouterContext, ThresholdRouter, build_router, share_threshold
-from rlrouter.eval.saved import Calibration, SavedRouterError, load_router, read_manifest, save_router
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import RouterContext, ThresholdRouter, build_router, share_threshold
+from rlrouter.routers.saved import Calibration, SavedRouterError, load_router, read_manifest, save_router
 from rlrouter.pool.base import Candidate
 from tests.helpers import hash_embed
 
@@ -71,7 +71,7 @@ SPECS = {
     "probe_form_options": {"type": "probe", "features": ["form", "options"], "head": "two_heads"},
     "ensemble": {"type": "ensemble", "members": {"p": {"type": "probe", "features": ["form"]},
                                                  "k": {"type": "knn", "k": 3}}, "weights": {"p": 2.0}},
-    "intent": {"type": "intent", "classifier": "tests.eval.test_saved:topic", "lam": 0.5},
+    "intent": {"type": "intent", "classifier": "tests.routers.test_saved:topic", "lam": 0.5},
     "selector": {"type": "selector", "config": {"use_contextual": True, "enable_personalization": False}},
     "random": {"type": "random", "p_strong": 0.3},
     "always": {"type": "always", "candidate": "strong"},

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlrouter.eval.learned import (FORM_FEATURES, OPTION_FEATURES, fit_logistic, fit_ridge, option_match_features,
+from rlrouter.routers.learned import (FORM_FEATURES, OPTION_FEATURES, fit_logistic, fit_ridge, option_match_features,
                                    prompt_form_features, split_options)
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import RouterContext, build_router
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import RouterContext, build_router
 from rlrouter.pool.base import Candidate
 
 

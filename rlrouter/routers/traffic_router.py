@@ -32,9 +32,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from rlrouter.data.routerbench import question_text
-from rlrouter.eval.ope import LoggedFeedback, evaluate_all
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Router, RouterContext, register_router
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import Router, RouterContext, register_router
 
 Embed = Callable[[list[str]], np.ndarray]
 COST_UNIT = 1000.0  # reward's cost in thousandths of a dollar
@@ -277,33 +276,3 @@ class TrafficKNNRouter(Router):
 @register_router("traffic_knn")
 def _traffic_knn(cfg: dict[str, Any], ctx: RouterContext) -> Router:
     return TrafficKNNRouter("traffic_knn", ctx.candidates, ctx.embed, **cfg)
-
-
-def off_policy(router: TrafficKNNRouter, table: TrafficTable, level: float = 0.95) -> dict[str, Any]:
-    """IPS, SNIPS and DR estimates of ``router``'s mean reward on ``table``'s requests, from the logging
-    policy's propensities (rows without one are left out and counted). DR's reward model is the router's own
-    prediction, fitted on other rows than these."""
-    keep = np.flatnonzero((table.logged >= 0) & np.isfinite(table.propensity) & (table.propensity > 0))
-    if len(keep) < 2:
-        raise ValueError(f"off-policy estimate: {len(keep)} rows with a logged route and propensity; need >= 2")
-    t = table.rows(keep)
-    if t.names != router.names:
-        raise ValueError(f"off-policy estimate: the log's candidates {t.names} are not the router's {router.names}")
-    q_hat = router.reward_hat(t.embed(router.embed))
-    target = q_hat.argmax(axis=1)
-    rewards = cell_rewards(t, router.cost_weight)
-    rows = np.arange(len(t))
-    r0 = rewards[rows, t.logged]
-    usable = np.isfinite(r0)
-    ex = (t.explored >= 0) & np.isfinite(t.explored_propensity) & (t.explored_propensity > 0)
-    ex &= np.isfinite(rewards[rows, np.maximum(t.explored, 0)])
-    logged = LoggedFeedback(t.logged[usable], t.propensity[usable], r0[usable],
-                            explored=np.where(ex, t.explored, -1)[usable],
-                            explored_propensities=np.where(ex, t.explored_propensity, 1.0)[usable],
-                            explored_rewards=np.where(ex, rewards[rows, np.maximum(t.explored, 0)], 0.0)[usable])
-    probs = np.eye(len(t.names))[target[usable]]
-    est = evaluate_all(probs, logged, q_hat[usable], level=level)
-    return {"rows": int(usable.sum()), "left_out": int(len(table) - usable.sum()),
-            "explored_rows": int(ex[usable].sum()),
-            "agrees_with_logged": float((target[usable] == t.logged[usable]).mean()),
-            **{k: e.to_dict() for k, e in est.items()}}

@@ -1,7 +1,7 @@
 """Routers over a pool of N candidates: each predicts a quality (and a cost) per prompt and candidate.
 
 Every router here yields ``q_hat`` (N, M), its predicted score of each candidate on each prompt, and
-``c_hat`` (N, M), its predicted cost, and routes by willingness to pay (``rlrouter.eval.wtp``). A router
+``c_hat`` (N, M), its predicted cost, and routes by willingness to pay (``rlrouter.routers.wtp``). A router
 that reads replies (the cascade) makes its own settings instead. The rules:
 
 * ``per_task``: each task's mean score and cost per candidate on train (the rule "the best model for this
@@ -58,13 +58,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from rlrouter.eval.adapters import SelectorRouter
-from rlrouter.eval.baselines import train_bce
-from rlrouter.eval.learned import fit_logistic
-from rlrouter.eval.metrics import nondecreasing_convex_hull
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Registry
-from rlrouter.eval.wtp import Sweep, route_by_wtp
+from rlrouter.routers.adapters import SelectorRouter
+from rlrouter.routers.baselines import train_bce
+from rlrouter.routers.learned import fit_logistic
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import Registry
+from rlrouter.routers.wtp import Sweep, nondecreasing_convex_hull, route_by_wtp
 from rlrouter.rewards.router_r1 import normalize_answer
 
 Embed = Callable[[list[str]], np.ndarray]

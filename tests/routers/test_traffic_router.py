@@ -1,4 +1,4 @@
-"""Routers trained on traffic with blanks (``rlrouter.eval.traffic_router``): the reader of exports, the kNN that
+"""Routers trained on traffic with blanks (``rlrouter.routers.traffic_router``): the reader of exports, the kNN that
 reads only observed cells, and the off-policy estimate with the exploration calls counted."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from rlrouter.eval.ope import LoggedFeedback, evaluate_all, one_hot
-from rlrouter.eval.traffic_router import TrafficKNNRouter, read_logged_table, reward_of
+from rlrouter.routers.traffic_router import TrafficKNNRouter, read_logged_table, reward_of
 
 NAMES = ["cheap", "mid", "dear"]
 COST = {"cheap": 1e-4, "mid": 5e-4, "dear": 5e-3}
@@ -90,7 +90,7 @@ def test_the_knn_learns_from_observed_cells_only_and_pays_for_cost(tmp_path):
 
 
 def test_train_router_trains_on_exports_and_the_saved_router_decides_the_same(tmp_path):
-    from rlrouter.eval.saved import load_router
+    from rlrouter.routers.saved import load_router
     from rlrouter.eval.train_router import run
 
     f = _export(tmp_path / "t.parquet", _topic_table(60))

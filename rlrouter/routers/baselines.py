@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlrouter.eval.reader import EvalSet
-from rlrouter.eval.routers import Router, RouterContext, ThresholdRouter, register_router
+from rlrouter.routers.reader import EvalSet
+from rlrouter.routers.base import Router, RouterContext, ThresholdRouter, register_router
 
 
 def oracle_decisions(scores: np.ndarray, costs: np.ndarray) -> np.ndarray:
@@ -244,14 +244,7 @@ class MFRouter(ThresholdRouter):
 
 
 def _candidate(cfg: dict[str, Any], ctx: RouterContext, key: str = "candidate") -> int:
-    which = cfg.pop(key)
-    if which == "strong":
-        return ctx.strong
-    if which == "weak":
-        return ctx.weak
-    if which not in ctx.candidates:
-        raise ValueError(f"router.{key}: '{which}' is not 'strong', 'weak' or one of {ctx.candidates}")
-    return ctx.candidates.index(which)
+    return ctx.index(cfg.pop(key), key)
 
 
 def _no_leftovers(cfg: dict[str, Any], type_name: str) -> None:
